@@ -1,0 +1,46 @@
+# The two commands a newcomer runs: `make demo` and `make test`. Both work on a fresh
+# machine: they create the virtualenv and install the pinned tools (hack/tools.sh, cached
+# under ~/.cache/modelplane) before doing anything else.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+
+.PHONY: demo test test-unit venv tools lint fmt package clean
+
+demo: venv
+	@bash hack/tools.sh crossplane
+	@$(PY) hack/render.py --demo
+
+test: venv tools lint
+	$(PY) -m pytest
+
+test-unit: venv
+	$(PY) -m pytest tests/unit
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+tools:
+	bash hack/tools.sh
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+package: venv
+	@bash hack/tools.sh crossplane
+	bash hack/package.sh _output/modelplane.xpkg
+
+clean:
+	rm -rf $(VENV) _output .pytest_cache

@@ -1,0 +1,102 @@
+"""The one metric vocabulary every engine's metrics are renamed into.
+
+Base units only (seconds, ratio 0-1, counts); each series keeps engine and model as
+attributes. MetricMapping validation, the collector's transform rules and the fleet
+roll-up all read this table, so a new entry is added here and nowhere else.
+"""
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+
+class MetricType(StrEnum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    HISTOGRAM = "histogram"
+
+
+@dataclass(frozen=True)
+class VocabularyMetric:
+    name: str
+    type: MetricType
+    unit: str
+    description: str
+
+
+VOCABULARY: Final[tuple[VocabularyMetric, ...]] = (
+    VocabularyMetric(
+        "modelplane_requests_running", MetricType.GAUGE, "{request}", "Requests being decoded now."
+    ),
+    VocabularyMetric(
+        "modelplane_requests_waiting",
+        MetricType.GAUGE,
+        "{request}",
+        "Requests queued, not yet scheduled.",
+    ),
+    VocabularyMetric(
+        "modelplane_kv_cache_usage", MetricType.GAUGE, "1", "KV-cache occupancy, ratio 0-1."
+    ),
+    VocabularyMetric(
+        "modelplane_time_to_first_token",
+        MetricType.HISTOGRAM,
+        "s",
+        "Seconds from arrival to first token.",
+    ),
+    VocabularyMetric(
+        "modelplane_time_per_output_token",
+        MetricType.HISTOGRAM,
+        "s",
+        "Seconds per output token after the first.",
+    ),
+    VocabularyMetric(
+        "modelplane_inter_token_latency",
+        MetricType.HISTOGRAM,
+        "s",
+        "Seconds between consecutive tokens.",
+    ),
+    VocabularyMetric(
+        "modelplane_request_duration", MetricType.HISTOGRAM, "s", "Seconds end to end."
+    ),
+    VocabularyMetric(
+        "modelplane_request_queue_time",
+        MetricType.HISTOGRAM,
+        "s",
+        "Seconds waiting before scheduling.",
+    ),
+    VocabularyMetric(
+        "modelplane_prompt_tokens_total", MetricType.COUNTER, "{token}", "Prompt tokens processed."
+    ),
+    VocabularyMetric(
+        "modelplane_generation_tokens_total", MetricType.COUNTER, "{token}", "Tokens generated."
+    ),
+    VocabularyMetric(
+        "modelplane_requests_total",
+        MetricType.COUNTER,
+        "{request}",
+        "Requests finished, by finish reason.",
+    ),
+    VocabularyMetric(
+        "modelplane_prefix_cache_hits_total", MetricType.COUNTER, "{token}", "Prefix-cache hits."
+    ),
+    VocabularyMetric(
+        "modelplane_prefix_cache_queries_total",
+        MetricType.COUNTER,
+        "{token}",
+        "Prefix-cache lookups.",
+    ),
+)
+
+VOCABULARY_BY_NAME: Final = {m.name: m for m in VOCABULARY}
+
+# The patterns the XRDs enforce too (apis/metricmappings/definition.yaml): a name that
+# matches them cannot carry a quote, a brace or whitespace into a generated OTTL or
+# PromQL expression. Keep the two in step; tests/unit/test_contracts.py checks they are.
+TARGET_NAME_PATTERN: Final = r"^modelplane_[a-z][a-z0-9_]*$"
+SOURCE_NAME_PATTERN: Final = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+LABEL_NAME_PATTERN: Final = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+
+TARGET_NAME_RE: Final = re.compile(TARGET_NAME_PATTERN)
+SOURCE_NAME_RE: Final = re.compile(SOURCE_NAME_PATTERN)
+LABEL_NAME_RE: Final = re.compile(LABEL_NAME_PATTERN)

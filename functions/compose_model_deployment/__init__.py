@@ -1,0 +1,1 @@
+"""compose-model-deployment: a ModelDeployment becomes one ModelReplica per cluster used."""

@@ -1,0 +1,1 @@
+"""compose-model-replica: one ModelReplica becomes the engine workloads on its cluster."""

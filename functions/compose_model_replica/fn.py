@@ -1,0 +1,30 @@
+"""The gRPC shell of compose-model-replica.
+
+Reads a ModelReplica and will compose its engine workloads on one cluster; for now it
+proves the harness by saying what it was given.
+"""
+
+import grpc
+from crossplane.function import logging, response
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+
+from functions.common.contracts import FUNCTION_MODEL_REPLICA
+from functions.common.sdk import describe_composite, observed_composite, report_not_composing_yet
+
+
+class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
+    def __init__(self) -> None:
+        self.log = logging.get_logger()
+
+    async def RunFunction(
+        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
+    ) -> fnv1.RunFunctionResponse:
+        rsp = response.to(req)
+        xr = observed_composite(req)
+        spec = xr.get("spec", {})
+        cluster = spec.get("cluster", {}).get("name")
+        given = f"{describe_composite(xr)} ({spec.get('replicas')} replicas on cluster {cluster})"
+        self.log.info("received", composite=describe_composite(xr))
+        report_not_composing_yet(rsp, FUNCTION_MODEL_REPLICA, given, "issue #3")
+        return rsp

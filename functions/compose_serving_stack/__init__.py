@@ -1,0 +1,1 @@
+"""compose-serving-stack: an InferenceCluster becomes everything its member cluster runs."""

@@ -1,0 +1,1 @@
+"""compose-telemetry: the fleet's telemetry gateway, and MetricMapping validation."""

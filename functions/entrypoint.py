@@ -1,0 +1,41 @@
+"""`modelplane COMPONENT [ARGS...]`: the image's entrypoint.
+
+One image serves every function and the runtime; the component is the first argument or,
+for a Function package whose runtime passes no arguments, the MODELPLANE_COMPONENT
+environment variable (set in its DeploymentRuntimeConfig).
+"""
+
+import importlib
+import os
+import sys
+
+from functions.common.contracts import FUNCTIONS
+
+RUNTIME = "runtime"
+
+
+def _components() -> list[str]:
+    return [*FUNCTIONS, RUNTIME]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in _components():
+        component = args.pop(0)
+    else:
+        component = os.environ.get("MODELPLANE_COMPONENT", "")
+    if component not in _components():
+        sys.exit(
+            f"modelplane: name a component as the first argument or in MODELPLANE_COMPONENT "
+            f"(one of: {', '.join(_components())}); got {component or 'nothing'!r}"
+        )
+    if component == RUNTIME:
+        command = importlib.import_module("functions.runtime.cli").main
+    else:
+        package = component.removeprefix("function-").replace("-", "_")
+        command = importlib.import_module(f"functions.{package}.main").cli
+    command(args=args, prog_name=f"modelplane {component}")
+
+
+if __name__ == "__main__":
+    main()

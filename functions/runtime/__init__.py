@@ -1,0 +1,5 @@
+"""The fleet runtime: member agent, hub election and decisions, the KEDA scaler, parking.
+
+Built like the functions: pure decision code (`plan(state, policy, now)`) inside an
+imperative shell that talks to Kubernetes and Prometheus.
+"""

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs the pinned tools the tests run against into a cache outside the checkout,
+# idempotently, then prints their versions.
+#
+# Each tool lives in hack/tools/<name>.sh, which sets its pinned version and defines
+# install_<name>. A tool is built once into $MODELPLANE_TOOLS/<name>-<version>/ and
+# linked into $MODELPLANE_TOOLS/bin; a second run only re-links and prints versions.
+#
+#   bash hack/tools.sh            install every tool
+#   bash hack/tools.sh crossplane install the named tools only
+#   bash hack/tools.sh --dir      print the bin directory (for Make and the tests)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export MODELPLANE_TOOLS=${MODELPLANE_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/modelplane/tools}
+export TOOLS_BIN="$MODELPLANE_TOOLS/bin"
+# Builds use the Go on this machine; never let a go.mod pull another toolchain.
+export GOTOOLCHAIN=local
+# Every tool in the order it is installed. Later issues append theirs here.
+ALL_TOOLS=(crossplane)
+
+if [[ ${1:-} == --dir ]]; then
+  echo "$TOOLS_BIN"
+  exit 0
+fi
+
+log() { printf '[tools] %s\n' "$*" >&2; }
+die() { printf '[tools] error: %s\n' "$*" >&2; exit 1; }
+
+# link NAME PATH: expose a built binary as $TOOLS_BIN/NAME.
+link() {
+  mkdir -p "$TOOLS_BIN"
+  ln -sfn "$2" "$TOOLS_BIN/$1"
+}
+
+# go_module_dir MODULE VERSION: download a module into the module cache and print its
+# directory. Building inside that directory uses the module's own go.mod and go.sum,
+# which is what `go install pkg@version` would do, without the version-list lookup
+# the proxy refuses for some modules.
+go_module_dir() {
+  command -v go >/dev/null || die "go is not installed (Go ≥ 1.25 is needed to build the test tools)"
+  local json
+  json=$(go mod download -json "$1@$2") || die "cannot download Go module $1@$2: $json"
+  python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error","no Dir")))' <<<"$json"
+}
+
+for f in "$here"/tools/*.sh; do
+  # shellcheck source=/dev/null
+  source "$f"
+done
+
+wanted=("$@")
+[[ ${#wanted[@]} -gt 0 ]] || wanted=("${ALL_TOOLS[@]}")
+for tool in "${wanted[@]}"; do
+  declare -F "install_$tool" >/dev/null || die "no such tool: $tool (known: ${ALL_TOOLS[*]})"
+  "install_$tool"
+done
+
+log "installed into $TOOLS_BIN:"
+for tool in "${wanted[@]}"; do
+  "version_$tool" | sed 's/^/  /' >&2
+done

@@ -1,0 +1,43 @@
+"""Shared test plumbing: where the repo and the pinned tools are, and how a test asks
+for a tool.
+
+Under CI=true a missing tool fails the test and names the command that installs it; a
+developer without the tool gets a skip that names the same command.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "hack"))
+
+import render  # noqa: E402  (hack/render.py: the harness the demo uses too)
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require_tool(name: str) -> Path:
+    """The path of a pinned tool; fails under CI, skips elsewhere, if it is missing."""
+    path = render.tools_bin() / name
+    if path.exists():
+        return path
+    message = f"{name} is not installed at {path}: run 'bash hack/tools.sh' (or 'make tools')"
+    if IN_CI:
+        pytest.fail(f"CI requires {message}")
+    pytest.skip(message)
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def crossplane() -> Path:
+    return require_tool("crossplane")
+
+
+@pytest.fixture(scope="session")
+def function_servers(crossplane):
+    """The four functions, served once for every render test in the session."""
+    with render.running_functions() as servers:
+        yield servers

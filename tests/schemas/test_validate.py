@@ -1,0 +1,60 @@
+"""`crossplane beta validate`, offline, against our XRDs and CRDs: every example a user
+applies passes, and every manifest under invalid/ fails with its own rule's message.
+
+Offline means the Crossplane schema cache is the one hack/tools.sh laid out from the
+Crossplane module; no registry is asked for anything.
+"""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import render
+
+REPO = render.REPO
+INVALID = sorted((Path(__file__).parent / "invalid").glob("*.yaml"))
+EXTENSIONS = str(REPO / "apis")
+
+
+def validate(crossplane: Path, resources: str) -> subprocess.CompletedProcess:
+    tools = render.tools_bin().parent
+    image = (tools / "crossplane-image").read_text().strip()
+    return subprocess.run(
+        [
+            str(crossplane),
+            "beta",
+            "validate",
+            EXTENSIONS,
+            resources,
+            f"--crossplane-image={image}",
+            f"--cache-dir={tools / 'crossplane-validate-cache'}",
+            "--error-on-missing-schemas",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def expected_message(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path.name} must open with '# expect: <message>'"
+    return first.removeprefix("# expect: ")
+
+
+def test_every_example_is_valid(crossplane):
+    resources = ",".join(str(p) for p in render.example_xrs())
+    done = validate(crossplane, resources)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 failure cases" in done.stdout
+    assert f"{len(render.example_xrs())} success cases" in done.stdout
+
+
+@pytest.mark.parametrize("manifest", INVALID, ids=lambda p: p.stem)
+def test_invalid_manifest_fails_with_its_rule(crossplane, manifest):
+    done = validate(crossplane, str(manifest))
+    assert done.returncode != 0, f"{manifest.name} was accepted:\n{done.stdout}"
+    errors = [line for line in done.stdout.splitlines() if line.startswith("[x]")]
+    assert len(errors) == 1, "\n".join(errors)  # exactly the one rule it is about
+    assert expected_message(manifest) in errors[0]

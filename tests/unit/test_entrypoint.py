@@ -1,0 +1,49 @@
+"""The image's entrypoint reaches every component by name or by environment."""
+
+import subprocess
+import sys
+
+import pytest
+
+from functions.common.contracts import FUNCTIONS
+
+ENTRYPOINT = [sys.executable, "-m", "functions.entrypoint"]
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_entrypoint_serves_each_function_by_name(function):
+    done = subprocess.run(
+        [*ENTRYPOINT, function, "--help"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"Serve the {function} composition function" in done.stdout
+    assert "--tls-server-certs-dir" in done.stdout
+
+
+def test_entrypoint_takes_the_component_from_the_environment():
+    done = subprocess.run(
+        [*ENTRYPOINT, "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"MODELPLANE_COMPONENT": FUNCTIONS[0], "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert FUNCTIONS[0] in done.stdout
+
+
+def test_entrypoint_names_the_components_when_none_is_given():
+    done = subprocess.run(
+        ENTRYPOINT, capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert done.returncode != 0
+    assert all(f in done.stderr for f in FUNCTIONS)
+    assert "runtime" in done.stderr
+
+
+def test_runtime_commands_that_do_not_exist_yet_fail_loudly():
+    done = subprocess.run(
+        [*ENTRYPOINT, "runtime", "agent"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert "not available yet" in done.stderr
