@@ -5,7 +5,6 @@ import pytest
 import yaml
 
 import render
-from functions.common import conditions
 
 EXAMPLES = render.example_xrs()
 
@@ -15,16 +14,9 @@ def test_every_example_renders_through_its_function(function_servers, xr):
     result = render.render(function_servers, xr)
     assert result.returncode == 0, result.stderr + function_servers.logs()
 
-    docs = result.documents
-    composite = docs[0]
-    assert composite["metadata"]["name"] in xr.read_text()
-    # The function saw this XR and said so in a condition and a result. Until each
-    # function's own issue lands, it composes nothing and says that too.
-    composed = next(c for c in composite["status"]["conditions"] if c["type"] == "Composed")
-    assert composed["reason"] == conditions.REASON_NOT_IMPLEMENTED
-    assert composite["metadata"]["name"] in composed["message"]
-    results = [d for d in docs if d["kind"] == "Result"]
-    assert [r["step"] for r in results] == [_step_of(xr)]
+    composite = result.documents[0]
+    assert composite["kind"] == yaml.safe_load(xr.read_text())["kind"]
+    assert composite["metadata"]["name"] == yaml.safe_load(xr.read_text())["metadata"]["name"]
 
 
 def test_render_fills_defaults_from_the_xrd(function_servers):
@@ -44,8 +36,3 @@ def test_harness_stops_every_function_it_started(crossplane, tmp_path):
         processes = [s.process for s in servers.servers]
         assert all(p.poll() is None for p in processes)
     assert all(p.poll() is not None for p in processes)
-
-
-def _step_of(xr):
-    composition = render.composition_for(xr)
-    return yaml.safe_load(composition.read_text())["spec"]["pipeline"][0]["step"]

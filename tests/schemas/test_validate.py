@@ -51,6 +51,15 @@ def test_every_example_is_valid(crossplane):
     assert f"{len(render.example_xrs())} success cases" in done.stdout
 
 
+def test_test_fixtures_are_valid(crossplane):
+    # Render inputs the tests hand to functions, and CRD objects no example covers.
+    fixtures = sorted((REPO / "tests" / "render" / "testdata").glob("*.yaml"))
+    fixtures += sorted((Path(__file__).parent / "valid").glob("*.yaml"))
+    done = validate(crossplane, ",".join(str(p) for p in fixtures))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(fixtures)} success cases" in done.stdout
+
+
 @pytest.mark.parametrize("manifest", INVALID, ids=lambda p: p.stem)
 def test_invalid_manifest_fails_with_its_rule(crossplane, manifest):
     done = validate(crossplane, str(manifest))
