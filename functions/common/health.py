@@ -1,0 +1,60 @@
+"""The model health record: start failures counted where the pods are seen.
+
+The member's agent (runtime) writes one record per ModelReplica into the member cluster;
+compose-model-replica reads it back through an Observe-only provider-kubernetes Object
+and copies it to the ModelReplica's status.health; compose-model-deployment sums it per
+definition to decide parking. A ConfigMap, because it is plain data every component can
+read without a CRD, and the agent needs no more than `configmaps` RBAC in the namespaces
+it serves.
+"""
+
+from dataclasses import dataclass
+from typing import Final
+
+from functions.common.naming import dns_label
+
+HEALTH_RECORD_KIND: Final = "ConfigMap"
+HEALTH_RECORD_API_VERSION: Final = "v1"
+# Labels on the record itself, so the agent can list the records it owns.
+HEALTH_RECORD_LABEL: Final = "modelplane.ai/health-record"
+
+# Keys of the ConfigMap's data (all values are strings, as ConfigMap data must be).
+KEY_DEFINITION_HASH: Final = "definitionHash"
+KEY_CONSECUTIVE_START_FAILURES: Final = "consecutiveStartFailures"
+KEY_LAST_ERROR: Final = "lastError"
+KEY_OBSERVED_AT: Final = "observedAt"
+
+
+def health_record_name(model_replica: str) -> str:
+    """The record's name in the ModelReplica's namespace on the member cluster."""
+    return dns_label(model_replica, "health")
+
+
+@dataclass(frozen=True)
+class HealthRecord:
+    definition_hash: str
+    consecutive_start_failures: int
+    last_error: str
+    observed_at: str  # RFC 3339, written by the agent from its own clock
+
+    def to_data(self) -> dict[str, str]:
+        return {
+            KEY_DEFINITION_HASH: self.definition_hash,
+            KEY_CONSECUTIVE_START_FAILURES: str(self.consecutive_start_failures),
+            KEY_LAST_ERROR: self.last_error,
+            KEY_OBSERVED_AT: self.observed_at,
+        }
+
+    @classmethod
+    def from_data(cls, data: dict[str, str]) -> "HealthRecord":
+        """Read a record; a missing or malformed count reads as 0 failures, never a crash."""
+        try:
+            failures = max(0, int(data.get(KEY_CONSECUTIVE_START_FAILURES, "0")))
+        except ValueError:
+            failures = 0
+        return cls(
+            definition_hash=data.get(KEY_DEFINITION_HASH, ""),
+            consecutive_start_failures=failures,
+            last_error=data.get(KEY_LAST_ERROR, ""),
+            observed_at=data.get(KEY_OBSERVED_AT, ""),
+        )
