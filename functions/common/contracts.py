@@ -83,3 +83,41 @@ FUNCTIONS: Final = (
     FUNCTION_MODEL_REPLICA,
     FUNCTION_TELEMETRY,
 )
+
+# The hub term (fencing token) of the Lease's holder, written on the hub Lease in the
+# same compare-and-swap update as spec.holderIdentity; the scaler refuses any intent
+# whose status.intent.fencingToken differs from its own member's copy.
+ANNOTATION_FENCING_TOKEN: Final = "modelplane.ai/fencing-token"
+SCALER_PORT: Final = 9090  # the scaler's gRPC port (KEDA's scalerAddress)
+
+# --- Telemetry resource attributes --------------------------------------------------------
+
+# The resource attributes every cluster-tier collector puts on what it exports: the pod
+# labels above lifted by k8sattributes, and the cluster the collector runs in. The fleet
+# gateway rolls up and the runtime queries by these exact keys.
+RESOURCE_ATTR_ENGINE: Final = "modelplane.engine"  # from LABEL_ENGINE
+RESOURCE_ATTR_DEPLOYMENT: Final = "modelplane.deployment"  # from LABEL_DEPLOYMENT
+RESOURCE_ATTR_SERVING: Final = "modelplane.serving"  # from LABEL_SERVING
+RESOURCE_ATTR_CLUSTER: Final = "k8s.cluster.name"  # the InferenceCluster's name
+RESOURCE_ATTR_NAMESPACE: Final = "k8s.namespace.name"
+# A composed pod's metrics-only port (the endpoint picker's), scraped with the
+# collector's service-account token; engines serve /metrics on PORT_NAME_HTTP instead.
+PORT_NAME_METRICS: Final = "metrics"
+
+# --- Fleet telemetry (compose-telemetry's gateway <-> compose-serving-stack's collectors) --
+
+# The Secret that carries the fleet's bearer token: compose-telemetry propagates it (from
+# TelemetryDestination.spec.gateway.tokenSecretRef) to the gateway, and every cluster's
+# collector mounts the same-named Secret in its namespace to authenticate its OTLP push.
+TELEMETRY_TOKEN_SECRET_NAME: Final = "modelplane-telemetry-token"
+TELEMETRY_TOKEN_SECRET_KEY: Final = "token"
+# The resource attribute every cluster-tier collector sets to its InferenceCluster's name;
+# the gateway rolls the fleet up by dropping it (and every other per-source attribute).
+RESOURCE_ATTRIBUTE_CLUSTER: Final = "modelplane.cluster"
+# Fleet roll-up series carry this resource attribute with the value "fleet" (as the label
+# modelplane_scope in Prometheus); per-cluster series never do.
+RESOURCE_ATTRIBUTE_SCOPE: Final = "modelplane.scope"
+FLEET_SCOPE: Final = "fleet"
+# The gateway's OTLP ports (gRPC is what clusters push to; HTTP is also served).
+GATEWAY_OTLP_GRPC_PORT: Final = 4317
+GATEWAY_OTLP_HTTP_PORT: Final = 4318
