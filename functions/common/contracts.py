@@ -121,3 +121,11 @@ FLEET_SCOPE: Final = "fleet"
 # The gateway's OTLP ports (gRPC is what clusters push to; HTTP is also served).
 GATEWAY_OTLP_GRPC_PORT: Final = 4317
 GATEWAY_OTLP_HTTP_PORT: Final = 4318
+
+# The inference Gateway every member runs (compose-serving-stack's); each model's
+# HTTPRoute attaches to it, so its listeners must allow routes from all namespaces.
+INFERENCE_GATEWAY_NAME: Final = "modelplane-inference"
+INFERENCE_GATEWAY_NAMESPACE: Final = SYSTEM_NAMESPACE
+# Requests name their model in this header (set by the Gateway API Inference
+# Extension's body-based router from the OpenAI request's `model`): the deployment name.
+HEADER_MODEL_NAME: Final = "X-Gateway-Model-Name"
