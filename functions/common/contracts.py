@@ -93,12 +93,11 @@ SCALER_PORT: Final = 9090  # the scaler's gRPC port (KEDA's scalerAddress)
 # --- Telemetry resource attributes --------------------------------------------------------
 
 # The resource attributes every cluster-tier collector puts on what it exports: the pod
-# labels above lifted by k8sattributes, and the cluster the collector runs in. The fleet
-# gateway rolls up and the runtime queries by these exact keys.
+# labels above lifted by k8sattributes (the cluster is RESOURCE_ATTRIBUTE_CLUSTER below).
+# The fleet gateway rolls up and the runtime queries by these exact keys.
 RESOURCE_ATTR_ENGINE: Final = "modelplane.engine"  # from LABEL_ENGINE
 RESOURCE_ATTR_DEPLOYMENT: Final = "modelplane.deployment"  # from LABEL_DEPLOYMENT
 RESOURCE_ATTR_SERVING: Final = "modelplane.serving"  # from LABEL_SERVING
-RESOURCE_ATTR_CLUSTER: Final = "k8s.cluster.name"  # the InferenceCluster's name
 RESOURCE_ATTR_NAMESPACE: Final = "k8s.namespace.name"
 # A composed pod's metrics-only port (the endpoint picker's), scraped with the
 # collector's service-account token; engines serve /metrics on PORT_NAME_HTTP instead.

@@ -1,0 +1,252 @@
+"""Which MetricMappings may enter a collector's config, read into typed values.
+
+Every name in a MetricMapping ends up inside an OTTL statement or a collector key, so
+each is held to the vocabulary's strict patterns here again, even though the XRD
+enforces the same patterns on apply: a mapping written before a rule tightened, or one
+that reached us by a path that skipped validation, must never reach a generated
+expression. A mapping is taken whole or refused whole, with the field and the rule,
+so a collector never runs half a mapping; the other mappings still render.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from functions.common import vocabulary
+
+ENGINE_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+ENGINE_RE: Final = re.compile(ENGINE_PATTERN)
+ENGINE_MAX: Final = 63
+NAME_MAX: Final = 200
+LABEL_MAX: Final = 100
+
+# Labels a rename may not produce: the histogram and summary intrinsics, Prometheus'
+# own, and the per-instance labels the collector aggregates away (a rename onto one
+# would have a model's series summed into nonsense or silently dropped).
+RESERVED_LABELS: Final = frozenset(
+    {"le", "quantile", "__name__", "job", "instance", "pod", "pod_uid", "container_id"}
+)
+
+
+@dataclass(frozen=True)
+class MetricRename:
+    """One vocabulary target and the engine names (across its releases) it comes from."""
+
+    target: str
+    sources: tuple[str, ...]
+    scale: float = 1.0
+
+    @property
+    def scale_literal(self) -> str:
+        """The scale as an OTTL float literal: plain decimal digits, always with a point."""
+        text = format(Decimal(repr(self.scale)), "f")
+        return text if "." in text else f"{text}.0"
+
+
+@dataclass(frozen=True)
+class LabelRename:
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class MetricMapping:
+    """A MetricMapping that passed every check: safe to render into OTTL."""
+
+    name: str
+    engine: str
+    metrics: tuple[MetricRename, ...]
+    labels: tuple[LabelRename, ...] = ()
+
+
+@dataclass(frozen=True)
+class RefusedMapping:
+    """A MetricMapping left out of the collector, and why (field path and rule)."""
+
+    name: str
+    field: str
+    rule: str
+
+    @property
+    def message(self) -> str:
+        return f"MetricMapping {self.name}: {self.field}: {self.rule}"
+
+
+@dataclass(frozen=True)
+class ParsedMappings:
+    accepted: tuple[MetricMapping, ...]
+    refused: tuple[RefusedMapping, ...]
+
+    @property
+    def mapped_engines(self) -> frozenset[str]:
+        return frozenset(m.engine for m in self.accepted)
+
+
+class _Refusal(Exception):
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
+
+
+def _string(value: Any, field: str, pattern: re.Pattern[str], max_length: int, what: str) -> str:
+    if not isinstance(value, str):
+        raise _Refusal(field, f"must be a string, got {type(value).__name__}")
+    if len(value) > max_length:
+        raise _Refusal(field, f"is {len(value)} characters; at most {max_length}")
+    if not pattern.match(value):
+        # repr() so a newline or a quote in the refused value cannot forge a message.
+        raise _Refusal(field, f"{value!r} is not {what} ({pattern.pattern})")
+    return value
+
+
+def _list(value: Any, field: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Refusal(field, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def _scale(value: Any, field: str) -> float:
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Refusal(field, f"must be a number, got {type(value).__name__}")
+    scale = float(value)
+    if not math.isfinite(scale) or scale <= 0:
+        raise _Refusal(field, f"{value!r} must be a finite number above 0")
+    return scale
+
+
+def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
+    """One MetricMapping resource (as the API server returns it) into a typed mapping.
+
+    Raises _Refusal naming the field and the rule it broke.
+    """
+    spec = resource.get("spec")
+    if not isinstance(spec, Mapping):
+        raise _Refusal("spec", "is missing")
+    engine = _string(spec.get("engine"), "spec.engine", ENGINE_RE, ENGINE_MAX, "a label value")
+
+    metrics: list[MetricRename] = []
+    seen_targets: dict[str, int] = {}
+    seen_sources: dict[str, int] = {}
+    entries = _list(spec.get("metrics"), "spec.metrics")
+    if not entries:
+        raise _Refusal("spec.metrics", "must name at least one metric")
+    for i, entry in enumerate(entries):
+        at = f"spec.metrics[{i}]"
+        if not isinstance(entry, Mapping):
+            raise _Refusal(at, "must be an object with from, to and scale")
+        target = _string(
+            entry.get("to"),
+            f"{at}.to",
+            vocabulary.TARGET_NAME_RE,
+            NAME_MAX,
+            "a vocabulary name",
+        )
+        if target not in vocabulary.VOCABULARY_BY_NAME:
+            known = ", ".join(sorted(vocabulary.VOCABULARY_BY_NAME))
+            raise _Refusal(f"{at}.to", f"{target!r} is not in the vocabulary (known: {known})")
+        if target in seen_targets:
+            raise _Refusal(
+                f"{at}.to",
+                f"{target!r} is already the target of spec.metrics[{seen_targets[target]}]",
+            )
+        seen_targets[target] = i
+        sources = _list(entry.get("from"), f"{at}.from")
+        if not sources:
+            raise _Refusal(f"{at}.from", "must name at least one source metric")
+        parsed_sources = []
+        for j, source in enumerate(sources):
+            name = _string(
+                source,
+                f"{at}.from[{j}]",
+                vocabulary.SOURCE_NAME_RE,
+                NAME_MAX,
+                "a Prometheus metric name",
+            )
+            if name in vocabulary.VOCABULARY_BY_NAME:
+                raise _Refusal(
+                    f"{at}.from[{j}]",
+                    f"{name!r} is already a vocabulary name; sources are the engine's own names",
+                )
+            if name in seen_sources:
+                raise _Refusal(
+                    f"{at}.from[{j}]",
+                    f"{name!r} is already mapped by spec.metrics[{seen_sources[name]}]",
+                )
+            seen_sources[name] = i
+            parsed_sources.append(name)
+        metrics.append(
+            MetricRename(target, tuple(parsed_sources), _scale(entry.get("scale"), f"{at}.scale"))
+        )
+
+    labels: list[LabelRename] = []
+    label_targets: set[str] = set()
+    label_sources: set[str] = set()
+    for i, entry in enumerate(_list(spec.get("labels"), "spec.labels")):
+        at = f"spec.labels[{i}]"
+        if not isinstance(entry, Mapping):
+            raise _Refusal(at, "must be an object with from and to")
+        source = _string(
+            entry.get("from"), f"{at}.from", vocabulary.LABEL_NAME_RE, LABEL_MAX, "a label name"
+        )
+        target = _string(
+            entry.get("to"), f"{at}.to", vocabulary.LABEL_NAME_RE, LABEL_MAX, "a label name"
+        )
+        for field, name in ((f"{at}.from", source), (f"{at}.to", target)):
+            if name in RESERVED_LABELS:
+                reserved = ", ".join(sorted(RESERVED_LABELS))
+                raise _Refusal(field, f"{name!r} is reserved (reserved: {reserved})")
+        if source in label_sources or target in label_targets:
+            raise _Refusal(at, "each label is renamed once, onto a name no other rename uses")
+        label_sources.add(source)
+        label_targets.add(target)
+        labels.append(LabelRename(source, target))
+
+    name = str(resource.get("metadata", {}).get("name", ""))
+    return MetricMapping(
+        name=name,
+        engine=engine,
+        metrics=tuple(sorted(metrics, key=lambda m: m.target)),
+        labels=tuple(labels),
+    )
+
+
+def parse_mappings(resources: Iterable[Mapping[str, Any]]) -> ParsedMappings:
+    """Every MetricMapping the cluster's collector may use, and every one it may not.
+
+    Sorted by name, so the same set always renders the same config. Two mappings for
+    one engine are ambiguous: the first by name is used and the others are refused.
+    """
+    ordered = sorted(resources, key=lambda r: str(r.get("metadata", {}).get("name", "")))
+    accepted: list[MetricMapping] = []
+    refused: list[RefusedMapping] = []
+    by_engine: dict[str, str] = {}
+    for resource in ordered:
+        name = str(resource.get("metadata", {}).get("name", ""))
+        try:
+            mapping = parse_mapping(resource)
+        except _Refusal as refusal:
+            refused.append(RefusedMapping(name, refusal.field, refusal.rule))
+            continue
+        if mapping.engine in by_engine:
+            refused.append(
+                RefusedMapping(
+                    name,
+                    "spec.engine",
+                    f"engine {mapping.engine!r} is already mapped by MetricMapping "
+                    f"{by_engine[mapping.engine]}; one mapping per engine type",
+                )
+            )
+            continue
+        by_engine[mapping.engine] = name
+        accepted.append(mapping)
+    return ParsedMappings(tuple(accepted), tuple(refused))

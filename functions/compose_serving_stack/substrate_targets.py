@@ -1,0 +1,85 @@
+"""Where each stack's substrate runs and where it serves metrics.
+
+The substrate Releases (substrate.py) install each component into these namespaces, and
+the collector (collector.py) scrapes the same namespaces, so both read this one table.
+Selectors are by namespace and container port name, the way each chart names its
+metrics port by default, so a chart upgrade that keeps its defaults keeps its scrape.
+"""
+
+from dataclasses import dataclass
+from typing import Final
+
+from functions.common import contracts
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    """Pods to scrape: by namespace, pod labels that must all be present, and port."""
+
+    job: str
+    namespace: str
+    port_name: str = ""  # regex on the container port name; empty: use port_number
+    port_number: int = 0
+    path: str = "/metrics"
+    scheme: str = "http"
+    # Send the collector's service-account token (controller-runtime's secure metrics
+    # and the endpoint picker authorize a token that may GET /metrics).
+    service_account_token: bool = False
+    pod_labels: tuple[tuple[str, str], ...] = ()
+    # Keep only series whose `label` matches `regex` (empty: keep everything).
+    keep_series: tuple[str, str] | None = None
+
+
+NAMESPACE_CERT_MANAGER: Final = "cert-manager"
+NAMESPACE_ENVOY_GATEWAY: Final = "envoy-gateway-system"
+NAMESPACE_LWS: Final = "lws-system"
+NAMESPACE_DRA_DRIVER: Final = "nvidia-dra-driver-gpu"
+NAMESPACE_GROVE: Final = "grove-system"
+NAMESPACE_KAI: Final = "kai-scheduler"
+NAMESPACE_MODEL_EXPRESS: Final = "modelexpress-system"
+
+# KAI scheduler queues: every modelplane workload is scheduled in `modelplane`, a child
+# of `modelplane-root`; other tenants' queues on a shared cluster are not ours to export.
+KAI_ROOT_QUEUE: Final = "modelplane-root"
+KAI_QUEUE: Final = "modelplane"
+
+# Envoy Gateway's proxies serve Envoy's stats here (the gateway chart's default).
+ENVOY_PROXY_STATS_PORT: Final = 19001
+
+ENVOY_PROXIES: Final = ScrapeTarget(
+    job="envoy-proxies",
+    namespace=NAMESPACE_ENVOY_GATEWAY,
+    port_number=ENVOY_PROXY_STATS_PORT,
+    path="/stats/prometheus",
+    pod_labels=(
+        ("app.kubernetes.io/component", "proxy"),
+        ("app.kubernetes.io/managed-by", "envoy-gateway"),
+    ),
+)
+
+SUBSTRATE_TARGETS: Final[dict[str, tuple[ScrapeTarget, ...]]] = {
+    contracts.STACK_STANDARD: (
+        ENVOY_PROXIES,
+        ScrapeTarget(
+            job="leaderworkerset-controller",
+            namespace=NAMESPACE_LWS,
+            port_name="https|metrics",
+            scheme="https",
+            service_account_token=True,
+        ),
+        ScrapeTarget(job="nvidia-dra-driver", namespace=NAMESPACE_DRA_DRIVER, port_name="metrics"),
+    ),
+    contracts.STACK_DYNAMO: (
+        ScrapeTarget(job="grove-operator", namespace=NAMESPACE_GROVE, port_name="metrics"),
+        ScrapeTarget(
+            job="kai-scheduler",
+            namespace=NAMESPACE_KAI,
+            port_name="metrics|http-metrics",
+            # Queue series of our queues only, plus every series without a queue label.
+            keep_series=("queue_name", f"|{KAI_ROOT_QUEUE}|{KAI_QUEUE}"),
+        ),
+        ScrapeTarget(
+            job="modelexpress", namespace=NAMESPACE_MODEL_EXPRESS, port_name="metrics|http"
+        ),
+    ),
+}
