@@ -1,16 +1,24 @@
 """The gRPC shell of compose-model-replica.
 
-Reads a ModelReplica and will compose its engine workloads on one cluster; for now it
-proves the harness by saying what it was given.
+Reads the ModelReplica, composes its cluster's Objects (compose.py), reads what the
+cluster shows back through the observed Objects (status.py), and writes desired
+resources, status, conditions and readiness, in that order. Bad input is a fatal result
+naming the field and the rule; Crossplane then applies nothing, so what was composed
+before stays as it was.
 """
 
 import grpc
-from crossplane.function import logging, response
+from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from functions.common.contracts import FUNCTION_MODEL_REPLICA
-from functions.common.sdk import describe_composite, observed_composite, report_not_composing_yet
+from functions.common import conditions
+from functions.common.sdk import describe_composite, observed_composite
+from functions.compose_model_replica.compose import HEALTH_KEY, compose
+from functions.compose_model_replica.model import InvalidReplica, parse
+from functions.compose_model_replica.status import observe
+
+REASON_COMPOSED = "Composed"
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
@@ -22,9 +30,46 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     ) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         xr = observed_composite(req)
-        spec = xr.get("spec", {})
-        cluster = spec.get("cluster", {}).get("name")
-        given = f"{describe_composite(xr)} ({spec.get('replicas')} replicas on cluster {cluster})"
-        self.log.info("received", composite=describe_composite(xr))
-        report_not_composing_yet(rsp, FUNCTION_MODEL_REPLICA, given, "issue #3")
+        log = self.log.bind(composite=describe_composite(xr))
+
+        try:
+            replica = parse(xr)
+        except InvalidReplica as err:
+            log.info("invalid input", error=str(err))
+            response.fatal(rsp, f"{describe_composite(xr)}: {err}")
+            return rsp
+
+        plan = compose(replica)
+        observed = {
+            name: resource.struct_to_dict(r.resource) for name, r in req.observed.resources.items()
+        }
+        status = observe(replica, plan.workloads, observed, HEALTH_KEY)
+
+        for composed in plan.composed:
+            desired = rsp.desired.resources[composed.key]
+            resource.update(desired, composed.object)
+            if composed.key in status.ready_objects:
+                desired.ready = fnv1.Ready.READY_TRUE
+
+        resource.update(rsp.desired.composite, {"status": status.to_status()})
+        rsp.desired.composite.ready = (
+            fnv1.Ready.READY_TRUE if status.ready else fnv1.Ready.READY_FALSE
+        )
+        response.set_conditions(
+            rsp,
+            resource.Condition(
+                typ=conditions.COMPOSED,
+                status="True",
+                reason=REASON_COMPOSED,
+                message=(
+                    f"{len(plan.composed)} objects for cluster {replica.cluster.name} "
+                    f"({replica.cluster.stack} stack, {replica.shape.value})"
+                ),
+            ),
+            *(
+                resource.Condition(typ=c.type, status=c.status, reason=c.reason, message=c.message)
+                for c in status.conditions
+            ),
+        )
+        log.debug("composed", objects=len(plan.composed), ready=status.ready_replicas)
         return rsp

@@ -1,20 +1,140 @@
 """compose-model-replica under the real `crossplane render`.
 
-Until issue #3 lands the function composes nothing and must say so, so a render
-never passes off the harness as the feature.
+One ModelReplica (testdata/modelreplica.yaml, the one the schema tests validate) is
+rendered against what the member cluster shows: nothing yet, a serving workload, and a
+workload whose pods keep failing to start (testdata/model_replica/observed-*.yaml, the
+provider-kubernetes Objects as the control plane would hold them). What a user relies
+on: every Object is composed, status and conditions say what is going on and what to do,
+and the ModelReplica is Ready only when its replicas are.
 """
+
+from pathlib import Path
+
+import pytest
+import yaml
 
 import render
 from functions.common import conditions
+from functions.common.contracts import OBJECT_API_VERSION, OBJECT_KIND
+
+TESTDATA = render.REPO / "tests" / "render" / "testdata"
+XR = TESTDATA / "modelreplica.yaml"
+OBSERVED = TESTDATA / "model_replica"
 
 
-def test_says_it_composes_nothing_yet(function_servers):
-    xr = render.REPO / "tests" / "render" / "testdata" / "modelreplica.yaml"
-    result = render.render(function_servers, xr)
+def _render(function_servers, xr: Path = XR, observed: Path | None = None):
+    result = render.render(function_servers, xr, observed=observed)
     assert result.returncode == 0, result.stderr
     composite = result.documents[0]
-    composed = next(c for c in composite["status"]["conditions"] if c["type"] == "Composed")
-    assert composed["status"] == "False"
-    assert composed["reason"] == conditions.REASON_NOT_IMPLEMENTED
-    assert composite["metadata"]["name"] in composed["message"]
-    assert [d for d in result.documents if d["kind"] != "Result"] == [composite]
+    composed = [d for d in result.documents[1:] if d["kind"] != "Result"]
+    return composite, composed
+
+
+def _condition(composite: dict, typ: str) -> dict:
+    return next(c for c in composite["status"]["conditions"] if c["type"] == typ)
+
+
+def test_composes_every_object_before_the_cluster_shows_anything(function_servers):
+    composite, composed = _render(function_servers)
+    assert {(d["apiVersion"], d["kind"]) for d in composed} == {(OBJECT_API_VERSION, OBJECT_KIND)}
+    kinds = sorted(d["spec"]["forProvider"]["manifest"]["kind"] for d in composed)
+    assert kinds == sorted(
+        [
+            "ConfigMap",  # the health record, observed only
+            "Deployment",  # the engine
+            "Deployment",  # the endpoint picker
+            "HTTPRoute",
+            "InferencePool",
+            "Namespace",
+            "ResourceClaimTemplate",
+            "Role",
+            "RoleBinding",
+            "Service",  # the model's endpoint
+            "Service",  # the endpoint picker's
+            "ServiceAccount",
+        ]
+    )
+    provider_configs = {d["spec"]["providerConfigRef"]["name"] for d in composed}
+    assert provider_configs == {"us-east-1"}
+
+    workload = _condition(composite, conditions.WORKLOAD_READY)
+    assert (workload["status"], workload["reason"]) == ("False", "Creating")
+    serving = _condition(composite, conditions.SERVING)
+    assert (serving["status"], serving["reason"]) == ("False", "NoReadyReplicas")
+    assert _condition(composite, "Ready")["status"] == "False"
+    assert composite["status"]["readyReplicas"] == 0
+    assert "health" not in composite["status"]
+
+
+def test_ready_when_every_desired_replica_is_ready(function_servers):
+    composite, composed = _render(function_servers, observed=OBSERVED / "observed-ready.yaml")
+    assert composite["status"]["readyReplicas"] == 2
+    assert composite["status"]["health"]["consecutiveStartFailures"] == 0
+    workload = _condition(composite, conditions.WORKLOAD_READY)
+    assert (workload["status"], workload["reason"]) == ("True", "Available")
+    assert "2 of 2" in workload["message"]
+    assert _condition(composite, conditions.SERVING)["status"] == "True"
+    assert _condition(composite, "Ready")["status"] == "True"
+    # Observing never drops or changes what is composed.
+    _, before = _render(function_servers)
+    assert [d["metadata"]["name"] for d in composed] == [d["metadata"]["name"] for d in before]
+
+
+def test_failing_workload_says_why_from_the_health_record(function_servers):
+    composite, _ = _render(function_servers, observed=OBSERVED / "observed-failing.yaml")
+    assert composite["status"]["readyReplicas"] == 0
+    health = composite["status"]["health"]
+    assert health["consecutiveStartFailures"] == 3
+    assert health["definitionHash"] == "3f2a9c1d0b"
+    workload = _condition(composite, conditions.WORKLOAD_READY)
+    assert (workload["status"], workload["reason"]) == ("False", "StartFailing")
+    assert "3 consecutive start failures" in workload["message"]
+    assert 'unknown architecture "kev"' in workload["message"]
+    assert _condition(composite, "Ready")["status"] == "False"
+
+
+def test_parked_model_answers_with_503_instead_of_routing(function_servers, tmp_path):
+    xr = yaml.safe_load(XR.read_text())
+    xr["spec"]["replicas"] = 0
+    xr["spec"]["unavailable"] = {"reason": "Parked", "message": "parked after 5 start failures"}
+    parked = tmp_path / "parked.yaml"
+    parked.write_text(yaml.safe_dump(xr))
+    composite, composed = _render(function_servers, xr=parked)
+    manifests = {
+        d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d for d in composed
+    }
+    route = manifests["route"]["spec"]["forProvider"]["manifest"]
+    assert "backendRefs" not in route["spec"]["rules"][0]
+    response = manifests["route-unavailable"]["spec"]["forProvider"]["manifest"]
+    assert response["spec"]["directResponse"]["statusCode"] == 503
+    workload = manifests["workload"]["spec"]["forProvider"]["manifest"]
+    assert workload["spec"]["replicas"] == 0
+    serving = _condition(composite, conditions.SERVING)
+    assert (serving["status"], serving["reason"]) == ("False", "Parked")
+    assert "parked after 5 start failures" in serving["message"]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            lambda spec: spec["engines"][0]["members"][0].update(role="Prefill"),
+            "spec.engines[0].members",
+        ),
+        (
+            lambda spec: spec["engines"][0]["members"][0]["template"]["spec"]["containers"].append(
+                {"name": "proxy", "image": "envoy", "ports": [{"name": "http", "containerPort": 9}]}
+            ),
+            "spec.engines[0].members[0].template.spec.containers[1].ports[0].name",
+        ),
+    ],
+    ids=["unified_with_a_prefill_member", "sidecar_claims_the_engine_port_name"],
+)
+def test_bad_input_is_fatal_and_names_the_field(function_servers, tmp_path, change, named):
+    xr = yaml.safe_load(XR.read_text())
+    change(xr["spec"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(xr))
+    result = render.render(function_servers, bad)
+    assert result.returncode != 0
+    assert named in result.stderr

@@ -1,0 +1,107 @@
+"""Autoscaling: a KEDA ScaledObject per workload and this member's AdaptivePolicy copy.
+
+The ScaledObject's only trigger is the member's scaler (KEDA `external-push`), which
+serves the floor the fleet hub decided; KEDA then owns the workload's replica count, so
+the backends leave it unwritten. Its minimum is what placement put here, its maximum at
+least this member's ceiling from the policy.
+
+The AdaptivePolicy copy must be byte-identical on every member (the hub compares them
+and reports members out of sync), so its spec holds only fleet-wide data: the policy
+the deployment declared and a workload named after the deployment, never the cluster.
+"""
+
+from __future__ import annotations
+
+from functions.common.contracts import (
+    AUTOSCALING_GROUP_VERSION,
+    KIND_ADAPTIVE_POLICY,
+    LABEL_DEPLOYMENT,
+    LABEL_SERVING,
+    SCALER_PORT,
+    SCALER_SERVICE_NAME,
+    SYSTEM_NAMESPACE,
+)
+from functions.common.naming import dns_label
+from functions.compose_model_replica.backends.base import Workload
+from functions.compose_model_replica.model import ModelReplica
+
+# AdaptivePolicy.spec's fields other than `workload` (apis/adaptivepolicies): only these
+# are copied, in this order, so every member writes the same bytes.
+POLICY_FIELDS = (
+    "mode",
+    "clusters",
+    "route",
+    "signals",
+    "capacity",
+    "latencySLO",
+    "errorRateSLO",
+    "escalation",
+    "traffic",
+)
+SCALER_ADDRESS = f"{SCALER_SERVICE_NAME}.{SYSTEM_NAMESPACE}.svc.cluster.local:{SCALER_PORT}"
+PAUSED_REPLICAS_ANNOTATION = "autoscaling.keda.sh/paused-replicas"
+
+
+def policy_name(replica: ModelReplica) -> str:
+    return dns_label(replica.deployment)
+
+
+def _canonical(value):
+    # Numbers from a protobuf Struct arrive as floats; write whole numbers as integers
+    # so the copy is the same whichever path the spec took.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def adaptive_policy(replica: ModelReplica, serving_workload: Workload) -> dict:
+    assert replica.autoscaling is not None
+    spec = {
+        f: _canonical(replica.autoscaling[f]) for f in POLICY_FIELDS if f in replica.autoscaling
+    }
+    spec["workload"] = serving_workload.ref
+    return {
+        "apiVersion": AUTOSCALING_GROUP_VERSION,
+        "kind": KIND_ADAPTIVE_POLICY,
+        "metadata": {
+            "name": policy_name(replica),
+            "namespace": replica.namespace,
+            "labels": {LABEL_DEPLOYMENT: replica.deployment},
+        },
+        "spec": spec,
+    }
+
+
+def scaled_object(replica: ModelReplica, workload: Workload) -> dict:
+    ceiling = replica.member_max_replicas() or 0
+    metadata: dict = {
+        "name": workload.ref["name"],
+        "namespace": replica.namespace,
+        "labels": {LABEL_SERVING: replica.name, LABEL_DEPLOYMENT: replica.deployment},
+    }
+    if replica.unavailable is not None:
+        # Parked or unplaceable: KEDA holds the workload at 0 whatever the scaler says.
+        metadata["annotations"] = {PAUSED_REPLICAS_ANNOTATION: "0"}
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": metadata,
+        "spec": {
+            "scaleTargetRef": workload.ref,
+            "minReplicaCount": replica.replicas,
+            "maxReplicaCount": max(ceiling, replica.replicas),
+            "triggers": [
+                {
+                    "type": "external-push",
+                    "metadata": {
+                        "scalerAddress": SCALER_ADDRESS,
+                        "policy": policy_name(replica),
+                    },
+                }
+            ],
+        },
+    }

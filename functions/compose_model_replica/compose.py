@@ -1,0 +1,112 @@
+"""Everything one ModelReplica needs on its cluster, as provider-kubernetes Objects.
+
+`compose(replica)` is the function's one decision: a pure function from the typed
+ModelReplica to the Objects, keyed by identity and sorted, so the same replica renders
+the same bytes. The order of building mirrors how a request reaches a model: the
+namespace, the GPUs, the workload, the endpoint, the route, then autoscaling; plus the
+Observe-only Object that reads the runtime's health record back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from functions.common.health import (
+    HEALTH_RECORD_API_VERSION,
+    HEALTH_RECORD_KIND,
+    health_record_name,
+)
+from functions.compose_model_replica import autoscaling, serving
+from functions.compose_model_replica.backends import workloads
+from functions.compose_model_replica.backends.base import Workload
+from functions.compose_model_replica.model import ModelReplica, Shape
+from functions.compose_model_replica.objects import (
+    KEEP_ON_DELETE,
+    OBSERVE_ONLY,
+    Composed,
+    envelope,
+)
+from functions.compose_model_replica.pods import resource_claim_template
+
+HEALTH_KEY = "health"
+
+
+def ready_query(workload: Workload) -> str:
+    """CEL for the Object's readiness: every replica the workload asks for is ready."""
+    field = workload.ready_field
+    return (
+        f"(has(object.status) && has(object.status.{field}) ? object.status.{field} : 0)"
+        " >= (has(object.spec.replicas) ? object.spec.replicas : 1)"
+    )
+
+
+def serving_workload(replica: ModelReplica, built: list[Workload]) -> Workload:
+    """The workload whose pods answer requests (decode in PrefillDecode)."""
+    return built[-1]
+
+
+@dataclass(frozen=True)
+class Plan:
+    composed: list[Composed]  # sorted by key
+    workloads: list[Workload]  # whose observed status makes the replica's
+
+
+def compose(replica: ModelReplica) -> Plan:
+    composed: list[Composed] = [
+        envelope(
+            replica,
+            "namespace",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": replica.namespace}},
+            management_policies=KEEP_ON_DELETE,
+        ),
+        envelope(
+            replica,
+            HEALTH_KEY,
+            {
+                "apiVersion": HEALTH_RECORD_API_VERSION,
+                "kind": HEALTH_RECORD_KIND,
+                "metadata": {
+                    "name": health_record_name(replica.name),
+                    "namespace": replica.namespace,
+                },
+            },
+            management_policies=OBSERVE_ONLY,
+        ),
+    ]
+    for engine in replica.engines:
+        for member in engine.members:
+            if member.devices:
+                composed.append(
+                    envelope(
+                        replica,
+                        f"claims-{engine.name}-{member.role.lower()}",
+                        resource_claim_template(replica, engine, member),
+                    )
+                )
+    built = workloads(replica)
+    for workload in built:
+        composed.append(
+            envelope(replica, workload.key, workload.manifest, ready_cel=ready_query(workload))
+        )
+
+    composed.append(envelope(replica, "service", serving.service(replica)))
+    if replica.shape is not Shape.PREFILL_DECODE:
+        composed.append(envelope(replica, "inferencepool", serving.inference_pool(replica)))
+        for key, manifest in serving.endpoint_picker(replica).items():
+            composed.append(envelope(replica, key, manifest))
+    composed.append(envelope(replica, "route", serving.route(replica)))
+    if replica.unavailable is not None:
+        composed.append(envelope(replica, "route-unavailable", serving.unavailable_filter(replica)))
+
+    if replica.autoscaling is not None:
+        for workload in built:
+            key = workload.key.replace("workload", "scaledobject", 1)
+            composed.append(envelope(replica, key, autoscaling.scaled_object(replica, workload)))
+        composed.append(
+            envelope(
+                replica,
+                "adaptivepolicy",
+                autoscaling.adaptive_policy(replica, serving_workload(replica, built)),
+            )
+        )
+    return Plan(sorted(composed, key=lambda c: c.key), built)

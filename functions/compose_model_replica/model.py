@@ -1,0 +1,299 @@
+"""The typed ModelReplica: the function's only input, checked before anything is built.
+
+compose-model-deployment writes ModelReplicas, so most input is already sound; what is
+checked here is what the backends rely on and the XRD cannot say: which combinations of
+roles make a serving shape, that a port does not collide with the routing sidecar, and
+that nobody else's container claims the engine's port name. Every rejection names the
+field and the rule (`InvalidReplica`), because a ModelReplica that cannot be composed
+must say why in `kubectl describe`, not in a log.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from functions.common.contracts import (
+    PORT_DECODE_ENGINE,
+    PORT_NAME_HTTP,
+    PORT_SERVING,
+    ROLE_DECODE,
+    ROLE_LEADER,
+    ROLE_PREFILL,
+    ROLE_STANDALONE,
+    ROLE_WORKER,
+    SERVING_PREFILL_DECODE,
+    SERVING_UNIFIED,
+    STACK_DYNAMO,
+    STACK_STANDARD,
+)
+
+
+class InvalidReplica(ValueError):
+    """A ModelReplica that cannot be composed: `path: rule`."""
+
+    def __init__(self, path: str, rule: str) -> None:
+        super().__init__(f"{path}: {rule}")
+        self.path = path
+        self.rule = rule
+
+
+class _Spec(BaseModel):
+    # Unknown fields are kept, not rejected: the XRD is the schema, this is the view.
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class ProviderConfigRef(_Spec):
+    name: str
+    kind: str = "ClusterProviderConfig"
+
+
+class Cluster(_Spec):
+    name: str
+    region: str = ""
+    stack: str
+    provider_config_ref: ProviderConfigRef = Field(alias="providerConfigRef")
+
+
+class NodePool(_Spec):
+    name: str
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    driver: str = ""
+
+
+class DeviceRequest(_Spec):
+    name: str
+    count: int = Field(ge=1)
+    selectors: tuple[str, ...] = ()
+
+
+class Member(_Spec):
+    role: str
+    worker_nodes: int = Field(default=0, ge=0, alias="workerNodes")
+    devices: tuple[DeviceRequest, ...] = ()
+    template: dict[str, Any] = Field(default_factory=dict)
+
+
+class Engine(_Spec):
+    name: str
+    type: str
+    port: int | None = None
+    members: tuple[Member, ...]
+
+    def member(self, role: str) -> Member | None:
+        return next((m for m in self.members if m.role == role), None)
+
+
+class SecretKeyRef(_Spec):
+    name: str
+    key: str
+
+
+class Source(_Spec):
+    uri: str
+    revision: str = ""
+    credentials_secret_ref: SecretKeyRef | None = Field(default=None, alias="credentialsSecretRef")
+
+
+class Unavailable(_Spec):
+    reason: str
+    message: str
+
+
+class Shape(StrEnum):
+    """The serving shapes a ModelReplica can take; each has one backend per stack."""
+
+    STANDALONE = "Standalone"
+    LEADER_WORKER = "LeaderWorker"
+    PREFILL_DECODE = "PrefillDecode"
+
+
+class ModelReplica(_Spec):
+    name: str
+    namespace: str
+    deployment: str
+    cluster: Cluster
+    node_pool: NodePool = Field(alias="nodePool")
+    replicas: int = Field(ge=0)
+    definition_hash: str = Field(alias="definitionHash")
+    source: Source
+    profile: str = ""
+    serving_mode: str = Field(default=SERVING_UNIFIED, alias="servingMode")
+    tolerations: tuple[dict[str, Any], ...] = ()
+    pod_metadata: dict[str, Any] = Field(default_factory=dict, alias="podMetadata")
+    engines: tuple[Engine, ...]
+    # The AdaptivePolicy spec without `workload`; kept as data because it is copied,
+    # not interpreted, except for this member's ceiling.
+    autoscaling: dict[str, Any] | None = None
+    unavailable: Unavailable | None = None
+
+    @property
+    def shape(self) -> Shape:
+        if self.serving_mode == SERVING_PREFILL_DECODE:
+            return Shape.PREFILL_DECODE
+        if self.engines[0].member(ROLE_LEADER) is not None:
+            return Shape.LEADER_WORKER
+        return Shape.STANDALONE
+
+    @property
+    def desired_replicas(self) -> int:
+        """What should run now: nothing while parked or unplaceable."""
+        return 0 if self.unavailable is not None else self.replicas
+
+    def engine_port(self, engine: Engine) -> int:
+        if engine.port is not None:
+            return engine.port
+        if self.shape is Shape.PREFILL_DECODE and engine.member(ROLE_DECODE) is not None:
+            return PORT_DECODE_ENGINE
+        return PORT_SERVING
+
+    def member_max_replicas(self) -> int | None:
+        """This member's ceiling from the autoscaling member list, if it is listed."""
+        for cluster in (self.autoscaling or {}).get("clusters", []):
+            if cluster.get("name") == self.cluster.name:
+                return int(cluster.get("maxReplicas", 0))
+        return None
+
+
+_ROLES_BY_SHAPE = {
+    frozenset({ROLE_STANDALONE}): Shape.STANDALONE,
+    frozenset({ROLE_LEADER, ROLE_WORKER}): Shape.LEADER_WORKER,
+}
+
+
+def _pydantic_path(error: dict) -> str:
+    path = "spec"
+    for part in error["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def parse(xr: dict) -> ModelReplica:
+    """The ModelReplica in an observed XR, or InvalidReplica naming the field and rule."""
+    meta = xr.get("metadata", {})
+    spec = xr.get("spec") or {}
+    try:
+        replica = ModelReplica.model_validate(
+            {**spec, "name": meta.get("name", ""), "namespace": meta.get("namespace", "")}
+        )
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise InvalidReplica(_pydantic_path(first), first["msg"]) from None
+    _check(replica)
+    return replica
+
+
+def _check(replica: ModelReplica) -> None:
+    if not replica.name or not replica.namespace:
+        raise InvalidReplica("metadata", "a ModelReplica needs a name and a namespace")
+    if replica.cluster.stack not in (STACK_STANDARD, STACK_DYNAMO):
+        raise InvalidReplica("spec.cluster.stack", f"must be {STACK_STANDARD} or {STACK_DYNAMO}")
+    if not replica.engines:
+        raise InvalidReplica("spec.engines", "at least one engine is required")
+    names = [e.name for e in replica.engines]
+    if len(set(names)) != len(names):
+        raise InvalidReplica("spec.engines", "engine names must be unique")
+    if replica.serving_mode == SERVING_PREFILL_DECODE:
+        _check_prefill_decode(replica)
+    elif replica.serving_mode == SERVING_UNIFIED:
+        _check_unified(replica)
+    else:
+        raise InvalidReplica(
+            "spec.servingMode", f"must be {SERVING_UNIFIED} or {SERVING_PREFILL_DECODE}"
+        )
+    for e, engine in enumerate(replica.engines):
+        port = replica.engine_port(engine)
+        if (
+            replica.shape is Shape.PREFILL_DECODE
+            and engine.member(ROLE_DECODE)
+            and (port == PORT_SERVING)
+        ):
+            raise InvalidReplica(
+                f"spec.engines[{e}].port",
+                f"the decode engine cannot listen on {PORT_SERVING}: the routing sidecar "
+                f"serves there (use {PORT_DECODE_ENGINE})",
+            )
+        for m, member in enumerate(engine.members):
+            _check_template(f"spec.engines[{e}].members[{m}].template", member.template)
+    if replica.autoscaling is not None and replica.member_max_replicas() is None:
+        raise InvalidReplica(
+            "spec.autoscaling.clusters",
+            f"this cluster ({replica.cluster.name}) must be in the member list",
+        )
+
+
+def _check_unified(replica: ModelReplica) -> None:
+    if len(replica.engines) != 1:
+        raise InvalidReplica("spec.engines", "Unified serving takes exactly one engine per replica")
+    engine = replica.engines[0]
+    roles = [m.role for m in engine.members]
+    if len(set(roles)) != len(roles):
+        raise InvalidReplica("spec.engines[0].members", "each role may appear once")
+    if frozenset(roles) not in _ROLES_BY_SHAPE:
+        raise InvalidReplica(
+            "spec.engines[0].members",
+            f"Unified serving is one {ROLE_STANDALONE} member, or a {ROLE_LEADER} and a "
+            f"{ROLE_WORKER} member (got {', '.join(roles)})",
+        )
+    leader = engine.member(ROLE_LEADER)
+    if leader is not None and leader.worker_nodes < 1:
+        raise InvalidReplica(
+            f"spec.engines[0].members[{roles.index(ROLE_LEADER)}].workerNodes",
+            "a Leader needs at least one worker node",
+        )
+
+
+def _check_prefill_decode(replica: ModelReplica) -> None:
+    seen: dict[str, str] = {}
+    for e, engine in enumerate(replica.engines):
+        for m, member in enumerate(engine.members):
+            if member.role not in (ROLE_PREFILL, ROLE_DECODE):
+                raise InvalidReplica(
+                    f"spec.engines[{e}].members[{m}].role",
+                    f"PrefillDecode serving takes only {ROLE_PREFILL} and {ROLE_DECODE} "
+                    "members (multi-node prefill or decode is not supported)",
+                )
+            if member.role in seen:
+                raise InvalidReplica(
+                    f"spec.engines[{e}].members[{m}].role",
+                    f"{member.role} appears twice (first in engine {seen[member.role]})",
+                )
+            seen[member.role] = engine.name
+        if len(engine.members) != 1:
+            raise InvalidReplica(
+                f"spec.engines[{e}].members",
+                "in PrefillDecode serving each engine has one member: its prefill or decode pods",
+            )
+    for role in (ROLE_PREFILL, ROLE_DECODE):
+        if role not in seen:
+            raise InvalidReplica("spec.engines", f"PrefillDecode serving needs a {role} member")
+
+
+def _check_template(path: str, template: dict) -> None:
+    spec = template.get("spec")
+    if not isinstance(spec, dict) or not spec.get("containers"):
+        raise InvalidReplica(f"{path}.spec.containers", "a pod template needs a container")
+    engine_index = engine_container_index(spec["containers"])
+    for c, container in enumerate(spec["containers"]):
+        if c == engine_index:
+            continue
+        for p, port in enumerate(container.get("ports") or []):
+            if port.get("name") == PORT_NAME_HTTP:
+                raise InvalidReplica(
+                    f"{path}.spec.containers[{c}].ports[{p}].name",
+                    f"'{PORT_NAME_HTTP}' is reserved for the engine container (scraped as "
+                    "an engine's metrics); name this port otherwise",
+                )
+
+
+ENGINE_CONTAINER_NAME = "engine"
+
+
+def engine_container_index(containers: list[dict]) -> int:
+    """The engine container: the one named `engine`, else the first."""
+    for i, container in enumerate(containers):
+        if container.get("name") == ENGINE_CONTAINER_NAME:
+            return i
+    return 0

@@ -1,0 +1,208 @@
+"""Pod templates and GPU claims: what every engine pod gets, whatever the backend.
+
+Backends decide how many pods and which controller runs them; this module decides what
+is inside one pod, so every shape carries the same contracts: the four modelplane.ai
+labels, the engine container's port named `http` (and no other container's), probes
+sized for a model that takes minutes to load, a DRA claim per member pinned to the
+chosen node pool, and the user's own labels, env, args and volumes kept as written.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from functions.common.contracts import (
+    LABEL_DEPLOYMENT,
+    LABEL_ENGINE,
+    LABEL_ROLE,
+    LABEL_SERVING,
+    PORT_NAME_HTTP,
+)
+from functions.common.naming import dns_label
+from functions.compose_model_replica.engines import engine_args
+from functions.compose_model_replica.model import (
+    Engine,
+    Member,
+    ModelReplica,
+    engine_container_index,
+)
+
+# A model loads for minutes (weights download, compile, warm-up): the startup probe gives
+# it 30 minutes before the kubelet restarts it; only then do liveness checks begin.
+HEALTH_PATH = "/health"
+STARTUP_PERIOD_SECONDS = 10
+STARTUP_FAILURE_THRESHOLD = 180
+# Readiness means "serving": the engine answers on its serving port.
+READINESS_PERIOD_SECONDS = 5
+READINESS_FAILURE_THRESHOLD = 3
+LIVENESS_PERIOD_SECONDS = 10
+LIVENESS_FAILURE_THRESHOLD = 6
+
+DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
+ENV_MODEL_URI = "MODELPLANE_MODEL_URI"
+ENV_MODEL_REVISION = "MODELPLANE_MODEL_REVISION"
+ENV_MODEL_TOKEN = "HF_TOKEN"
+# Multi-node wiring: the engine's flags read these, whatever the controller calls them.
+ENV_LEADER_ADDRESS = "MODELPLANE_LEADER_ADDRESS"
+ENV_NODE_COUNT = "MODELPLANE_NODE_COUNT"
+ENV_NODE_RANK = "MODELPLANE_NODE_RANK"
+
+
+def pod_labels(replica: ModelReplica, engine: Engine, role: str) -> dict[str, str]:
+    return {
+        LABEL_SERVING: replica.name,
+        LABEL_DEPLOYMENT: replica.deployment,
+        LABEL_ENGINE: engine.type,
+        LABEL_ROLE: role,
+    }
+
+
+def claim_template_name(replica: ModelReplica, engine: Engine, member: Member) -> str:
+    # Named after the deployment, not the replica: the member cluster holds one replica
+    # of a deployment, and names that agree across members keep manifests comparable.
+    return dns_label(replica.deployment, engine.name, member.role.lower(), "gpus")
+
+
+def resource_claim_template(replica: ModelReplica, engine: Engine, member: Member) -> dict:
+    """The member's device requests as a DRA ResourceClaimTemplate (one claim per pod)."""
+    device_class = replica.node_pool.driver or DEFAULT_DEVICE_CLASS
+    requests = []
+    for device in member.devices:
+        exactly: dict[str, Any] = {
+            "deviceClassName": device_class,
+            "allocationMode": "ExactCount",
+            "count": device.count,
+        }
+        if device.selectors:
+            exactly["selectors"] = [{"cel": {"expression": s}} for s in device.selectors]
+        requests.append({"name": device.name, "exactly": exactly})
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": claim_template_name(replica, engine, member),
+            "namespace": replica.namespace,
+            "labels": {k: v for k, v in pod_labels(replica, engine, member.role).items()},
+        },
+        "spec": {"spec": {"devices": {"requests": requests}}},
+    }
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What a backend adds to one member's pods beyond the common contracts."""
+
+    serves_http: bool = True  # False for multi-node workers: they do not serve requests
+    env: tuple[tuple[str, str], ...] = ()
+    extra_args: tuple[str, ...] = ()
+    sidecars: tuple[dict, ...] = ()
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    scheduler_name: str = ""
+
+
+def _probe(port: str | int, period: int, failures: int) -> dict:
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": port},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+    }
+
+
+def _merge_env(existing: list[dict], added: list[dict]) -> list[dict]:
+    # Ours first (so the user's may refer to them with $(NAME)); the user's value wins
+    # where a name is set twice.
+    user_names = {e.get("name") for e in existing}
+    return [e for e in added if e["name"] not in user_names] + existing
+
+
+def pod_template(
+    replica: ModelReplica, engine: Engine, member: Member, wiring: Wiring | None = None
+) -> dict:
+    """One member's pod template with every contract applied."""
+    wiring = wiring or Wiring()
+    template = copy.deepcopy(member.template)
+    metadata = template.setdefault("metadata", {})
+    user_meta = replica.pod_metadata or {}
+    labels = {**(user_meta.get("labels") or {}), **(metadata.get("labels") or {})}
+    labels.update(wiring.extra_labels)
+    labels.update(pod_labels(replica, engine, member.role))
+    metadata["labels"] = dict(sorted(labels.items()))
+    annotations = {**(user_meta.get("annotations") or {}), **(metadata.get("annotations") or {})}
+    if annotations:
+        metadata["annotations"] = dict(sorted(annotations.items()))
+
+    spec = template["spec"]
+    port = replica.engine_port(engine)
+    containers = spec["containers"]
+    engine_index = engine_container_index(containers)
+    claim = "gpus"
+    for i, container in enumerate(containers):
+        if i != engine_index:
+            continue
+        container["env"] = _merge_env(container.get("env") or [], _engine_env(replica, wiring))
+        args = list(container.get("args") or [])
+        args += engine_args(engine.type, args, port, replica.deployment, wiring)
+        if args:
+            container["args"] = args
+        if wiring.serves_http:
+            ports = [p for p in container.get("ports") or [] if p.get("name") != PORT_NAME_HTTP]
+            container["ports"] = [
+                {"name": PORT_NAME_HTTP, "containerPort": port, "protocol": "TCP"},
+                *ports,
+            ]
+            container.setdefault(
+                "startupProbe",
+                _probe(PORT_NAME_HTTP, STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD),
+            )
+            container.setdefault(
+                "readinessProbe",
+                _probe(PORT_NAME_HTTP, READINESS_PERIOD_SECONDS, READINESS_FAILURE_THRESHOLD),
+            )
+            container.setdefault(
+                "livenessProbe",
+                _probe(PORT_NAME_HTTP, LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURE_THRESHOLD),
+            )
+        if member.devices:
+            resources = container.setdefault("resources", {})
+            claims = [c for c in resources.get("claims") or [] if c.get("name") != claim]
+            resources["claims"] = [{"name": claim}, *claims]
+    containers.extend(copy.deepcopy(list(wiring.sidecars)))
+
+    if member.devices:
+        pod_claims = [c for c in spec.get("resourceClaims") or [] if c.get("name") != claim]
+        spec["resourceClaims"] = [
+            {
+                "name": claim,
+                "resourceClaimTemplateName": claim_template_name(replica, engine, member),
+            },
+            *pod_claims,
+        ]
+    if replica.node_pool.node_selector:
+        spec["nodeSelector"] = {
+            **(spec.get("nodeSelector") or {}),
+            **replica.node_pool.node_selector,
+        }
+    if replica.tolerations:
+        spec["tolerations"] = [*(spec.get("tolerations") or []), *replica.tolerations]
+    if wiring.scheduler_name:
+        spec["schedulerName"] = wiring.scheduler_name
+    return {"metadata": metadata, "spec": spec}
+
+
+def _engine_env(replica: ModelReplica, wiring: Wiring) -> list[dict]:
+    env: list[dict] = [{"name": ENV_MODEL_URI, "value": replica.source.uri}]
+    if replica.source.revision:
+        env.append({"name": ENV_MODEL_REVISION, "value": replica.source.revision})
+    secret = replica.source.credentials_secret_ref
+    if secret is not None:
+        # A reference, never the value: the token stays in the Secret.
+        env.append(
+            {
+                "name": ENV_MODEL_TOKEN,
+                "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
+            }
+        )
+    env += [{"name": name, "value": value} for name, value in wiring.env]
+    return env

@@ -1,0 +1,283 @@
+"""The serving endpoint: a Service, an InferencePool with its endpoint picker, and the
+route that either sends requests to them or answers at once why it cannot.
+
+Unified serving routes through an InferencePool (Gateway API Inference Extension), so
+the endpoint picker balances on each engine's queue and KV-cache; it needs its own
+picker Deployment, Service and read-only RBAC, composed here per model. PrefillDecode
+routes to the Service in front of the routing sidecars.
+
+A parked or unplaceable model has no pods. Rather than let the Gateway return "no
+healthy upstream" (which clients retry forever), the route drops its backends and
+applies an Envoy Gateway HTTPRouteFilter whose direct response is a 503 with a JSON
+body saying why: the message compose-model-deployment wrote, JSON-encoded here, so no
+text a user controls can break out of the body.
+"""
+
+from __future__ import annotations
+
+import json
+
+from functions.common.contracts import (
+    HEADER_MODEL_NAME,
+    INFERENCE_GATEWAY_NAME,
+    INFERENCE_GATEWAY_NAMESPACE,
+    LABEL_DEPLOYMENT,
+    LABEL_ROLE,
+    LABEL_SERVING,
+    PORT_NAME_HTTP,
+    PORT_SERVING,
+    ROLE_DECODE,
+    ROLE_LEADER,
+    ROLE_STANDALONE,
+)
+from functions.common.naming import dns_label
+from functions.compose_model_replica.backends.prefill_decode import ROUTING_PORT_NAME
+from functions.compose_model_replica.model import ModelReplica, Shape
+
+EPP_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.3.0"
+EPP_GRPC_PORT = 9002
+EPP_HEALTH_PORT = 9003
+EPP_METRICS_PORT = 9090
+POOL_GROUP = "inference.networking.k8s.io"
+ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
+UNAVAILABLE_STATUS = 503
+
+
+def _meta(replica: ModelReplica, name: str) -> dict:
+    return {
+        "name": name,
+        "namespace": replica.namespace,
+        "labels": {LABEL_SERVING: replica.name, LABEL_DEPLOYMENT: replica.deployment},
+    }
+
+
+def serving_role(replica: ModelReplica) -> str:
+    """The pods that answer requests."""
+    return {
+        Shape.STANDALONE: ROLE_STANDALONE,
+        Shape.LEADER_WORKER: ROLE_LEADER,
+        Shape.PREFILL_DECODE: ROLE_DECODE,
+    }[replica.shape]
+
+
+def endpoint_name(replica: ModelReplica) -> str:
+    return dns_label(replica.deployment)
+
+
+def service(replica: ModelReplica) -> dict:
+    pd = replica.shape is Shape.PREFILL_DECODE
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(replica, endpoint_name(replica)),
+        "spec": {
+            "selector": {LABEL_SERVING: replica.name, LABEL_ROLE: serving_role(replica)},
+            "ports": [
+                {
+                    "name": PORT_NAME_HTTP,
+                    "port": PORT_SERVING,
+                    "protocol": "TCP",
+                    "targetPort": ROUTING_PORT_NAME if pd else PORT_NAME_HTTP,
+                }
+            ],
+        },
+    }
+
+
+def epp_name(replica: ModelReplica) -> str:
+    return dns_label(replica.deployment, "epp")
+
+
+def inference_pool(replica: ModelReplica) -> dict:
+    return {
+        "apiVersion": f"{POOL_GROUP}/v1",
+        "kind": "InferencePool",
+        "metadata": _meta(replica, endpoint_name(replica)),
+        "spec": {
+            "selector": {
+                "matchLabels": {LABEL_SERVING: replica.name, LABEL_ROLE: serving_role(replica)}
+            },
+            "targetPorts": [{"number": replica.engine_port(replica.engines[0])}],
+            "endpointPickerRef": {
+                "kind": "Service",
+                "name": epp_name(replica),
+                "port": {"number": EPP_GRPC_PORT},
+                # A picker outage degrades to plain balancing, not an outage of the model.
+                "failureMode": "FailOpen",
+            },
+        },
+    }
+
+
+def endpoint_picker(replica: ModelReplica) -> dict[str, dict]:
+    """The picker for this model's pool: ServiceAccount, Role, RoleBinding, Deployment,
+    Service, by resource key."""
+    name = epp_name(replica)
+    selector = {"app.kubernetes.io/name": name}
+    meta = _meta(replica, name)
+    return {
+        "epp-serviceaccount": {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        "epp-role": {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                {
+                    "apiGroups": [POOL_GROUP],
+                    "resources": ["inferencepools"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": ["inference.networking.x-k8s.io"],
+                    "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            ],
+        },
+        "epp-rolebinding": {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": replica.namespace}],
+        },
+        "epp-deployment": {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {
+                "replicas": 1,
+                # One active picker: its prefix-cache view is per process.
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": dict(selector)},
+                    "spec": {
+                        "serviceAccountName": name,
+                        "containers": [
+                            {
+                                "name": "epp",
+                                "image": EPP_IMAGE,
+                                "args": [
+                                    "--pool-name",
+                                    endpoint_name(replica),
+                                    "--pool-namespace",
+                                    replica.namespace,
+                                    "--zap-encoder",
+                                    "json",
+                                ],
+                                "ports": [
+                                    {"name": "grpc", "containerPort": EPP_GRPC_PORT},
+                                    {"name": "grpc-health", "containerPort": EPP_HEALTH_PORT},
+                                    {"name": "metrics", "containerPort": EPP_METRICS_PORT},
+                                ],
+                                "readinessProbe": {
+                                    "grpc": {
+                                        "port": EPP_HEALTH_PORT,
+                                        "service": "inference-extension",
+                                    },
+                                    "periodSeconds": 5,
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+        "epp-service": {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta,
+            "spec": {
+                "selector": dict(selector),
+                "ports": [
+                    {"name": "grpc-ext-proc", "port": EPP_GRPC_PORT, "protocol": "TCP"},
+                    {"name": "http-metrics", "port": EPP_METRICS_PORT, "protocol": "TCP"},
+                ],
+            },
+        },
+    }
+
+
+def unavailable_filter_name(replica: ModelReplica) -> str:
+    return dns_label(replica.deployment, "unavailable")
+
+
+def unavailable_body(replica: ModelReplica) -> str:
+    assert replica.unavailable is not None
+    return json.dumps(
+        {
+            "error": {
+                "code": UNAVAILABLE_STATUS,
+                "type": "model_unavailable",
+                "reason": replica.unavailable.reason,
+                "model": replica.deployment,
+                "message": replica.unavailable.message,
+            }
+        },
+        sort_keys=True,
+    )
+
+
+def unavailable_filter(replica: ModelReplica) -> dict:
+    return {
+        "apiVersion": f"{ENVOY_GATEWAY_GROUP}/v1alpha1",
+        "kind": "HTTPRouteFilter",
+        "metadata": _meta(replica, unavailable_filter_name(replica)),
+        "spec": {
+            "directResponse": {
+                "statusCode": UNAVAILABLE_STATUS,
+                "contentType": "application/json",
+                "body": {"type": "Inline", "inline": unavailable_body(replica)},
+            }
+        },
+    }
+
+
+def route(replica: ModelReplica) -> dict:
+    rule: dict = {
+        "matches": [
+            {
+                "path": {"type": "PathPrefix", "value": "/"},
+                "headers": [
+                    {"type": "Exact", "name": HEADER_MODEL_NAME, "value": replica.deployment}
+                ],
+            }
+        ],
+    }
+    if replica.unavailable is not None:
+        rule["filters"] = [
+            {
+                "type": "ExtensionRef",
+                "extensionRef": {
+                    "group": ENVOY_GATEWAY_GROUP,
+                    "kind": "HTTPRouteFilter",
+                    "name": unavailable_filter_name(replica),
+                },
+            }
+        ]
+    elif replica.shape is Shape.PREFILL_DECODE:
+        rule["backendRefs"] = [
+            {"kind": "Service", "name": endpoint_name(replica), "port": PORT_SERVING}
+        ]
+    else:
+        rule["backendRefs"] = [
+            {"group": POOL_GROUP, "kind": "InferencePool", "name": endpoint_name(replica)}
+        ]
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": _meta(replica, endpoint_name(replica)),
+        "spec": {
+            "parentRefs": [
+                {
+                    "group": "gateway.networking.k8s.io",
+                    "kind": "Gateway",
+                    "name": INFERENCE_GATEWAY_NAME,
+                    "namespace": INFERENCE_GATEWAY_NAMESPACE,
+                }
+            ],
+            "rules": [rule],
+        },
+    }

@@ -1,0 +1,178 @@
+"""What the ModelReplica reports, from what the member cluster shows.
+
+Every fact comes from an observed Object's `status.atProvider.manifest` (the object as
+the member's API server returned it): ready replicas from the workloads, start failures
+from the health record the member's agent keeps. "Not observed yet" is never read as
+"zero ready" in a message: the conditions say which it is, so a person knows whether to
+wait or to look at the pods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from functions.common import conditions
+from functions.common.health import HealthRecord
+from functions.compose_model_replica.backends.base import Workload
+from functions.compose_model_replica.model import ModelReplica
+
+REASON_AVAILABLE = "Available"
+REASON_CREATING = "Creating"
+REASON_PROGRESSING = "Progressing"
+REASON_START_FAILING = "StartFailing"
+REASON_SERVING = "Serving"
+REASON_NO_READY_REPLICAS = "NoReadyReplicas"
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    observed: bool  # every workload has been read back from the cluster
+    ready_replicas: int
+    desired_replicas: int
+    health: HealthRecord | None
+    conditions: tuple[Condition, ...]
+    ready_objects: frozenset[str]  # keys of composed Objects whose Ready is True
+
+    @property
+    def ready(self) -> bool:
+        return self.observed and self.ready_replicas >= self.desired_replicas
+
+    def to_status(self) -> dict:
+        status: dict = {"readyReplicas": self.ready_replicas}
+        if self.health is not None:
+            status["health"] = {
+                "definitionHash": self.health.definition_hash,
+                "consecutiveStartFailures": self.health.consecutive_start_failures,
+                "lastError": self.health.last_error,
+                "observedAt": self.health.observed_at,
+            }
+        return status
+
+
+def remote(observed_object: dict | None) -> dict | None:
+    """The member's object inside an observed provider-kubernetes Object, if seen."""
+    if not observed_object:
+        return None
+    manifest = (observed_object.get("status") or {}).get("atProvider", {}).get("manifest")
+    return manifest or None
+
+
+def object_ready(observed_object: dict) -> bool:
+    for condition in (observed_object.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def _count(value) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def observe(
+    replica: ModelReplica,
+    workloads: list[Workload],
+    observed: dict[str, dict],
+    health_key: str,
+) -> ReplicaStatus:
+    """Status and conditions from the observed Objects, by resource key."""
+    ready_counts = []
+    for workload in workloads:
+        manifest = remote(observed.get(workload.key))
+        if manifest is None:
+            ready_counts.append(None)
+        else:
+            ready_counts.append(_count((manifest.get("status") or {}).get(workload.ready_field)))
+    seen = [c for c in ready_counts if c is not None]
+    all_observed = len(seen) == len(workloads)
+    # A replica is ready only when every role's workload is (prefill and decode alike).
+    ready = min(seen) if all_observed else 0
+    desired = replica.desired_replicas
+
+    health = None
+    record = remote(observed.get(health_key))
+    if record is not None:
+        health = HealthRecord.from_data(record.get("data") or {})
+    failing = (
+        health is not None
+        and health.consecutive_start_failures > 0
+        and health.definition_hash == replica.definition_hash
+    )
+
+    where = f"on cluster {replica.cluster.name}"
+    if replica.unavailable is not None:
+        workload_ready = Condition(
+            conditions.WORKLOAD_READY,
+            "False",
+            replica.unavailable.reason,
+            f"no replicas run {where}: {replica.unavailable.message}",
+        )
+    elif not all_observed:
+        workload_ready = Condition(
+            conditions.WORKLOAD_READY,
+            "False",
+            REASON_CREATING,
+            f"the workload {where} has not been observed yet",
+        )
+    elif ready >= desired:
+        workload_ready = Condition(
+            conditions.WORKLOAD_READY,
+            "True",
+            REASON_AVAILABLE,
+            f"{ready} of {desired} replicas ready {where}",
+        )
+    elif failing:
+        assert health is not None
+        workload_ready = Condition(
+            conditions.WORKLOAD_READY,
+            "False",
+            REASON_START_FAILING,
+            f"{ready} of {desired} replicas ready {where}; "
+            f"{health.consecutive_start_failures} consecutive start failures, last: "
+            f"{health.last_error or 'unknown'}",
+        )
+    else:
+        workload_ready = Condition(
+            conditions.WORKLOAD_READY,
+            "False",
+            REASON_PROGRESSING,
+            f"{ready} of {desired} replicas ready {where}; models take minutes to load",
+        )
+
+    if replica.unavailable is not None:
+        serving = Condition(
+            conditions.SERVING,
+            "False",
+            replica.unavailable.reason,
+            f"requests are answered at once with 503: {replica.unavailable.message}",
+        )
+    elif ready > 0:
+        serving = Condition(
+            conditions.SERVING, "True", REASON_SERVING, f"{ready} replicas serving {where}"
+        )
+    else:
+        serving = Condition(
+            conditions.SERVING,
+            "False",
+            REASON_NO_READY_REPLICAS,
+            f"no replica is ready {where} yet",
+        )
+
+    return ReplicaStatus(
+        observed=all_observed,
+        ready_replicas=ready,
+        desired_replicas=desired,
+        health=health,
+        conditions=(workload_ready, serving),
+        ready_objects=frozenset(k for k, o in observed.items() if object_ready(o)),
+    )

@@ -1,0 +1,377 @@
+"""compose-model-replica's pure code: what every shape guarantees, and what it rejects.
+
+The golden files (test_model_replica_golden.py) show whole outputs; these cases state
+the contracts the rest of the suite relies on, over every input shape.
+"""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from functions.common.contracts import (
+    LABEL_ROLE,
+    POD_LABELS,
+    PORT_DECODE_ENGINE,
+    PORT_NAME_HTTP,
+    PORT_SERVING,
+)
+from functions.common.health import health_record_name
+from functions.compose_model_replica.compose import HEALTH_KEY, compose
+from functions.compose_model_replica.model import InvalidReplica, parse
+from functions.compose_model_replica.status import observe
+
+INPUTS = Path(__file__).parent / "testdata" / "model_replica" / "inputs"
+SHAPES = sorted(INPUTS.glob("*.yaml"))
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((INPUTS / f"{name}.yaml").read_text())
+
+
+def manifests(xr: dict) -> dict[str, dict]:
+    return {c.key: c.manifest for c in compose(parse(xr)).composed}
+
+
+def pod_templates(manifest: dict) -> list[dict]:
+    """Every pod template inside a workload manifest, with its metadata."""
+    spec = manifest.get("spec", {})
+    if manifest["kind"] == "Deployment":
+        return [spec["template"]]
+    if manifest["kind"] == "LeaderWorkerSet":
+        lwt = spec["leaderWorkerTemplate"]
+        return [lwt["leaderTemplate"], lwt["workerTemplate"]]
+    if manifest["kind"] == "PodCliqueSet":
+        return [
+            {"metadata": {"labels": c["labels"]}, "spec": c["spec"]["podSpec"]}
+            for c in spec["template"]["cliques"]
+        ]
+    return []
+
+
+def workload_pods(xr: dict) -> list[dict]:
+    return [
+        t
+        for key, m in manifests(xr).items()
+        if key.startswith("workload")
+        for t in pod_templates(m)
+    ]
+
+
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_every_pod_carries_the_four_labels(xr_path):
+    xr = yaml.safe_load(xr_path.read_text())
+    pods = workload_pods(xr)
+    assert pods
+    for pod in pods:
+        labels = pod["metadata"]["labels"]
+        assert set(POD_LABELS) <= set(labels)
+        assert labels["modelplane.ai/serving"] == xr["metadata"]["name"]
+        assert labels["modelplane.ai/deployment"] == xr["spec"]["deployment"]
+
+
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_only_serving_engine_containers_name_a_port_http(xr_path):
+    xr = yaml.safe_load(xr_path.read_text())
+    for pod in workload_pods(xr):
+        role = pod["metadata"]["labels"][LABEL_ROLE]
+        named_http = [
+            (c["name"], p["containerPort"])
+            for c in pod["spec"]["containers"]
+            for p in c.get("ports", [])
+            if p["name"] == PORT_NAME_HTTP
+        ]
+        if role == "Worker":
+            assert named_http == []  # workers do not serve requests
+        elif role == "Decode":
+            assert named_http == [("engine", PORT_DECODE_ENGINE)]
+        else:
+            assert named_http == [("engine", PORT_SERVING)]
+
+
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_pods_claim_their_devices_and_stay_on_the_pool(xr_path):
+    xr = yaml.safe_load(xr_path.read_text())
+    built = manifests(xr)
+    claim_templates = {
+        m["metadata"]["name"] for m in built.values() if m["kind"] == "ResourceClaimTemplate"
+    }
+    for pod in workload_pods(xr):
+        spec = pod["spec"]
+        assert spec["nodeSelector"] == xr["spec"]["nodePool"]["nodeSelector"]
+        claimed = {c["resourceClaimTemplateName"] for c in spec["resourceClaims"]}
+        assert claimed <= claim_templates
+
+
+def test_user_labels_env_args_and_volumes_are_kept():
+    xr = load("standalone")
+    (pod,) = workload_pods(xr)
+    assert pod["metadata"]["labels"]["team.example.com/owner"] == "ml-team"
+    engine = pod["spec"]["containers"][0]
+    assert {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"} in engine["env"]
+    assert engine["args"][:4] == [
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--max-model-len",
+        "8192",
+    ]
+    assert pod["spec"]["volumes"] == [{"name": "cache", "emptyDir": {}}]
+    assert engine["volumeMounts"] == [{"name": "cache", "mountPath": "/root/.cache"}]
+
+
+def test_a_flag_the_user_set_is_not_added_again():
+    xr = load("standalone")
+    container = xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
+    container["args"] += ["--port=8000", "--served-model-name", "llama"]
+    (pod,) = workload_pods(xr)
+    args = pod["spec"]["containers"][0]["args"]
+    assert sum(a.startswith("--port") for a in args) == 1
+    assert args.count("--served-model-name") == 1
+
+
+def test_credentials_travel_as_a_secret_reference():
+    (pod,) = workload_pods(load("standalone"))
+    token = next(e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "HF_TOKEN")
+    assert token == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
+    }
+
+
+def test_leader_worker_group_is_leader_plus_worker_nodes():
+    lws = manifests(load("leader-worker"))["workload"]
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert {"name": "MODELPLANE_LEADER_ADDRESS", "value": "$(LWS_LEADER_ADDRESS)"} in leader["env"]
+    assert "--master-addr" in leader["args"]
+
+
+def test_grove_cliques_are_gang_scheduled_by_kai_in_the_modelplane_queue():
+    pcs = manifests(load("grove-leader-worker"))["workload"]
+    cliques = {c["name"]: c for c in pcs["spec"]["template"]["cliques"]}
+    assert set(cliques) == {"leader", "worker"}
+    assert cliques["worker"]["spec"]["replicas"] == 2
+    for clique in cliques.values():
+        assert clique["spec"]["podSpec"]["schedulerName"] == "kai-scheduler"
+        assert clique["labels"]["kai.scheduler/queue"] == "modelplane"
+        assert clique["spec"]["minAvailable"] == clique["spec"]["replicas"]
+    (group,) = pcs["spec"]["template"]["podCliqueScalingGroups"]
+    assert group["cliqueNames"] == ["leader", "worker"]
+
+
+def test_prefill_decode_puts_the_sidecar_on_8000_in_front_of_decode():
+    for shape in ("prefill-decode", "grove-prefill-decode"):
+        pods = {p["metadata"]["labels"][LABEL_ROLE]: p for p in workload_pods(load(shape))}
+        decode = pods["Decode"]["spec"]["containers"]
+        sidecar = next(c for c in decode if c["name"] == "routing-sidecar")
+        assert sidecar["ports"][0]["containerPort"] == PORT_SERVING
+        assert f"-vllm-port={PORT_DECODE_ENGINE}" in sidecar["args"]
+        assert [c["name"] for c in pods["Prefill"]["spec"]["containers"]] == ["engine"]
+
+
+def test_autoscaling_leaves_the_replica_count_to_keda():
+    built = manifests(load("autoscaling"))
+    assert "replicas" not in built["workload"]["spec"]
+    scaled = built["scaledobject"]["spec"]
+    assert scaled["scaleTargetRef"]["name"] == built["workload"]["metadata"]["name"]
+    assert scaled["maxReplicaCount"] >= 6  # this member's maxReplicas
+    (trigger,) = scaled["triggers"]
+    assert trigger["type"] == "external-push"
+    assert trigger["metadata"]["scalerAddress"].startswith("modelplane-scaler.modelplane-system")
+
+
+def test_adaptive_policy_spec_is_identical_on_every_member():
+    home = load("autoscaling")
+    other = copy.deepcopy(home)
+    other["metadata"]["name"] = "llama-3-1-8b-eu-west-1"
+    other["spec"]["cluster"] = {
+        "name": "eu-west-1",
+        "region": "eu-west-1",
+        "stack": "Standard",
+        "providerConfigRef": {"name": "eu-west-1"},
+    }
+    other["spec"]["nodePool"] = {"name": "h200", "nodeSelector": {"pool": "h200"}}
+    other["spec"]["replicas"] = 1
+    # Numbers reach the function as floats through protobuf; the copy must not differ.
+    other["spec"]["autoscaling"]["capacity"]["replicaCapacity"] = 4.0
+    a = manifests(home)["adaptivepolicy"]
+    b = manifests(other)["adaptivepolicy"]
+    assert yaml.safe_dump(a["spec"]) == yaml.safe_dump(b["spec"])
+    assert a["metadata"]["name"] == b["metadata"]["name"]
+
+
+def test_parked_autoscaled_model_is_held_at_zero_by_keda():
+    xr = load("autoscaling")
+    xr["spec"]["unavailable"] = {"reason": "Unplaceable", "message": "no pool has 8 free H100"}
+    built = manifests(xr)
+    annotations = built["scaledobject"]["metadata"]["annotations"]
+    assert annotations == {"autoscaling.keda.sh/paused-replicas": "0"}
+    body = built["route-unavailable"]["spec"]["directResponse"]["body"]["inline"]
+    assert yaml.safe_load(body)["error"]["reason"] == "Unplaceable"
+
+
+def test_a_message_with_quotes_stays_inside_the_json_body():
+    xr = load("parked")
+    xr["spec"]["unavailable"]["message"] = 'x", "code": 200, "y": "'
+    body = manifests(xr)["route-unavailable"]["spec"]["directResponse"]["body"]["inline"]
+    parsed = json.loads(body)
+    assert parsed["error"]["code"] == 503
+    assert parsed["error"]["message"] == 'x", "code": 200, "y": "'
+
+
+def test_health_record_is_read_through_an_observe_only_object():
+    plan = compose(parse(load("standalone")))
+    health = next(c for c in plan.composed if c.key == HEALTH_KEY)
+    assert health.object["spec"]["managementPolicies"] == ["Observe"]
+    assert health.manifest["metadata"]["name"] == health_record_name("llama-3-1-8b-us-east-1")
+
+
+def _set(xr, path, value):
+    node = xr["spec"]
+    *parents, last = path
+    for part in parents:
+        node = node[part]
+    node[last] = value
+    return xr
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "value", "field", "rule"),
+    [
+        ("standalone", ["servingMode"], "Sideways", "spec.servingMode", "must be"),
+        ("standalone", ["cluster", "stack"], "Other", "spec.cluster.stack", "must be"),
+        ("standalone", ["replicas"], -1, "spec.replicas", "greater than or equal"),
+        (
+            "leader-worker",
+            ["engines", 0, "members", 0, "workerNodes"],
+            0,
+            "spec.engines[0].members[0].workerNodes",
+            "at least one worker",
+        ),
+        (
+            "prefill-decode",
+            ["engines", 1, "port"],
+            8000,
+            "spec.engines[1].port",
+            "routing sidecar",
+        ),
+        (
+            "autoscaling",
+            ["autoscaling", "clusters"],
+            [{"name": "elsewhere", "maxReplicas": 2}],
+            "spec.autoscaling.clusters",
+            "member list",
+        ),
+        (
+            "standalone",
+            ["engines", 0, "members", 0, "template"],
+            {"spec": {}},
+            "spec.engines[0].members[0].template.spec.containers",
+            "needs a container",
+        ),
+    ],
+    ids=[
+        "unknown_serving_mode",
+        "unknown_stack",
+        "negative_replicas",
+        "leader_without_worker_nodes",
+        "decode_engine_on_the_sidecar_port",
+        "this_cluster_missing_from_the_autoscaling_members",
+        "member_without_containers",
+    ],
+)
+def test_rejects_with_the_field_and_the_rule(name, path, value, field, rule):
+    xr = _set(load(name), path, value)
+    with pytest.raises(InvalidReplica) as err:
+        parse(xr)
+    assert err.value.path == field
+    assert rule in err.value.rule
+
+
+def test_prefill_decode_without_decode_is_rejected():
+    xr = load("prefill-decode")
+    xr["spec"]["engines"] = xr["spec"]["engines"][:1]
+    with pytest.raises(InvalidReplica, match="needs a Decode member"):
+        parse(xr)
+
+
+def _observed_workload(ready: int | None, replicas: int = 2) -> dict:
+    status = {} if ready is None else {"readyReplicas": ready}
+    return {
+        "status": {
+            "atProvider": {"manifest": {"spec": {"replicas": replicas}, "status": status}},
+            "conditions": [{"type": "Ready", "status": "True" if ready == replicas else "False"}],
+        }
+    }
+
+
+def _observed_health(failures: int, definition: str = "3f2a9c1d0b") -> dict:
+    data = {
+        "definitionHash": definition,
+        "consecutiveStartFailures": str(failures),
+        "lastError": "OOMKilled",
+        "observedAt": "2026-12-02T10:00:00Z",
+    }
+    return {"status": {"atProvider": {"manifest": {"data": data}}}}
+
+
+@pytest.mark.parametrize(
+    ("observed", "ready", "reason", "serving"),
+    [
+        ({}, False, "Creating", "NoReadyReplicas"),
+        ({"workload": {"status": {}}}, False, "Creating", "NoReadyReplicas"),
+        ({"workload": _observed_workload(None)}, False, "Progressing", "NoReadyReplicas"),
+        ({"workload": _observed_workload(1)}, False, "Progressing", "Serving"),
+        ({"workload": _observed_workload(2)}, True, "Available", "Serving"),
+        (
+            {"workload": _observed_workload(0), "health": _observed_health(4)},
+            False,
+            "StartFailing",
+            "NoReadyReplicas",
+        ),
+        (
+            # Failures of an older definition do not explain this one's progress.
+            {"workload": _observed_workload(0), "health": _observed_health(4, "0ld")},
+            False,
+            "Progressing",
+            "NoReadyReplicas",
+        ),
+    ],
+    ids=[
+        "nothing_observed_yet_waits",
+        "object_without_remote_state_waits",
+        "workload_without_ready_count_is_progressing",
+        "one_of_two_ready_serves_but_is_not_ready",
+        "all_ready_is_ready",
+        "start_failures_of_this_definition_are_reported",
+        "start_failures_of_another_definition_are_not_blamed",
+    ],
+)
+def test_status_from_what_the_cluster_shows(observed, ready, reason, serving):
+    replica = parse(load("standalone"))
+    status = observe(replica, compose(replica).workloads, observed, HEALTH_KEY)
+    workload_ready, serving_condition = status.conditions
+    assert status.ready is ready
+    assert workload_ready.reason == reason
+    assert serving_condition.reason == serving
+
+
+def test_prefill_decode_is_ready_only_when_both_roles_are():
+    replica = parse(load("prefill-decode"))
+    workloads = compose(replica).workloads
+    observed = {
+        "workload-prefill": _observed_workload(1, replicas=1),
+        "workload-decode": _observed_workload(0, replicas=1),
+    }
+    status = observe(replica, workloads, observed, HEALTH_KEY)
+    assert status.ready_replicas == 0
+    assert not status.ready
+
+
+def test_parked_replica_says_so_in_both_conditions():
+    replica = parse(load("parked"))
+    status = observe(replica, compose(replica).workloads, {}, HEALTH_KEY)
+    assert [c.reason for c in status.conditions] == ["Parked", "Parked"]
+    assert all("parked after 5" in c.message for c in status.conditions)
