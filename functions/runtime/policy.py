@@ -1,0 +1,205 @@
+"""The AdaptivePolicy as typed values: spec with its defaults, durations, and the spec hash.
+
+Every member holds an identical copy of the policy. The hub trusts a member's report
+only if the member computed it from the same inputs the hub would, so the report
+carries `specHash` over exactly those inputs: the workload, the signals, the capacity
+and the member's *own* `clusters[]` entry. Fields only the hub reads (mode, route,
+SLOs, escalation timings, traffic, other members' entries) are left out on purpose:
+changing them takes effect without waiting for every member to catch up, and two
+members legitimately show different hashes when their own entries differ.
+
+The runtime's timings that the policy does not carry (report period, staleness, hub
+step, intent lifetime) are constants here, so the agent, the hub and the tests agree.
+"""
+
+import re
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from functions.common.naming import stable_hash
+
+REPORT_INTERVAL_SECONDS: Final = 30.0
+REPORT_STALE_SECONDS: Final = 120.0
+HUB_STEP_SECONDS: Final = 10.0
+INTENT_TTL_SECONDS: Final = 300.0  # floors lapse 5 minutes after the hub stops renewing
+INTENT_RENEW_SECONDS: Final = 60.0  # rewrite an unchanged intent this often
+
+MODE_OFF: Final = "off"
+MODE_SHADOW: Final = "shadow"
+MODE_AUTO: Final = "auto"
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration (`1m30s`, `500ms`, `2h`); the CRD's pattern, no sign."""
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"duration {text!r}: expected e.g. 30s, 2m, 1h30m")
+    position, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        position = match.end()
+    if position != len(text):
+        raise ValueError(f"duration {text!r}: expected e.g. 30s, 2m, 1h30m")
+    return total
+
+
+def rfc3339(seconds: float) -> str:
+    """A wall-clock time in status and logs: UTC, whole seconds, `Z`."""
+    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> float:
+    """An RFC 3339 time from a status or a Kubernetes object, as epoch seconds."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest readable form for messages: 600 -> 10m, 90 -> 1m30s, 2.5 -> 2.5s."""
+    whole = int(seconds)
+    if whole != seconds:
+        return f"{seconds:g}s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes else "",
+        f"{secs}s" if secs else "",
+    ]
+    return "".join(parts) or "0s"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+
+class Workload(_Spec):
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    name: str
+
+
+class ClusterEntry(_Spec):
+    name: str
+    max_replicas: int = Field(alias="maxReplicas", ge=0)
+    region: str | None = None
+    node_pools: tuple[str, ...] = Field(default=(), alias="nodePools")
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    # The route backendRef that sends traffic to this member; its name by default.
+    backend_ref: str | None = Field(default=None, alias="backendRef")
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend_ref or self.name
+
+
+class Route(_Spec):
+    name: str
+    namespace: str | None = None
+
+
+class Signals(_Spec):
+    demand: str | None = None
+    pressure: str | None = None
+    latency: str | None = None
+    error_rate: str | None = Field(default=None, alias="errorRate")
+
+    def configured(self) -> dict[str, str]:
+        """Signal name (as in status.report) -> query, only the ones set."""
+        named = {
+            "demand": self.demand,
+            "pressure": self.pressure,
+            "latency": self.latency,
+            "errorRate": self.error_rate,
+        }
+        return {name: query for name, query in named.items() if query}
+
+
+class Capacity(_Spec):
+    replica_capacity: float | None = Field(default=None, alias="replicaCapacity", gt=0)
+
+
+class Escalation(_Spec):
+    step: int = Field(default=2, ge=1)
+    after: float = 120.0
+    early_after: float = Field(default=30.0, alias="earlyAfter")
+    ready_timeout: float = Field(default=600.0, alias="readyTimeout")
+    calm_for: float = Field(default=600.0, alias="calmFor")
+    cooldown: float = 60.0
+
+    @field_validator("after", "early_after", "ready_timeout", "calm_for", "cooldown", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value) if isinstance(value, str) else float(value)
+
+
+class Traffic(_Spec):
+    step_percent: int = Field(default=10, alias="stepPercent", ge=1, le=100)
+
+
+class PolicySpec(_Spec):
+    mode: Literal["off", "shadow", "auto"] = MODE_SHADOW
+    workload: Workload
+    clusters: tuple[ClusterEntry, ...] = Field(min_length=1)
+    route: Route | None = None
+    signals: Signals = Field(default_factory=Signals)
+    capacity: Capacity = Field(default_factory=Capacity)
+    latency_slo: float | None = Field(default=None, alias="latencySLO")
+    error_rate_slo: float | None = Field(default=None, alias="errorRateSLO")
+    escalation: Escalation = Field(default_factory=Escalation)
+    traffic: Traffic = Field(default_factory=Traffic)
+
+    def cluster(self, name: str) -> ClusterEntry | None:
+        return next((c for c in self.clusters if c.name == name), None)
+
+    @property
+    def cluster_names(self) -> tuple[str, ...]:
+        return tuple(sorted(c.name for c in self.clusters))
+
+
+class Policy(_Spec):
+    """One copy of the policy: its identity and spec (status is read by the modules that own it)."""
+
+    namespace: str
+    name: str
+    spec: PolicySpec
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`: the policy label on metrics and in the decision log."""
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def from_object(cls, obj: dict) -> "Policy":
+        meta = obj.get("metadata") or {}
+        return cls(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            spec=PolicySpec.model_validate(obj.get("spec") or {}),
+        )
+
+
+def spec_hash_input(raw_spec: dict, member: str) -> dict:
+    """The parts of a raw spec a member's report is computed from (see the module docstring)."""
+    own = next((c for c in raw_spec.get("clusters") or [] if c.get("name") == member), None)
+    return {
+        "workload": raw_spec.get("workload"),
+        "signals": raw_spec.get("signals") or {},
+        "capacity": raw_spec.get("capacity") or {},
+        "cluster": own,
+    }
+
+
+def spec_hash(spec: PolicySpec, member: str) -> str:
+    """The hash a member's report carries; the hub recomputes it from its own copy.
+
+    Computed from the normalized spec (aliases, defaults applied, unset fields dropped)
+    so that `{}` and an absent `capacity` hash alike, but a changed query does not.
+    """
+    raw = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return stable_hash(spec_hash_input(raw, member), 16)
