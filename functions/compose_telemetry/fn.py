@@ -1,16 +1,58 @@
 """The gRPC shell of compose-telemetry.
 
-Reads a TelemetryDestination or a MetricMapping and will compose the fleet gateway or
-validate the mapping; for now it proves the harness by saying what it was given.
+A TelemetryDestination becomes the fleet's gateway collector (gateway.py, rollup.py),
+unless an older destination already holds the fleet (destination.py): then it reports
+`Conflict` and composes nothing new. A MetricMapping composes nothing; it is validated
+(mapping_validation.py) and reports `MappingValid`.
+
+Inputs are resolved explicitly: every TelemetryDestination (or MetricMapping) is a
+required resource; until Crossplane has answered that requirement nothing new is
+composed and whatever was composed before is kept.
 """
 
+from __future__ import annotations
+
 import grpc
-from crossplane.function import logging, response
+from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from functions.common.contracts import FUNCTION_TELEMETRY
-from functions.common.sdk import describe_composite, observed_composite, report_not_composing_yet
+from functions.common import conditions, contracts
+from functions.common.sdk import describe_composite, observed_composite
+from functions.compose_telemetry import gateway
+from functions.compose_telemetry.destination import (
+    InvalidDestination,
+    active_destination,
+    identity_of,
+    parse_destination,
+)
+from functions.compose_telemetry.mapping_validation import validate_mapping
+
+REQUIRED_DESTINATIONS = "telemetry-destinations"
+REQUIRED_MAPPINGS = "metric-mappings"
+
+REASON_OLDEST: str = "OldestDestination"
+REASON_NEWER: str = "NewerThanActive"
+REASON_WAITING: str = "WaitingForDestinations"
+REASON_AVAILABLE: str = "Available"
+REASON_UNAVAILABLE: str = "Unavailable"
+REASON_CREATING: str = "Creating"
+REASON_VALID: str = "Valid"
+REASON_INVALID: str = "Invalid"
+REASON_COMPOSED: str = "Composed"
+REASON_NOT_COMPOSED: str = "NotComposed"
+
+
+def _condition(typ: str, status: bool | None, reason: str, message: str) -> resource.Condition:
+    text = "Unknown" if status is None else ("True" if status else "False")
+    return resource.Condition(typ=typ, status=text, reason=reason, message=message)
+
+
+def _ready(observed: dict) -> bool | None:
+    for condition in (observed.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return None
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
@@ -22,8 +64,177 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     ) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         xr = observed_composite(req)
-        spec = xr.get("spec", {})
-        given = f"{describe_composite(xr)} (spec fields: {', '.join(sorted(spec)) or 'none'})"
-        self.log.info("received", composite=describe_composite(xr))
-        report_not_composing_yet(rsp, FUNCTION_TELEMETRY, given, "issue #6")
+        if xr.get("kind") == contracts.KIND_METRIC_MAPPING:
+            self._validate_mapping(req, rsp, xr)
+        else:
+            self._compose_destination(req, rsp, xr)
         return rsp
+
+    # --- MetricMapping ----------------------------------------------------------------
+
+    def _validate_mapping(
+        self, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: dict
+    ) -> None:
+        response.require_resources(
+            rsp, REQUIRED_MAPPINGS, contracts.API_GROUP_VERSION, contracts.KIND_METRIC_MAPPING
+        )
+        others = [
+            resource.struct_to_dict(item.resource)
+            for item in (
+                req.required_resources[REQUIRED_MAPPINGS].items
+                if REQUIRED_MAPPINGS in req.required_resources
+                else []
+            )
+        ]
+        errors = validate_mapping(xr, others)
+        name = describe_composite(xr)
+        if errors:
+            message = f"{name} is not used by any collector: " + "; ".join(
+                e.message for e in errors
+            )
+            response.warning(rsp, message)
+            response.set_conditions(
+                rsp,
+                _condition(conditions.MAPPING_VALID, False, REASON_INVALID, message),
+                _condition(conditions.COMPOSED, True, REASON_COMPOSED, "nothing to compose"),
+            )
+            return
+        response.set_conditions(
+            rsp,
+            _condition(
+                conditions.MAPPING_VALID,
+                True,
+                REASON_VALID,
+                f"every cluster's collector renames engine {xr['spec']['engine']!r} with it",
+            ),
+            _condition(conditions.COMPOSED, True, REASON_COMPOSED, "nothing to compose"),
+        )
+
+    # --- TelemetryDestination ---------------------------------------------------------
+
+    def _compose_destination(
+        self, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: dict
+    ) -> None:
+        name = describe_composite(xr)
+        # 1. Resolve inputs.
+        try:
+            destination = parse_destination(xr)
+        except InvalidDestination as err:
+            # Fatal: Crossplane applies nothing, so what runs now keeps running.
+            response.fatal(rsp, f"{name}: {err}")
+            return
+        response.require_resources(
+            rsp,
+            REQUIRED_DESTINATIONS,
+            contracts.API_GROUP_VERSION,
+            contracts.KIND_TELEMETRY_DESTINATION,
+        )
+        observed = {
+            key: resource.struct_to_dict(r.resource) for key, r in req.observed.resources.items()
+        }
+        if REQUIRED_DESTINATIONS not in req.required_resources:
+            self._keep(rsp, observed)
+            response.set_conditions(
+                rsp,
+                _condition(
+                    conditions.CONFLICT,
+                    None,
+                    REASON_WAITING,
+                    "asked for every TelemetryDestination; composing nothing new until they arrive",
+                ),
+            )
+            return
+        everyone = [
+            identity_of(resource.struct_to_dict(item.resource))
+            for item in req.required_resources[REQUIRED_DESTINATIONS].items
+        ]
+        me = identity_of(xr)
+        if all(d.name != me.name for d in everyone):
+            everyone.append(me)
+        winner = active_destination(everyone)
+
+        # 2. Decide, 3. write desired state and status.
+        if winner.name != me.name:
+            self._keep(rsp, observed)
+            kept = f"; kept the {len(observed)} resources it composed before" if observed else ""
+            message = (
+                f"the fleet already sends its telemetry to TelemetryDestination {winner.name} "
+                f"(the oldest); this one is not used{kept}. Delete one of them"
+            )
+            response.warning(rsp, f"{name}: {message}")
+            response.set_conditions(
+                rsp,
+                _condition(conditions.CONFLICT, True, REASON_NEWER, message),
+                _condition(conditions.COMPOSED, False, REASON_NOT_COMPOSED, message),
+            )
+            return
+
+        desired = gateway.render_gateway_objects(destination)
+        not_ready = []
+        for key, manifest in desired.items():
+            resource.update(rsp.desired.resources[key], manifest)
+            ready = _ready(observed.get(key, {}))
+            if ready:
+                rsp.desired.resources[key].ready = fnv1.READY_TRUE
+            else:
+                not_ready.append(key)
+        resource.update(
+            rsp.desired.composite,
+            {
+                "status": {
+                    "endpoint": destination.gateway.endpoint,
+                    "exporter": destination.exporter.type.value,
+                }
+            },
+        )
+        others = sorted(d.name for d in everyone if d.name != me.name)
+        conflict_message = (
+            f"this is the fleet's destination; newer ones not used: {', '.join(others)}"
+            if others
+            else "this is the fleet's only destination"
+        )
+        if not observed:
+            gateway_ready = _condition(
+                conditions.GATEWAY_READY, False, REASON_CREATING, "the gateway is being created"
+            )
+        elif not_ready:
+            gateway_ready = _condition(
+                conditions.GATEWAY_READY,
+                False,
+                REASON_UNAVAILABLE,
+                f"not ready yet: {', '.join(sorted(not_ready))}",
+            )
+        else:
+            gateway_ready = _condition(
+                conditions.GATEWAY_READY,
+                True,
+                REASON_AVAILABLE,
+                f"{destination.gateway.replicas} gateway replicas accept OTLP at "
+                f"{destination.gateway.endpoint}",
+            )
+        response.set_conditions(
+            rsp,
+            _condition(conditions.CONFLICT, False, REASON_OLDEST, conflict_message),
+            gateway_ready,
+            _condition(
+                conditions.COMPOSED,
+                True,
+                REASON_COMPOSED,
+                f"gateway on provider config {destination.gateway.provider_config_name}, "
+                f"exporting {destination.exporter.type.value}",
+            ),
+        )
+        self.log.info("composed", composite=name, resources=len(desired))
+
+    @staticmethod
+    def _keep(rsp: fnv1.RunFunctionResponse, observed: dict[str, dict]) -> None:
+        """Keep every composed resource as it is: never drop what runs because of a wait."""
+        for key, manifest in observed.items():
+            kept = {
+                k: manifest[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in manifest
+            }
+            meta = kept.get("metadata", {})
+            kept["metadata"] = {
+                k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta
+            }
+            resource.update(rsp.desired.resources[key], kept)

@@ -1,0 +1,384 @@
+"""What a TelemetryDestination asks for, checked, and which destination the fleet uses.
+
+The XRD's patterns already reject most bad input on apply, but everything a user writes
+here ends up inside a collector config the gateway loads (an endpoint, a header name),
+so it is checked again here: a function must not trust that the API server ran the same
+rules (render, an older XRD, a direct etcd write). Every check returns the field path
+and the rule, all of them at once, so a person fixes the spec in one go.
+
+One destination per fleet: the oldest wins, by creationTimestamp and then by name, so
+every reconcile of every destination reaches the same answer without talking to the
+others.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+DEFAULT_GATEWAY_REPLICAS = 2
+
+# A DNS name or IPv4 address and a port: what a gRPC client dials.
+_HOST_PORT_RE = re.compile(
+    r"^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*)"
+    r":(?P<port>[0-9]{1,5})$"
+)
+# RFC 7230 token characters are wider, but a header name here becomes a YAML key in the
+# collector config and an HTTP header: letters, digits and hyphens are all anyone needs.
+_HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,99}$")
+# Characters that would let an endpoint escape its place in the config: whitespace,
+# quotes, braces (the collector expands ${...} in every string), backslashes.
+_UNSAFE_IN_ENDPOINT_RE = re.compile(r"[\s\"'`{}\\$<>^|]")
+# Kubernetes object names and Secret keys.
+_DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+# Headers the exporter sets itself; a Secret must not override them.
+_RESERVED_HEADERS = frozenset({"content-type", "content-length", "content-encoding", "host"})
+
+
+class ExporterType(StrEnum):
+    OTLP_GRPC = "OTLPGRPC"
+    OTLP_HTTP = "OTLPHTTP"
+    PROMETHEUS_REMOTE_WRITE = "PrometheusRemoteWrite"
+
+
+@dataclass(frozen=True)
+class SecretKeyRef:
+    name: str
+    namespace: str
+    key: str
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    name: str
+    namespace: str
+
+
+@dataclass(frozen=True)
+class ExporterHeader:
+    name: str
+    secret: SecretKeyRef
+
+
+@dataclass(frozen=True)
+class ExporterTLS:
+    insecure: bool = False
+    insecure_skip_verify: bool = False
+    ca: SecretRef | None = None
+    client_cert: SecretRef | None = None
+
+
+@dataclass(frozen=True)
+class Exporter:
+    type: ExporterType
+    endpoint: str
+    headers: tuple[ExporterHeader, ...] = ()
+    tls: ExporterTLS = ExporterTLS()
+
+
+@dataclass(frozen=True)
+class Gateway:
+    provider_config_name: str
+    provider_config_kind: str
+    endpoint: str
+    token: SecretKeyRef
+    replicas: int = DEFAULT_GATEWAY_REPLICAS
+
+
+@dataclass(frozen=True)
+class SloTargets:
+    """Latency targets in seconds; None where the destination sets none."""
+
+    time_to_first_token: float | None = None
+    time_per_output_token: float | None = None
+
+
+@dataclass(frozen=True)
+class TelemetryDestination:
+    name: str
+    creation_timestamp: str
+    gateway: Gateway
+    exporter: Exporter
+    rollup_enabled: bool = True
+    slo: SloTargets = SloTargets()
+
+
+class InvalidDestination(ValueError):
+    """The destination cannot be used; `errors` name each field and the rule it breaks."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+# --- Parsing --------------------------------------------------------------------------
+
+
+class _Reader:
+    """Walks a plain dict, collecting every error with its field path."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def fail(self, path: str, rule: str) -> None:
+        self.errors.append(f"{path}: {rule}")
+
+    def obj(self, value: Any, path: str, *, required: bool = True) -> dict | None:
+        if value is None:
+            if required:
+                self.fail(path, "is required")
+            return None
+        if not isinstance(value, dict):
+            self.fail(path, "must be an object")
+            return None
+        return value
+
+    def string(
+        self, value: Any, path: str, pattern: re.Pattern | None = None, what: str = ""
+    ) -> str:
+        if value is None or value == "":
+            self.fail(path, "is required")
+            return ""
+        if not isinstance(value, str):
+            self.fail(path, "must be a string")
+            return ""
+        if pattern is not None and not pattern.match(value):
+            self.fail(path, f"{value!r} is not {what}")
+        return value
+
+    def boolean(self, value: Any, path: str, default: bool) -> bool:
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.fail(path, "must be true or false")
+            return default
+        return value
+
+    def secret_key_ref(self, value: Any, path: str) -> SecretKeyRef:
+        ref = self.obj(value, path) or {}
+        return SecretKeyRef(
+            name=self.string(ref.get("name"), f"{path}.name", _DNS_SUBDOMAIN_RE, "a Secret name"),
+            namespace=self.string(
+                ref.get("namespace"), f"{path}.namespace", _DNS_LABEL_RE, "a namespace name"
+            ),
+            key=self.string(ref.get("key"), f"{path}.key", _SECRET_KEY_RE, "a Secret key"),
+        )
+
+    def secret_ref(self, value: Any, path: str) -> SecretRef | None:
+        ref = self.obj(value, path, required=False)
+        if ref is None:
+            return None
+        return SecretRef(
+            name=self.string(ref.get("name"), f"{path}.name", _DNS_SUBDOMAIN_RE, "a Secret name"),
+            namespace=self.string(
+                ref.get("namespace"), f"{path}.namespace", _DNS_LABEL_RE, "a namespace name"
+            ),
+        )
+
+
+def parse_destination(xr: dict) -> TelemetryDestination:
+    """A TelemetryDestination XR as typed values, or InvalidDestination listing every error."""
+    read = _Reader()
+    meta = xr.get("metadata") or {}
+    spec = read.obj(xr.get("spec"), "spec") or {}
+
+    gateway_spec = read.obj(spec.get("gateway"), "spec.gateway") or {}
+    provider = read.obj(gateway_spec.get("providerConfigRef"), "spec.gateway.providerConfigRef")
+    provider = provider or {}
+    provider_kind = provider.get("kind") or "ClusterProviderConfig"
+    if provider_kind not in ("ClusterProviderConfig", "ProviderConfig"):
+        read.fail(
+            "spec.gateway.providerConfigRef.kind",
+            f"{provider_kind!r} is not one of ClusterProviderConfig, ProviderConfig",
+        )
+    replicas = gateway_spec.get("replicas", DEFAULT_GATEWAY_REPLICAS)
+    if isinstance(replicas, float) and replicas.is_integer():
+        replicas = int(replicas)  # protobuf Structs carry every number as a float
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= 10:
+        read.fail("spec.gateway.replicas", f"{replicas!r} is not an integer from 1 to 10")
+        replicas = DEFAULT_GATEWAY_REPLICAS
+    gateway = Gateway(
+        provider_config_name=read.string(
+            provider.get("name"),
+            "spec.gateway.providerConfigRef.name",
+            _DNS_SUBDOMAIN_RE,
+            "a provider config name",
+        ),
+        provider_config_kind=provider_kind,
+        endpoint=read.string(
+            gateway_spec.get("endpoint"),
+            "spec.gateway.endpoint",
+            _HOST_PORT_RE,
+            "host:port (a DNS name or IPv4 address and a port)",
+        ),
+        token=read.secret_key_ref(
+            gateway_spec.get("tokenSecretRef"), "spec.gateway.tokenSecretRef"
+        ),
+        replicas=replicas,
+    )
+    _check_port(read, gateway.endpoint, "spec.gateway.endpoint")
+
+    exporter = _parse_exporter(read, read.obj(spec.get("exporter"), "spec.exporter") or {})
+
+    rollup = read.obj(spec.get("rollup"), "spec.rollup", required=False) or {}
+    slo_spec = read.obj(spec.get("slo"), "spec.slo", required=False) or {}
+    slo = SloTargets(
+        time_to_first_token=_positive_seconds(
+            read, slo_spec.get("timeToFirstToken"), "spec.slo.timeToFirstToken"
+        ),
+        time_per_output_token=_positive_seconds(
+            read, slo_spec.get("timePerOutputToken"), "spec.slo.timePerOutputToken"
+        ),
+    )
+    destination = TelemetryDestination(
+        name=meta.get("name", ""),
+        creation_timestamp=meta.get("creationTimestamp", "") or "",
+        gateway=gateway,
+        exporter=exporter,
+        rollup_enabled=read.boolean(rollup.get("enabled"), "spec.rollup.enabled", True),
+        slo=slo,
+    )
+    if read.errors:
+        raise InvalidDestination(read.errors)
+    return destination
+
+
+def _parse_exporter(read: _Reader, spec: dict) -> Exporter:
+    raw_type = spec.get("type")
+    try:
+        exporter_type = ExporterType(raw_type)
+    except ValueError:
+        read.fail(
+            "spec.exporter.type",
+            f"{raw_type!r} is not one of {', '.join(t.value for t in ExporterType)}",
+        )
+        exporter_type = ExporterType.OTLP_GRPC
+
+    tls_spec = read.obj(spec.get("tls"), "spec.exporter.tls", required=False) or {}
+    tls = ExporterTLS(
+        insecure=read.boolean(tls_spec.get("insecure"), "spec.exporter.tls.insecure", False),
+        insecure_skip_verify=read.boolean(
+            tls_spec.get("insecureSkipVerify"), "spec.exporter.tls.insecureSkipVerify", False
+        ),
+        ca=read.secret_ref(tls_spec.get("caSecretRef"), "spec.exporter.tls.caSecretRef"),
+        client_cert=read.secret_ref(
+            tls_spec.get("clientCertSecretRef"), "spec.exporter.tls.clientCertSecretRef"
+        ),
+    )
+
+    endpoint = read.string(spec.get("endpoint"), "spec.exporter.endpoint")
+    if endpoint:
+        _check_exporter_endpoint(read, exporter_type, endpoint, tls)
+
+    headers: list[ExporterHeader] = []
+    raw_headers = spec.get("headers") or []
+    if not isinstance(raw_headers, list):
+        read.fail("spec.exporter.headers", "must be a list")
+        raw_headers = []
+    if len(raw_headers) > 16:
+        read.fail("spec.exporter.headers", f"has {len(raw_headers)} entries; at most 16")
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_headers):
+        path = f"spec.exporter.headers[{i}]"
+        entry = read.obj(raw, path) or {}
+        name = read.string(
+            entry.get("name"), f"{path}.name", _HEADER_NAME_RE, "a header name ([A-Za-z0-9-]+)"
+        )
+        if name.lower() in _RESERVED_HEADERS:
+            read.fail(f"{path}.name", f"{name!r} is set by the exporter itself")
+        if name and name.lower() in seen:
+            read.fail(f"{path}.name", f"{name!r} is listed twice (header names ignore case)")
+        seen.add(name.lower())
+        headers.append(
+            ExporterHeader(
+                name, read.secret_key_ref(entry.get("secretKeyRef"), f"{path}.secretKeyRef")
+            )
+        )
+    return Exporter(exporter_type, endpoint, tuple(headers), tls)
+
+
+def _check_exporter_endpoint(
+    read: _Reader, kind: ExporterType, endpoint: str, tls: ExporterTLS
+) -> None:
+    path = "spec.exporter.endpoint"
+    if _UNSAFE_IN_ENDPOINT_RE.search(endpoint):
+        read.fail(path, "must not contain whitespace, quotes, braces, $, \\, <, >, ^ or |")
+        return
+    if kind is ExporterType.OTLP_GRPC:
+        if not _HOST_PORT_RE.match(endpoint):
+            read.fail(path, f"{endpoint!r} is not host:port, which OTLPGRPC dials")
+            return
+        _check_port(read, endpoint, path)
+        return
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        read.fail(
+            path, f"{endpoint!r} is not an http:// or https:// URL, which {kind.value} posts to"
+        )
+        return
+    if parts.username or parts.password:
+        read.fail(path, "must not carry credentials; put them in a header from a Secret")
+    try:
+        parts.port  # noqa: B018  (raises on a port outside 0-65535)
+    except ValueError:
+        read.fail(path, f"{endpoint!r} has a port outside 1-65535")
+    if parts.scheme == "http" and not tls.insecure:
+        read.fail(
+            path,
+            "http:// sends the fleet's telemetry in plain text; use https:// or set "
+            "spec.exporter.tls.insecure: true to allow it",
+        )
+
+
+def _check_port(read: _Reader, endpoint: str, path: str) -> None:
+    match = _HOST_PORT_RE.match(endpoint)
+    if match and not 1 <= int(match["port"]) <= 65535:
+        read.fail(path, f"port {match['port']} is outside 1-65535")
+
+
+def _positive_seconds(read: _Reader, value: Any, path: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        read.fail(path, "must be a number of seconds")
+        return None
+    if not math.isfinite(value) or value <= 0:
+        read.fail(path, f"{value!r} must be a positive, finite number of seconds")
+        return None
+    return float(value)
+
+
+# --- One destination per fleet ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DestinationIdentity:
+    """What deciding the winner needs: nothing from the spec, so a broken spec still counts."""
+
+    name: str
+    creation_timestamp: str  # RFC 3339 as the API server writes it; "" if unknown
+
+
+def identity_of(xr: dict) -> DestinationIdentity:
+    meta = xr.get("metadata") or {}
+    return DestinationIdentity(meta.get("name", ""), meta.get("creationTimestamp", "") or "")
+
+
+def active_destination(destinations: list[DestinationIdentity]) -> DestinationIdentity:
+    """The destination the fleet uses: the oldest, then the first by name.
+
+    RFC 3339 timestamps in UTC (what the API server writes) sort as strings. A destination
+    without a timestamp (not yet persisted, or a hand-written render input) sorts after
+    every persisted one, so it can never displace a destination already in use.
+    """
+    if not destinations:
+        raise ValueError("no TelemetryDestination to choose from")
+    return min(
+        destinations, key=lambda d: (d.creation_timestamp == "", d.creation_timestamp, d.name)
+    )

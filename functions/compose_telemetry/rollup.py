@@ -1,0 +1,271 @@
+"""The fleet roll-up: how the gateway adds one fleet series per vocabulary metric.
+
+A fleet series is the sum over every source (cluster, scrape target) of that source's
+*latest* value — for gauges the latest level, for counters and histograms the latest
+cumulative total. Two facts shape the pipeline:
+
+1. Sources push at their own times, so no single batch holds every source's latest
+   value; summing a batch would count one cluster twice and another not at all. The
+   gateway therefore keeps the latest value of every source in memory — the collector's
+   `prometheus` exporter, bound to loopback, with an expiry so a vanished source drops
+   out — and scrapes that snapshot back with a `prometheus` receiver. Each scrape is one
+   consistent view of every source at one timestamp.
+2. A sum of cumulative counters is not a counter: when one cluster's engine restarts, the
+   sum drops and every reader treats the whole fleet as reset. So the snapshot's
+   counters and histograms are turned into per-source deltas first
+   (`cumulative_to_delta`, which sees each source's own resets), the source attributes
+   are stripped, the deltas are summed (`aggregate_on_attributes`, histograms bucket by
+   bucket), and `delta_to_cumulative` accumulates the fleet series. Gauges are summed
+   as they are.
+
+The snapshot carries start times through (OpenMetrics `_created`), so an engine restart
+is a new stream whose counts are added in full, while a cluster *collector* restart keeps
+the engine's start time and is the same stream continuing — nothing is counted twice.
+
+Each gateway replica rolls up the clusters connected to it and stamps its own name
+(`modelplane.gateway`), so two replicas never overwrite one another's fleet series;
+read-time queries sum over replicas (`sum without (modelplane_gateway)` or any `sum by`).
+
+SLO targets: attainment is exact only when the target is a bucket boundary the engine
+recorded. The gateway cannot invent a boundary the engine did not record, so the read-time
+query matches `le` exactly and returns no data (rather than an interpolated guess) for an
+engine whose buckets lack the target.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Final
+
+from functions.common.contracts import (
+    FLEET_SCOPE,
+    RESOURCE_ATTRIBUTE_CLUSTER,
+    RESOURCE_ATTRIBUTE_SCOPE,
+)
+from functions.common.vocabulary import VOCABULARY, MetricType
+from functions.compose_telemetry.destination import SloTargets
+
+# Where each replica keeps its snapshot of every source's latest value (loopback only).
+SNAPSHOT_PORT: Final = 9465
+SNAPSHOT_SCRAPE_INTERVAL: Final = "15s"
+# A source that has not pushed for this long leaves the fleet gauges; a few push
+# intervals, so one slow push does not make the fleet dip.
+SNAPSHOT_EXPIRATION: Final = "2m"
+# Per-source state in cumulative_to_delta / delta_to_cumulative is forgotten after this.
+STATE_STALENESS: Final = "10m"
+# The resource attribute naming the gateway replica that computed a fleet series.
+RESOURCE_ATTRIBUTE_GATEWAY: Final = "modelplane.gateway"
+POD_NAME_ENV: Final = "POD_NAME"
+FLEET_SCOPE_NAME: Final = "modelplane.fleet"
+
+# Component ids in the gateway config.
+RECEIVER_SNAPSHOT: Final = "prometheus/fleet"
+EXPORTER_SNAPSHOT: Final = "prometheus/fleet"
+FILTER_VOCABULARY: Final = "filter/vocabulary"
+TRANSFORM_SNAPSHOT: Final = "transform/snapshot"
+CUMULATIVE_TO_DELTA: Final = "cumulative_to_delta/fleet"
+TRANSFORM_STRIP: Final = "transform/fleet_strip"
+GROUP_FLEET: Final = "groupbyattrs/fleet"
+TRANSFORM_AGGREGATE: Final = "transform/fleet_sum"
+DELTA_TO_CUMULATIVE: Final = "delta_to_cumulative/fleet"
+
+# The SLO histograms and the destination field that sets each one's target.
+SLO_HISTOGRAMS: Final = {
+    "time_to_first_token": "modelplane_time_to_first_token",
+    "time_per_output_token": "modelplane_time_per_output_token",
+}
+
+
+def prometheus_label(attribute: str) -> str:
+    """An attribute name as Prometheus shows it (the exporters' underscore escaping)."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in attribute)
+
+
+def vocabulary_regex() -> str:
+    # Vocabulary names are constants matching ^modelplane_[a-z][a-z0-9_]*$: nothing to escape.
+    return "^(" + "|".join(sorted(m.name for m in VOCABULARY)) + ")$"
+
+
+def processors() -> dict[str, Any]:
+    """The roll-up's processors, by component id."""
+    units = [
+        f'set(unit, "{m.unit}") where name == "{m.name}"'
+        for m in sorted(VOCABULARY, key=lambda m: m.name)
+    ]
+    cluster_label = prometheus_label(RESOURCE_ATTRIBUTE_CLUSTER)
+    return {
+        FILTER_VOCABULARY: {
+            "error_mode": "ignore",
+            "metrics": {"metric": [f'not IsMatch(name, "{vocabulary_regex()}")']},
+        },
+        TRANSFORM_SNAPSHOT: {
+            "error_mode": "ignore",
+            "metric_statements": [
+                {
+                    # The snapshot keys series by job and instance: make the instance name
+                    # the source (cluster + original job + instance) so two clusters'
+                    # identically named targets stay two series.
+                    "context": "resource",
+                    "statements": [
+                        'set(attributes["service.instance.id"], Concat(['
+                        f'attributes["{RESOURCE_ATTRIBUTE_CLUSTER}"], '
+                        'attributes["service.namespace"], attributes["service.name"], '
+                        'attributes["service.instance.id"]], "/"))',
+                    ],
+                },
+                {
+                    # Units would otherwise become OpenMetrics name suffixes in the
+                    # snapshot; the fleet side sets them back from the vocabulary.
+                    "context": "metric",
+                    "statements": ['set(unit, "")'],
+                },
+            ],
+        },
+        CUMULATIVE_TO_DELTA: {
+            # keep: a source first seen (a new cluster, or an engine restarted with a new
+            # start time) contributes everything it counted.
+            "initial_value": "keep",
+            "max_staleness": STATE_STALENESS,
+        },
+        TRANSFORM_STRIP: {
+            "error_mode": "ignore",
+            "metric_statements": [
+                {
+                    "context": "resource",
+                    "statements": [
+                        'delete_matching_keys(attributes, ".*")',
+                        f'set(attributes["{RESOURCE_ATTRIBUTE_SCOPE}"], "{FLEET_SCOPE}")',
+                        f'set(attributes["{RESOURCE_ATTRIBUTE_GATEWAY}"], '
+                        f'"${{env:{POD_NAME_ENV}}}")',
+                    ],
+                },
+                {
+                    "context": "scope",
+                    "statements": [f'set(name, "{FLEET_SCOPE_NAME}")', 'set(version, "")'],
+                },
+                {
+                    "context": "datapoint",
+                    "statements": [
+                        # The cluster dimension, wherever the cluster tier put it.
+                        f'delete_key(attributes, "{RESOURCE_ATTRIBUTE_CLUSTER}")',
+                        f'delete_key(attributes, "{cluster_label}")',
+                        # Every source's delta covers its own interval; one start per
+                        # scrape lets the sum merge them and keeps delta_to_cumulative's
+                        # order checks satisfied.
+                        "set(start_time_unix_nano, time_unix_nano - 1) where "
+                        "metric.aggregation_temporality == AGGREGATION_TEMPORALITY_DELTA",
+                    ],
+                },
+            ],
+        },
+        GROUP_FLEET: {},  # no keys: merge the now-identical resources into one
+        TRANSFORM_AGGREGATE: {
+            "error_mode": "ignore",
+            "metric_statements": [
+                {
+                    "context": "metric",
+                    "statements": ['aggregate_on_attributes("sum")', *units],
+                }
+            ],
+        },
+        DELTA_TO_CUMULATIVE: {"max_stale": STATE_STALENESS},
+    }
+
+
+def snapshot_receiver() -> dict[str, Any]:
+    return {
+        "config": {
+            "scrape_configs": [
+                {
+                    "job_name": "modelplane-fleet-snapshot",
+                    "scrape_interval": SNAPSHOT_SCRAPE_INTERVAL,
+                    # Keep each source's job and instance: they are what keeps sources apart.
+                    "honor_labels": True,
+                    "static_configs": [{"targets": [f"127.0.0.1:{SNAPSHOT_PORT}"]}],
+                }
+            ]
+        }
+    }
+
+
+def snapshot_exporter() -> dict[str, Any]:
+    return {
+        "endpoint": f"127.0.0.1:{SNAPSHOT_PORT}",
+        "metric_expiration": SNAPSHOT_EXPIRATION,
+        # OpenMetrics carries each series' start time as _created, which is how the fleet
+        # side tells an engine restart (new start) from a collector restart (same start).
+        "enable_open_metrics": True,
+        "translation_strategy": "UnderscoreEscapingWithoutSuffixes",
+        "without_scope_info": True,
+    }
+
+
+def snapshot_pipeline_processors() -> list[str]:
+    return [FILTER_VOCABULARY, TRANSFORM_SNAPSHOT]
+
+
+def fleet_pipeline_processors() -> list[str]:
+    return [
+        FILTER_VOCABULARY,
+        CUMULATIVE_TO_DELTA,
+        TRANSFORM_STRIP,
+        GROUP_FLEET,
+        TRANSFORM_AGGREGATE,
+        DELTA_TO_CUMULATIVE,
+    ]
+
+
+# --- Read time ----------------------------------------------------------------------------
+
+
+def le_label(bound: float) -> str:
+    """A bucket boundary as the `le` label Prometheus stores (Go's shortest 'f' format)."""
+    text = format(Decimal(repr(float(bound))), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def fleet_selector(extra: str = "") -> str:
+    scope = f'{prometheus_label(RESOURCE_ATTRIBUTE_SCOPE)}="{FLEET_SCOPE}"'
+    return "{" + scope + (f",{extra}" if extra else "") + "}"
+
+
+def attainment_query(histogram: str, target_seconds: float, window: str = "5m") -> str:
+    """The fraction of observations at or under the target over the window, fleet-wide.
+
+    Exact (a ratio of counts) because `le` matches the target exactly; where an engine
+    did not record that boundary the numerator has no series and the query returns no
+    data instead of an interpolated guess.
+    """
+    bucket = histogram + "_bucket" + fleet_selector('le="' + le_label(target_seconds) + '"')
+    count = histogram + "_count" + fleet_selector()
+    return f"sum(rate({bucket}[{window}])) / sum(rate({count}[{window}]))"
+
+
+def quantile_query(histogram: str, quantile: float = 0.95, window: str = "5m") -> str:
+    """The fleet-wide quantile (interpolated within a bucket, as histogram_quantile is)."""
+    return (
+        f"histogram_quantile({quantile}, sum by (le) "
+        f"(rate({histogram}_bucket{fleet_selector()}[{window}])))"
+    )
+
+
+def fleet_value_query(metric: str) -> str:
+    """A gauge or counter's fleet value, summed over gateway replicas."""
+    gateway = prometheus_label(RESOURCE_ATTRIBUTE_GATEWAY)
+    return f"sum without ({gateway}) ({metric}{fleet_selector()})"
+
+
+def slo_queries(slo: SloTargets) -> dict[str, str]:
+    """The attainment query for each SLO target the destination sets."""
+    queries = {}
+    for field, histogram in SLO_HISTOGRAMS.items():
+        target = getattr(slo, field)
+        if target is not None:
+            queries[histogram] = attainment_query(histogram, target)
+    return queries
+
+
+def vocabulary_types() -> dict[str, MetricType]:
+    return {m.name: m.type for m in VOCABULARY}
