@@ -205,8 +205,10 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
             if name in RESERVED_LABELS:
                 reserved = ", ".join(sorted(RESERVED_LABELS))
                 raise _Refusal(field, f"{name!r} is reserved (reserved: {reserved})")
-        if source in label_sources or target in label_targets:
-            raise _Refusal(at, "each label is renamed once, onto a name no other rename uses")
+        # Several sources may share a target (a label an engine renamed between
+        # releases); a source is renamed once, and never onto another rename's source.
+        if source in label_sources or source in label_targets or target in label_sources:
+            raise _Refusal(at, "each label is renamed once, and never onto a name renamed itself")
         label_sources.add(source)
         label_targets.add(target)
         labels.append(LabelRename(source, target))

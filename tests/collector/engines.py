@@ -1,0 +1,242 @@
+"""Fake engine pods: `/metrics` pages written from the engines' published metric
+definitions, served on loopback, one port per pod.
+
+vLLM's names, labels (`model_name`, `engine` = the engine-core index) and histogram
+buckets follow vllm/v1/metrics/loggers.py; SGLang's follow
+python/sglang/srt/metrics/collector.py (`model_name`); `llamacpp:` is llama.cpp's server
+prefix, an engine with no MetricMapping. `legacy` is a made-up engine that reports
+milliseconds and percent, the unit differences MetricMapping.scale exists for. Values
+are fixed, so a test can say exactly what the collector must export.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# vLLM's time-to-first-token buckets (loggers.py), and a short latency set for SGLang.
+VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0)
+SGLANG_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0)
+LEGACY_TTFT_BUCKETS_MS = (10.0, 50.0, 100.0, 500.0, 1000.0)
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in labels.items())
+
+
+def _sample(name: str, labels: dict[str, str], value: float) -> str:
+    return f"{name}{{{_labels(labels)}}} {value}" if labels else f"{name} {value}"
+
+
+def gauge(name: str, help_text: str, labels: dict[str, str], value: float) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", _sample(name, labels, value)]
+
+
+def counter(name: str, help_text: str, series: list[tuple[dict[str, str], float]]) -> list[str]:
+    family = name.removesuffix("_total")
+    lines = [f"# HELP {family} {help_text}", f"# TYPE {family} counter"]
+    lines += [_sample(name, labels, value) for labels, value in series]
+    return lines
+
+
+def histogram(
+    name: str,
+    help_text: str,
+    labels: dict[str, str],
+    *,
+    bounds: tuple[float, ...],
+    per_bucket: list[int],
+    total: float,
+) -> list[str]:
+    """A histogram from non-cumulative per-bucket counts (the last one is +Inf only)."""
+    assert len(per_bucket) == len(bounds) + 1
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    running = 0
+    for bound, count in zip((*bounds, "+Inf"), per_bucket, strict=True):
+        running += count
+        lines.append(_sample(f"{name}_bucket", {**labels, "le": str(bound)}, running))
+    lines.append(_sample(f"{name}_sum", labels, total))
+    lines.append(_sample(f"{name}_count", labels, running))
+    return lines
+
+
+@dataclass
+class Pod:
+    """One engine pod: what Kubernetes knows about it and what it serves."""
+
+    name: str
+    uid: str
+    namespace: str
+    engine: str
+    deployment: str
+    serving: str
+    page: str
+    labelled: bool = True  # carries modelplane.ai/serving (False: a pod we must not scrape)
+    port: int = 0
+    extra_ports: dict[str, int] = field(default_factory=dict)
+
+
+def vllm_page(running: float, kv: float, success_stop: float, ttft_per_bucket: list[int]) -> str:
+    base = {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "engine": "0"}
+    lines: list[str] = []
+    lines += gauge(
+        "vllm:num_requests_running", "Number of requests in model execution batches.", base, running
+    )
+    lines += gauge(
+        "vllm:num_requests_waiting", "Number of requests waiting to be processed.", base, 1
+    )
+    lines += gauge(
+        "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", base, kv
+    )
+    lines += counter(
+        "vllm:request_success_total",
+        "Count of successfully processed requests.",
+        [
+            ({**base, "finished_reason": "stop"}, success_stop),
+            ({**base, "finished_reason": "length"}, 1),
+        ],
+    )
+    lines += counter(
+        "vllm:prompt_tokens_total", "Number of prefill tokens processed.", [(base, 1000)]
+    )
+    lines += histogram(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        base,
+        bounds=VLLM_TTFT_BUCKETS,
+        per_bucket=ttft_per_bucket,
+        total=0.5 * sum(ttft_per_bucket),
+    )
+    lines += gauge(
+        "vllm:cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        {"block_size": "16", "engine": "0"},
+        1,
+    )
+    return "\n".join(lines) + "\n"
+
+
+def sglang_page() -> str:
+    base = {"model_name": "Qwen/Qwen2.5-7B-Instruct"}
+    lines: list[str] = []
+    lines += gauge("sglang:num_running_reqs", "The number of running requests.", base, 4)
+    lines += gauge("sglang:token_usage", "The token usage.", base, 0.4)
+    lines += counter(
+        "sglang:generation_tokens_total", "Number of generation tokens processed.", [(base, 777)]
+    )
+    lines += histogram(
+        "sglang:e2e_request_latency_seconds",
+        "Histogram of End-to-end request latency in seconds",
+        base,
+        bounds=SGLANG_E2E_BUCKETS,
+        per_bucket=[0, 1, 2, 3, 0, 0, 0, 0, 1],
+        total=9.5,
+    )
+    return "\n".join(lines) + "\n"
+
+
+def legacy_page() -> str:
+    base = {"model_name": "legacy-model"}
+    lines: list[str] = []
+    lines += gauge("legacy:kv_cache_percent", "KV cache use in percent.", base, 37.5)
+    lines += histogram(
+        "legacy:ttft_milliseconds",
+        "Time to first token in milliseconds.",
+        base,
+        bounds=LEGACY_TTFT_BUCKETS_MS,
+        per_bucket=[1, 2, 3, 0, 0, 0],
+        total=250.0,
+    )
+    return "\n".join(lines) + "\n"
+
+
+def llamacpp_page() -> str:
+    lines = gauge("llamacpp:requests_processing", "Number of requests processing.", {}, 2)
+    lines += counter(
+        "llamacpp:prompt_tokens_total", "Number of prompt tokens processed.", [({}, 42)]
+    )
+    return "\n".join(lines) + "\n"
+
+
+def fleet_pods() -> list[Pod]:
+    """Two vLLM pods of one deployment, one SGLang pod, one legacy and one llama.cpp pod,
+    plus a vLLM pod without the serving label (must never be scraped)."""
+    return [
+        Pod(
+            "llama-8b-a",
+            "uid-vllm-a",
+            "ml-team",
+            "vllm",
+            "llama-8b",
+            "llama-8b-us-east-1",
+            vllm_page(3, 0.25, 10, [0, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0]),
+        ),
+        Pod(
+            "llama-8b-b",
+            "uid-vllm-b",
+            "ml-team",
+            "vllm",
+            "llama-8b",
+            "llama-8b-us-east-1",
+            vllm_page(5, 0.75, 20, [0, 1, 1, 0, 0, 4, 0, 0, 0, 0, 0, 0, 1]),
+        ),
+        Pod("qwen-a", "uid-sglang-a", "ml-team", "sglang", "qwen", "qwen-us-east-1", sglang_page()),
+        Pod("legacy-a", "uid-legacy-a", "ml-team", "legacy", "old", "old-us-east-1", legacy_page()),
+        Pod(
+            "tiny-a",
+            "uid-llamacpp-a",
+            "ml-team",
+            "llamacpp",
+            "tiny",
+            "tiny-us-east-1",
+            llamacpp_page(),
+        ),
+        Pod(
+            "stray",
+            "uid-stray",
+            "ml-team",
+            "vllm",
+            "stray",
+            "stray",
+            vllm_page(99, 0.99, 99, [0] * 13),
+            labelled=False,
+        ),
+    ]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    page = ""
+
+    def do_GET(self) -> None:
+        body = self.page.encode() if self.path == "/metrics" else b""
+        self.send_response(200 if body else 404)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args) -> None:
+        pass
+
+
+class EngineServers:
+    """Serves each pod's page on its own loopback port until closed."""
+
+    def __init__(self, pods: list[Pod]) -> None:
+        self.pods = pods
+        self._servers: list[ThreadingHTTPServer] = []
+
+    def __enter__(self) -> EngineServers:
+        for pod in self.pods:
+            handler = type(f"Handler_{pod.uid}", (_Handler,), {"page": pod.page})
+            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            pod.port = server.server_address[1]
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self._servers.append(server)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
