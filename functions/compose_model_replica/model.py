@@ -142,12 +142,17 @@ class ModelReplica(_Spec):
         """What should run now: nothing while parked or unplaceable."""
         return 0 if self.unavailable is not None else self.replicas
 
-    def engine_port(self, engine: Engine) -> int:
-        if engine.port is not None:
-            return engine.port
-        if self.shape is Shape.PREFILL_DECODE and engine.member(ROLE_DECODE) is not None:
-            return PORT_DECODE_ENGINE
-        return PORT_SERVING
+    def member_port(self, engine: Engine, member: Member) -> int:
+        """The `http` port of a member's engine container.
+
+        `engines[].port` is the engine's; an engine holding both the prefill and the
+        decode member of PrefillDecode serves decode on 8001 (behind the sidecar) and
+        prefill on 8000, since the two run in different pods.
+        """
+        shared = len(engine.members) > 1 and self.shape is Shape.PREFILL_DECODE
+        if member.role == ROLE_DECODE:
+            return engine.port if engine.port is not None and not shared else PORT_DECODE_ENGINE
+        return engine.port if engine.port is not None and not shared else PORT_SERVING
 
     def member_max_replicas(self) -> int | None:
         """This member's ceiling from the autoscaling member list, if it is listed."""
@@ -204,11 +209,11 @@ def _check(replica: ModelReplica) -> None:
             "spec.servingMode", f"must be {SERVING_UNIFIED} or {SERVING_PREFILL_DECODE}"
         )
     for e, engine in enumerate(replica.engines):
-        port = replica.engine_port(engine)
+        decode = engine.member(ROLE_DECODE)
         if (
             replica.shape is Shape.PREFILL_DECODE
-            and engine.member(ROLE_DECODE)
-            and (port == PORT_SERVING)
+            and decode is not None
+            and replica.member_port(engine, decode) == PORT_SERVING
         ):
             raise InvalidReplica(
                 f"spec.engines[{e}].port",
@@ -261,11 +266,6 @@ def _check_prefill_decode(replica: ModelReplica) -> None:
                     f"{member.role} appears twice (first in engine {seen[member.role]})",
                 )
             seen[member.role] = engine.name
-        if len(engine.members) != 1:
-            raise InvalidReplica(
-                f"spec.engines[{e}].members",
-                "in PrefillDecode serving each engine has one member: its prefill or decode pods",
-            )
     for role in (ROLE_PREFILL, ROLE_DECODE):
         if role not in seen:
             raise InvalidReplica("spec.engines", f"PrefillDecode serving needs a {role} member")

@@ -134,7 +134,7 @@ def pod_template(
         metadata["annotations"] = dict(sorted(annotations.items()))
 
     spec = template["spec"]
-    port = replica.engine_port(engine)
+    port = replica.member_port(engine, member)
     containers = spec["containers"]
     engine_index = engine_container_index(containers)
     claim = "gpus"

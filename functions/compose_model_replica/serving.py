@@ -60,6 +60,13 @@ def serving_role(replica: ModelReplica) -> str:
     }[replica.shape]
 
 
+def _serving_port(replica: ModelReplica) -> int:
+    engine = replica.engines[0]
+    member = engine.member(serving_role(replica))
+    assert member is not None  # model.parse checked the shape
+    return replica.member_port(engine, member)
+
+
 def endpoint_name(replica: ModelReplica) -> str:
     return dns_label(replica.deployment)
 
@@ -97,7 +104,7 @@ def inference_pool(replica: ModelReplica) -> dict:
             "selector": {
                 "matchLabels": {LABEL_SERVING: replica.name, LABEL_ROLE: serving_role(replica)}
             },
-            "targetPorts": [{"number": replica.engine_port(replica.engines[0])}],
+            "targetPorts": [{"number": _serving_port(replica)}],
             "endpointPickerRef": {
                 "kind": "Service",
                 "name": epp_name(replica),

@@ -375,3 +375,19 @@ def test_parked_replica_says_so_in_both_conditions():
     status = observe(replica, compose(replica).workloads, {}, HEALTH_KEY)
     assert [c.reason for c in status.conditions] == ["Parked", "Parked"]
     assert all("parked after 5" in c.message for c in status.conditions)
+
+
+def test_prefill_and_decode_may_share_one_engine():
+    xr = load("prefill-decode")
+    prefill, decode = xr["spec"]["engines"]
+    xr["spec"]["engines"] = [
+        {"name": "vllm", "type": "vllm", "members": prefill["members"] + decode["members"]}
+    ]
+    built = manifests(xr)
+    assert {"claims-vllm-prefill", "claims-vllm-decode"} <= set(built)
+    pods = {p["metadata"]["labels"][LABEL_ROLE]: p for p in workload_pods(xr)}
+    ports = {
+        role: pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+        for role, pod in pods.items()
+    }
+    assert ports == {"Prefill": PORT_SERVING, "Decode": PORT_DECODE_ENGINE}

@@ -22,13 +22,13 @@ ROUTING_SIDECAR_NAME = "routing-sidecar"
 ROUTING_PORT_NAME = "serving"
 
 
-def routing_sidecar(replica: ModelReplica, decode: Engine) -> dict:
+def routing_sidecar(replica: ModelReplica, decode: Engine, member: Member) -> dict:
     return {
         "name": ROUTING_SIDECAR_NAME,
         "image": ROUTING_SIDECAR_IMAGE,
         "args": [
             f"-port={PORT_SERVING}",
-            f"-vllm-port={replica.engine_port(decode)}",
+            f"-vllm-port={replica.member_port(decode, member)}",
             "-connector=nixlv2",
         ],
         "ports": [{"name": ROUTING_PORT_NAME, "containerPort": PORT_SERVING, "protocol": "TCP"}],
@@ -47,7 +47,7 @@ def members(replica: ModelReplica) -> list[tuple[Engine, Member]]:
 
 def wiring_for(replica: ModelReplica, engine: Engine, member: Member) -> Wiring:
     if member.role == ROLE_DECODE:
-        return Wiring(sidecars=(routing_sidecar(replica, engine),))
+        return Wiring(sidecars=(routing_sidecar(replica, engine, member),))
     return Wiring()
 
 
