@@ -38,6 +38,9 @@ LABEL_CLUSTER: Final = "modelplane.ai/cluster"  # the InferenceCluster a ModelRe
 POD_LABELS: Final = (LABEL_SERVING, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_ROLE)
 
 ANNOTATION_RETRY: Final = "modelplane.ai/retry"  # a new value unparks a parked model
+# On every composed pod template: the definition (ModelReplica spec.definitionHash) the pod
+# runs. The member's agent counts start failures per definition from it.
+ANNOTATION_DEFINITION_HASH: Final = "modelplane.ai/definition-hash"
 
 # --- Ports ----------------------------------------------------------------------------
 
