@@ -45,6 +45,11 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         }
         status = observe(replica, plan.workloads, observed, HEALTH_KEY)
 
+        dropped = sorted(set(observed) - {c.key for c in plan.composed})
+        if dropped:
+            # Deliberate, never silent: the model became available again (the 503
+            # filter goes) or autoscaling was switched off (KEDA's objects go).
+            response.normal(rsp, f"removing {', '.join(dropped)}: no longer part of this replica")
         for composed in plan.composed:
             desired = rsp.desired.resources[composed.key]
             resource.update(desired, composed.object)

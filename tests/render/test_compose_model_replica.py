@@ -16,10 +16,14 @@ import yaml
 import render
 from functions.common import conditions
 from functions.common.contracts import OBJECT_API_VERSION, OBJECT_KIND
+from functions.compose_model_replica.compose import compose
+from functions.compose_model_replica.model import parse
 
 TESTDATA = render.REPO / "tests" / "render" / "testdata"
 XR = TESTDATA / "modelreplica.yaml"
 OBSERVED = TESTDATA / "model_replica"
+# Every serving shape, as the unit goldens compose them.
+SHAPES = sorted((render.REPO / "tests/unit/testdata/model_replica/inputs").glob("*.yaml"))
 
 
 def _render(function_servers, xr: Path = XR, observed: Path | None = None):
@@ -138,3 +142,25 @@ def test_bad_input_is_fatal_and_names_the_field(function_servers, tmp_path, chan
     result = render.render(function_servers, bad)
     assert result.returncode != 0
     assert named in result.stderr
+
+
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_every_shape_renders_what_the_planner_composes(function_servers, xr_path):
+    # The goldens are the planner's output; this proves the shell writes exactly that.
+    planned = compose(parse(yaml.safe_load(xr_path.read_text()))).composed
+    _, composed = _render(function_servers, xr=xr_path)
+    by_key = {
+        d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d for d in composed
+    }
+    assert sorted(by_key) == [c.key for c in planned]
+    for c in planned:
+        assert by_key[c.key]["spec"] == c.object["spec"], c.key
+
+
+def test_removing_a_composed_object_is_said_not_silent(function_servers):
+    result = render.render(function_servers, XR, observed=OBSERVED / "observed-was-parked.yaml")
+    assert result.returncode == 0, result.stderr
+    names = [d["metadata"]["name"] for d in result.documents[1:] if d["kind"] != "Result"]
+    assert "llama-3-1-8b-us-east-1-route-unavailable" not in names
+    messages = [d.get("message", "") for d in result.documents if d["kind"] == "Result"]
+    assert any("removing route-unavailable" in m for m in messages), messages
