@@ -1,0 +1,209 @@
+"""Start failures counted from what pods show: what counts, what does not, and that a
+poll (or an agent restart) never counts the same failure twice."""
+
+import pytest
+
+from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
+from functions.common.health import HEALTH_RECORD_LABEL, HealthRecord, health_record_name
+from functions.runtime.health_agent import (
+    ANNOTATION_COUNTED,
+    Counted,
+    count_start_failures,
+    current_definition,
+    group_by_replica,
+    record_object,
+)
+from functions.runtime.policy import rfc3339
+
+NOW = 1_800_000_000.0
+DEF = "3f2a9c1d0b"
+
+
+def pod(
+    name="llm-0",
+    *,
+    uid=None,
+    definition=DEF,
+    ready=False,
+    restarts=0,
+    last_terminated=None,
+    terminated=None,
+    waiting=None,
+    phase="Running",
+    conditions=(),
+    reason=None,
+    created="2026-12-02T10:00:00Z",
+):
+    state = {}
+    if terminated:
+        state["terminated"] = terminated
+    if waiting:
+        state["waiting"] = waiting
+    status = {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}, *conditions],
+        "containerStatuses": [
+            {
+                "name": "engine",
+                "restartCount": restarts,
+                "state": state or {"running": {}},
+                "lastState": {"terminated": last_terminated} if last_terminated else {},
+            }
+        ],
+    }
+    if reason:
+        status["reason"] = reason
+    return {
+        "metadata": {
+            "name": name,
+            "uid": uid or f"uid-{name}",
+            "namespace": "ml-team",
+            "labels": {LABEL_SERVING: "llm-us-east-1"},
+            "annotations": {ANNOTATION_DEFINITION_HASH: definition},
+            "creationTimestamp": created,
+        },
+        "status": status,
+    }
+
+
+CRASH = {"exitCode": 1, "reason": "Error", "message": "unknown architecture 'kev'"}
+
+
+def tally(pods, previous=None, counted=None, now=NOW, definition=DEF):
+    return count_start_failures(previous, counted or Counted(), pods, definition, now)
+
+
+def test_each_restart_before_ready_counts_once_across_polls():
+    first = tally([pod(restarts=2, last_terminated=CRASH)])
+    assert first.record.consecutive_start_failures == 2
+    assert first.record.last_error == (
+        "container engine exited 1 (Error) before ready: unknown architecture 'kev'"
+    )
+    again = tally([pod(restarts=2, last_terminated=CRASH)], first.record, first.counted)
+    assert again.record.consecutive_start_failures == 2
+    more = tally([pod(restarts=3, last_terminated=CRASH)], again.record, again.counted)
+    assert more.record.consecutive_start_failures == 3
+
+
+def test_a_container_killed_for_memory_before_ready_counts():
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+    result = tally([pod(restarts=1, last_terminated=oom)])
+    assert result.record.consecutive_start_failures == 1
+    assert "OOMKilled" in result.record.last_error
+
+
+def test_a_failed_pod_that_is_not_restarted_counts_its_exit():
+    result = tally([pod(phase="Failed", terminated=CRASH)])
+    assert result.record.consecutive_start_failures == 1
+
+
+def test_an_image_pull_failure_counts_once_per_pod():
+    waiting = {"reason": "ImagePullBackOff", "message": "manifest unknown"}
+    first = tally([pod(waiting=waiting)])
+    assert first.record.consecutive_start_failures == 1
+    assert first.record.last_error == (
+        "image pull failed for container engine: ImagePullBackOff: manifest unknown"
+    )
+    again = tally([pod(waiting=waiting)], first.record, first.counted)
+    assert again.record.consecutive_start_failures == 1
+
+
+@pytest.mark.parametrize(("pending_for", "counts"), [(60, 0), (899, 0), (900, 1), (3600, 1)])
+def test_a_pod_that_cannot_be_scheduled_counts_only_after_fifteen_minutes(pending_for, counts):
+    unschedulable = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        "lastTransitionTime": rfc3339(NOW - pending_for),
+    }
+    result = tally([pod(conditions=[unschedulable], phase="Pending")])
+    assert result.record.consecutive_start_failures == counts
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        {
+            "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+            ]
+        },
+        {
+            "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+            ]
+        },
+        {"reason": "NodeLost", "phase": "Failed"},
+        {"reason": "Evicted", "phase": "Failed"},
+    ],
+    ids=["node-gone", "preempted", "node-lost", "evicted"],
+)
+def test_pods_lost_to_their_node_or_preempted_are_not_start_failures(lost):
+    result = tally([pod(restarts=1, terminated={"exitCode": 143, "reason": "Error"}, **lost)])
+    assert result.record.consecutive_start_failures == 0
+
+
+def test_a_replica_that_becomes_ready_resets_the_count():
+    failing = tally([pod(restarts=4, last_terminated=CRASH)])
+    assert failing.record.consecutive_start_failures == 4
+    started = tally(
+        [pod(restarts=4, last_terminated=CRASH), pod("llm-1", ready=True)],
+        failing.record,
+        failing.counted,
+    )
+    assert started.record.consecutive_start_failures == 0
+    assert started.record.last_error == ""
+
+
+def test_a_crash_after_the_pod_was_ready_is_not_a_start_failure():
+    ready = tally([pod(ready=True)])
+    crashed = tally([pod(restarts=1, last_terminated=CRASH)], ready.record, ready.counted)
+    assert crashed.record.consecutive_start_failures == 0
+
+
+def test_a_new_definition_starts_from_zero_and_old_pods_do_not_count():
+    old = tally([pod(restarts=5, last_terminated=CRASH)])
+    assert old.record.consecutive_start_failures == 5
+    new = tally(
+        [pod(restarts=7, last_terminated=CRASH), pod("llm-new", definition="aaaa", restarts=1)],
+        old.record,
+        old.counted,
+        definition="aaaa",
+    )
+    assert new.record.definition_hash == "aaaa"
+    assert new.record.consecutive_start_failures == 1
+
+
+def test_counting_survives_an_agent_restart_through_the_annotation():
+    first = tally([pod(restarts=2, last_terminated=CRASH)])
+    obj = record_object("ml-team", "llm-us-east-1", first)
+    restored = Counted.from_annotation(obj["metadata"]["annotations"][ANNOTATION_COUNTED])
+    previous = HealthRecord.from_data(obj["data"])
+    again = tally([pod(restarts=2, last_terminated=CRASH)], previous, restored)
+    assert again.record.consecutive_start_failures == 2
+
+
+def test_a_garbled_annotation_reads_as_nothing_counted():
+    assert Counted.from_annotation("{not json") == Counted()
+    assert Counted.from_annotation(None) == Counted()
+
+
+def test_the_record_is_the_configmap_common_health_defines():
+    obj = record_object("ml-team", "llm-us-east-1", tally([pod(restarts=1, last_terminated=CRASH)]))
+    assert obj["kind"] == "ConfigMap"
+    assert obj["metadata"]["name"] == health_record_name("llm-us-east-1")
+    assert obj["metadata"]["labels"][HEALTH_RECORD_LABEL] == "true"
+    assert obj["data"] == {
+        "definitionHash": DEF,
+        "consecutiveStartFailures": "1",
+        "lastError": "container engine exited 1 (Error) before ready: unknown architecture 'kev'",
+        "observedAt": rfc3339(NOW),
+    }
+
+
+def test_pods_are_grouped_by_model_replica_and_the_newest_pod_names_the_definition():
+    a = pod("a", definition="old", created="2026-12-02T09:00:00Z")
+    b = pod("b", definition="new", created="2026-12-02T10:00:00Z")
+    assert current_definition([a, b]) == "new"
+    assert list(group_by_replica([a, b])) == [("ml-team", "llm-us-east-1")]
