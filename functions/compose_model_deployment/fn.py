@@ -1,31 +1,315 @@
 """The gRPC shell of compose-model-deployment.
 
-Reads a ModelDeployment and will place its replicas across InferenceClusters as
-ModelReplicas; for now it proves the harness by saying what it was given.
+Reads the ModelDeployment, asks for every InferenceCluster and every ModelReplica (the
+clusterSelector's matchExpressions cannot be put in a required-resource selector, so all
+clusters are fetched and the selector is applied in pure code), decides parking and
+placement in pure code, composes one ModelReplica per cluster used, and writes status
+and conditions. The wall clock is read here, once, and passed in.
+
+Inputs are resolved explicitly: until both requirements have been answered nothing new
+is placed and every ModelReplica composed before is kept as it is; an empty answer is
+"absent" (no clusters, or nobody holds capacity), never "not fetched yet".
+
+Parsing a cluster or a replica is memoized by its serialized bytes: the same fleet
+arrives on every reconcile, and converting protobuf Structs is the costliest part of a
+large request.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final, TypeVar
+
 import grpc
-from crossplane.function import logging, response
+from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from google.protobuf import struct_pb2
 
-from functions.common.contracts import FUNCTION_MODEL_DEPLOYMENT
-from functions.common.sdk import describe_composite, observed_composite, report_not_composing_yet
+from functions.common import contracts
+from functions.common.sdk import describe_composite
+from functions.compose_model_deployment import manifests, status
+from functions.compose_model_deployment.devices import check_selectors
+from functions.compose_model_deployment.model import (
+    Cluster,
+    Deployment,
+    Holding,
+    InputError,
+    read_cluster,
+    read_deployment,
+    read_holding,
+)
+from functions.compose_model_deployment.placement import Placement, PlacementPlan, place
+from functions.runtime import parking
+
+REQUIRED_CLUSTERS: Final = "inference-clusters"
+REQUIRED_REPLICAS: Final = "model-replicas"
+_CACHE_LIMIT: Final = 20000
+
+T = TypeVar("T")
+
+
+def plain(value):
+    """A Struct value as plain Python, integral numbers as int (Structs carry floats)."""
+    if isinstance(value, struct_pb2.Struct):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, struct_pb2.ListValue):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _identity(struct: struct_pb2.Struct) -> tuple[str, str] | None:
+    """(namespace, name) of a resource, read without converting the whole Struct."""
+    if "metadata" not in struct:
+        return None
+    meta = struct["metadata"]
+    if "name" not in meta:
+        return None
+    namespace = meta["namespace"] if "namespace" in meta else ""  # noqa: SIM401 (a Struct has no .get)
+    return (namespace, meta["name"])
+
+
+class _Memo:
+    """Parsed values by the exact bytes they were parsed from (bounded)."""
+
+    def __init__(self, parse: Callable[[dict], T]) -> None:
+        self.parse = parse
+        self.values: dict[bytes, T] = {}
+
+    def __call__(self, struct: struct_pb2.Struct) -> T:
+        key = struct.SerializeToString(deterministic=True)
+        found = self.values.get(key)
+        if found is None:
+            if len(self.values) >= _CACHE_LIMIT:
+                self.values.clear()
+            found = self.values[key] = self.parse(plain(struct))
+        return found
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self.log = logging.get_logger()
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.clusters = _Memo(read_cluster)
+        self.holdings = _Memo(read_holding)
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
-        xr = observed_composite(req)
-        spec = xr.get("spec", {})
-        engines = spec.get("template", {}).get("spec", {}).get("engines", [])
-        replicas = spec.get("replicas")
-        given = f"{describe_composite(xr)} ({replicas} replicas, {len(engines)} engines)"
-        self.log.info("received", composite=describe_composite(xr))
-        report_not_composing_yet(rsp, FUNCTION_MODEL_DEPLOYMENT, given, "issue #4")
+        now = self.clock()
+        xr = plain(req.observed.composite.resource)
+        name = describe_composite(xr)
+
+        # 1. Resolve inputs.
+        try:
+            deployment = read_deployment(xr)
+            check_selectors(deployment)
+        except InputError as err:
+            response.fatal(rsp, f"{name}: {err}")
+            return rsp
+        response.require_resources(
+            rsp, REQUIRED_CLUSTERS, contracts.API_GROUP_VERSION, contracts.KIND_INFERENCE_CLUSTER
+        )
+        response.require_resources(
+            rsp, REQUIRED_REPLICAS, contracts.API_GROUP_VERSION, contracts.KIND_MODEL_REPLICA
+        )
+        observed_own = {
+            key: r.resource
+            for key, r in req.observed.resources.items()
+            if r.resource["kind"] == contracts.KIND_MODEL_REPLICA
+        }
+        missing = [
+            n for n in (REQUIRED_CLUSTERS, REQUIRED_REPLICAS) if n not in req.required_resources
+        ]
+        if missing:
+            self._keep_existing(rsp, observed_own)
+            self._set_conditions(
+                rsp,
+                status.waiting_conditions(
+                    f"asked for {' and '.join(missing)}; placing nothing new until they arrive"
+                ),
+            )
+            return rsp
+        try:
+            clusters = [
+                self.clusters(item.resource)
+                for item in req.required_resources[REQUIRED_CLUSTERS].items
+            ]
+        except InputError as err:
+            response.fatal(rsp, f"{name}: {err}")
+            return rsp
+        holdings = self._holdings(req, observed_own)
+        own = [
+            h
+            for h in holdings
+            if h.namespace == deployment.namespace and h.deployment == deployment.name
+        ]
+        previous = xr.get("status") or {}
+
+        # 2. Decide: parking first, then placement (a parked model places nothing).
+        decision = parking.decide(
+            definition=deployment.definition_hash,
+            retry=deployment.retry,
+            records=[h.health for h in own if h.health is not None],
+            previous=status.read_parked(previous),
+            baseline=status.read_baseline(previous),
+            max_consecutive_failures=deployment.parking.max_consecutive_failures,
+            enabled=deployment.parking.enabled,
+            now=status.format_time(now),
+        )
+        by_name = {c.name: c for c in clusters}
+        if decision.is_parked:
+            plan = PlacementPlan((), 0, "")
+            parked_at = [
+                (by_name[h.cluster], h.pool)
+                for h in sorted(own, key=lambda h: h.cluster)
+                if h.cluster in by_name and by_name[h.cluster].pool(h.pool) is not None
+            ]
+        else:
+            plan = place(deployment, clusters, holdings, deployment.replicas)
+            parked_at = []
+
+        # 3. Compose one ModelReplica per cluster used.
+        self._compose(
+            rsp,
+            deployment=deployment,
+            by_name=by_name,
+            plan=plan,
+            parked_at=parked_at,
+            decision=decision,
+        )
+
+        # 4. Status, results and conditions.
+        ready_by_cluster = {
+            h.cluster: h.ready_replicas
+            for h in own
+            if h.cluster in {p.cluster for p in plan.placements}
+        }
+        unplaceable = status.report_unplaceable(previous.get("unplaceable"), plan, now)
+        resource.update(
+            rsp.desired.composite,
+            {
+                "status": status.build_status(
+                    desired=deployment.replicas,
+                    plan=plan,
+                    ready_by_cluster=ready_by_cluster,
+                    unplaceable=unplaceable,
+                    parking=decision,
+                )
+            },
+        )
+        for moved in plan.dropped:
+            response.warning(
+                rsp,
+                f"moving {moved.replicas} replicas off {moved.cluster}/{moved.pool}: "
+                f"{moved.reason}",
+            )
+        if decision.transition == "parked" and decision.parked:
+            response.warning(rsp, f"{name} {status.parked_message(decision.parked)}")
+        elif decision.transition == "unparked":
+            response.normal(rsp, f"{name} unparked: {decision.why_unparked}")
+        if unplaceable.warn:
+            response.warning(rsp, f"{name}: {plan.unplaceable} replicas fit nowhere: {plan.reason}")
+        self._set_conditions(
+            rsp,
+            status.derive_conditions(
+                desired=deployment.replicas,
+                plan=plan,
+                ready=sum(ready_by_cluster.values()),
+                parking=decision,
+                parking_enabled=deployment.parking.enabled,
+            ),
+        )
+        self.log.debug(
+            "placed",
+            composite=name,
+            placed=plan.placed,
+            unplaceable=plan.unplaceable,
+            parked=decision.is_parked,
+        )
         return rsp
+
+    def _holdings(
+        self, req: fnv1.RunFunctionRequest, observed_own: dict[str, struct_pb2.Struct]
+    ) -> list[Holding]:
+        """Every ModelReplica; our own as observed (the composed copy is authoritative)."""
+        mine = [self.holdings(s) for s in observed_own.values()]
+        ids = {(h.namespace, h.name) for h in mine}
+        others = []
+        for item in req.required_resources[REQUIRED_REPLICAS].items:
+            ident = _identity(item.resource)
+            if ident in ids:
+                continue
+            others.append(self.holdings(item.resource))
+        return mine + others
+
+    def _keep_existing(
+        self, rsp: fnv1.RunFunctionResponse, observed_own: dict[str, struct_pb2.Struct]
+    ) -> None:
+        for key, observed in observed_own.items():
+            body = plain(observed)
+            meta = body.get("metadata") or {}
+            kept = {
+                "apiVersion": body.get("apiVersion"),
+                "kind": body.get("kind"),
+                "metadata": {k: meta[k] for k in ("name", "labels") if k in meta},
+                "spec": body.get("spec") or {},
+            }
+            resource.update(rsp.desired.resources[key], kept)
+
+    def _compose(
+        self,
+        rsp: fnv1.RunFunctionResponse,
+        *,
+        deployment: Deployment,
+        by_name: dict[str, Cluster],
+        plan: PlacementPlan,
+        parked_at: list[tuple[Cluster, str]],
+        decision: parking.Decision,
+    ) -> None:
+        unavailable = None
+        targets: list[tuple[Cluster, str, int]] = [
+            (by_name[p.cluster], p.pool, p.replicas) for p in plan.placements
+        ]
+        if decision.parked:
+            unavailable = {"reason": "Parked", "message": status.parked_message(decision.parked)}
+            targets = [(c, pool, 0) for c, pool in parked_at]
+        elif not plan.placements and plan.unplaceable and plan.nearest:
+            # Nothing runs anywhere: keep one answerable ModelReplica, so a request for the
+            # model is told why at once instead of being routed to nothing.
+            cluster, pool = plan.nearest
+            unavailable = {"reason": "Unplaceable", "message": plan.reason[:1024]}
+            targets = [(by_name[cluster], pool, 0)]
+        if unavailable is not None:
+            unavailable["message"] = unavailable["message"][:1024]
+        autoscaling = manifests.autoscaling_spec(deployment, [(c, p) for c, p, _ in targets])
+        for cluster, pool_name, replicas in targets:
+            pool = cluster.pool(pool_name)
+            if pool is None:
+                continue
+            body = manifests.model_replica(
+                deployment,
+                cluster,
+                pool,
+                replicas,
+                autoscaling=autoscaling,
+                unavailable=unavailable,
+            )
+            resource.update(rsp.desired.resources[manifests.replica_key(cluster.name)], body)
+
+    @staticmethod
+    def _set_conditions(rsp: fnv1.RunFunctionResponse, derived: list[status.Condition]) -> None:
+        response.set_conditions(
+            rsp,
+            *(
+                resource.Condition(typ=c.type, status=c.status, reason=c.reason, message=c.message)
+                for c in derived
+            ),
+        )
+
+
+__all__ = ["FunctionRunner", "Placement"]

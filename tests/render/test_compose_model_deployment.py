@@ -1,20 +1,212 @@
 """compose-model-deployment under the real `crossplane render`.
 
-Until issue #4 lands the function composes nothing and must say so, so a render
-never passes off the harness as the feature.
+Each scenario under testdata/model_deployment/<name>/ is a ModelDeployment (`xr.yaml`),
+optionally the ModelReplicas it composed before (`observed.yaml`, also listed among the
+required resources, as the API server would list them) and other deployments'
+ModelReplicas (`replicas.yaml`), rendered against the fleet in `clusters.yaml` supplied
+with `-e`. The whole output is compared with `expected.yaml`; timestamps the function
+takes from its clock are replaced by `<now>`. `{definitionHash}` in an input file stands
+for the deployment's definition hash.
+
+Regenerate the golden files after an intended change with
+
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/render/test_compose_model_deployment.py
+
+and read the diff before committing it.
 """
 
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
 import render
-from functions.common import conditions
+from functions.common import conditions, contracts
+from functions.compose_model_deployment.model import read_deployment
+
+TESTDATA = Path(__file__).parent / "testdata" / "model_deployment"
+UPDATE = os.environ.get("UPDATE_GOLDEN", "") == "1"
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+_RENDER_CONDITION_TIME = "2024-01-01T00:00:00Z"
 
 
-def test_says_it_composes_nothing_yet(function_servers):
-    xr = render.REPO / "examples" / "modeldeployments/llama-8b-vllm.yaml"
-    result = render.render(function_servers, xr)
+def _inputs(scenario: Path, workdir: Path) -> tuple[Path, Path, Path | None, set[str]]:
+    xr_text = (scenario / "xr.yaml").read_text()
+    raw = yaml.safe_load(xr_text.replace("{definitionHash}", "x"))
+    definition = read_deployment(raw).definition_hash
+
+    def fill(text: str) -> str:
+        return text.replace("{definitionHash}", definition)
+
+    xr = workdir / "xr.yaml"
+    xr.write_text(fill(xr_text))
+    parts = [(TESTDATA / "clusters.yaml").read_text()]
+    observed = None
+    for name in ("replicas.yaml", "observed.yaml"):
+        if (scenario / name).exists():
+            parts.append(fill((scenario / name).read_text()))
+    if (scenario / "observed.yaml").exists():
+        observed = workdir / "observed.yaml"
+        observed.write_text(fill((scenario / "observed.yaml").read_text()))
+    required = workdir / "required.yaml"
+    required.write_text("\n---\n".join(parts))
+    given = "\n".join([xr.read_text(), required.read_text()])
+    known_times = set(re.findall(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", given))
+    return xr, required, observed, known_times | {_RENDER_CONDITION_TIME}
+
+
+def _normalize(value, known_times: set[str]):
+    if isinstance(value, dict):
+        return {k: _normalize(v, known_times) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalize(v, known_times) for v in value]
+    if isinstance(value, str) and _TIMESTAMP.match(value) and value not in known_times:
+        return "<now>"
+    return value
+
+
+def _render(function_servers, name: str, tmp_path: Path):
+    xr, required, observed, known = _inputs(TESTDATA / name, tmp_path)
+    result = render.render(function_servers, xr, required=required, observed=observed)
+    assert result.returncode == 0, result.stderr
+    documents = [_normalize(d, known) for d in result.documents]
+    golden = TESTDATA / name / "expected.yaml"
+    text = yaml.safe_dump_all(documents, sort_keys=True, width=100)
+    if UPDATE:
+        golden.write_text(text)
+    assert golden.exists(), f"no golden file {golden}: run with UPDATE_GOLDEN=1"
+    assert documents == list(yaml.safe_load_all(golden.read_text())), (
+        f"render of {name} differs from {golden.relative_to(render.REPO)}; "
+        "regenerate with UPDATE_GOLDEN=1 if the change is intended"
+    )
+    return documents
+
+
+def _parts(documents):
+    composite = documents[0]
+    replicas = {
+        d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d
+        for d in documents[1:]
+        if d["kind"] == contracts.KIND_MODEL_REPLICA
+    }
+    results = [d for d in documents if d["kind"] == "Result"]
+    conds = {c["type"]: c for c in composite["status"]["conditions"]}
+    return composite, replicas, results, conds
+
+
+def test_first_placement_spreads_replicas_over_the_selected_clusters(function_servers, tmp_path):
+    composite, replicas, _results, conds = _parts(
+        _render(function_servers, "first-placement", tmp_path)
+    )
+    placed = {
+        (r["spec"]["cluster"]["name"], r["spec"]["nodePool"]["name"]): r for r in replicas.values()
+    }
+    # dev-1 is not production; the L40S pool is tainted; eu-west-1 has one B200 node left.
+    assert {k: r["spec"]["replicas"] for k, r in placed.items()} == {
+        ("eu-west-1", "b200"): 2,
+        ("us-east-1", "h100"): 1,
+    }
+    for r in replicas.values():
+        assert r["metadata"]["namespace"] == "ml-team"
+        assert r["metadata"]["labels"][contracts.LABEL_DEPLOYMENT] == "llama-3-1-8b"
+        assert r["metadata"]["labels"][contracts.LABEL_CLUSTER] == r["spec"]["cluster"]["name"]
+        assert r["spec"]["engines"][0]["port"] == contracts.PORT_SERVING
+        assert "unavailable" not in r["spec"]
+    # Every ModelReplica carries the same member list, so the AdaptivePolicy copies match.
+    policies = [r["spec"]["autoscaling"] for r in replicas.values()]
+    assert all(p == policies[0] for p in policies)
+    assert [c["name"] for c in policies[0]["clusters"]] == ["eu-west-1", "us-east-1"]
+    assert all(c["maxReplicas"] == 6 for c in policies[0]["clusters"])
+    assert composite["status"]["placedReplicas"] == 3
+    assert conds[conditions.REPLICAS_SCHEDULED]["status"] == "True"
+    assert conds[conditions.REPLICAS_READY]["reason"] == "Short"  # 0 of 3 ready yet
+    assert conds[conditions.PARKED]["status"] == "False"
+
+
+def test_replicas_on_a_cluster_that_went_away_move(function_servers, tmp_path):
+    composite, replicas, results, _conds = _parts(
+        _render(function_servers, "cluster-gone", tmp_path)
+    )
+    assert sorted(replicas) == ["modelreplica-eu-west-1", "modelreplica-us-east-1"]
+    assert replicas["modelreplica-us-east-1"]["spec"]["replicas"] == 1
+    assert replicas["modelreplica-eu-west-1"]["spec"]["replicas"] == 1
+    assert any(
+        r["severity"] == "SEVERITY_WARNING"
+        and "moving 1 replicas off ap-south-1/h100: InferenceCluster ap-south-1 no longer exists"
+        in r["message"]
+        for r in results
+    )
+    # Ready is counted where replicas are now: the moved one is not ready yet.
+    assert composite["status"]["readyReplicas"] == 1
+
+
+def test_five_start_failures_park_the_model_and_free_its_gpus(function_servers, tmp_path):
+    composite, replicas, results, conds = _parts(_render(function_servers, "parked", tmp_path))
+    assert sorted(replicas) == ["modelreplica-eu-west-1", "modelreplica-us-east-1"]
+    for r in replicas.values():
+        assert r["spec"]["replicas"] == 0
+        assert r["spec"]["unavailable"]["reason"] == "Parked"
+        assert (
+            "unknown model architecture: 'kev' (after upgrade)"
+            in r["spec"]["unavailable"]["message"]
+        )
+    parked = composite["status"]["parked"]
+    assert parked["failures"] == 5
+    assert parked["since"] == "<now>"
+    assert conds[conditions.PARKED]["status"] == "True"
+    assert conds[conditions.REPLICAS_READY]["status"] == "False"  # never satisfied while parked
+    assert any(
+        r["severity"] == "SEVERITY_WARNING" and "parked after 5" in r["message"] for r in results
+    )
+
+
+def test_a_new_retry_annotation_places_a_parked_model_again(function_servers, tmp_path):
+    composite, replicas, results, conds = _parts(
+        _render(function_servers, "retry-unparks", tmp_path)
+    )
+    assert sum(r["spec"]["replicas"] for r in replicas.values()) == 2
+    assert all("unavailable" not in r["spec"] for r in replicas.values())
+    assert "parked" not in composite["status"]
+    # The five failures that parked it are spent; they do not park it again.
+    assert composite["status"]["retried"]["failures"] == 5
+    assert conds[conditions.PARKED]["status"] == "False"
+    assert any("unparked: retry requested" in r["message"] for r in results)
+
+
+def test_an_unplaceable_model_says_what_was_missing_where(function_servers, tmp_path):
+    composite, replicas, results, conds = _parts(_render(function_servers, "unplaceable", tmp_path))
+    reason = (
+        "needs 2 free whole nodes (16 NVIDIA H100 80GB HBM3) on one fabric; "
+        "largest free block: us-east-1/h100 ib-a 1"
+    )
+    assert composite["status"]["unplaceable"] == {
+        "replicas": 1,
+        "reason": reason,
+        "since": "<now>",
+        "warnedAt": "<now>",
+    }
+    assert conds[conditions.REPLICAS_SCHEDULED]["reason"] == "Unplaceable"
+    assert [r["message"] for r in results if r["severity"] == "SEVERITY_WARNING"] == [
+        f"ModelDeployment ml-team/deepseek-v3: 1 replicas fit nowhere: {reason}"
+    ]
+    # One ModelReplica at 0 replicas lets a request be answered with why.
+    (only,) = replicas.values()
+    assert only["spec"]["replicas"] == 0
+    assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
+
+
+@pytest.mark.parametrize(
+    "example", sorted((render.REPO / "examples" / "modeldeployments").glob("*.yaml"))
+)
+def test_without_inputs_an_example_composes_nothing_and_says_why(function_servers, example):
+    result = render.render(function_servers, example)
     assert result.returncode == 0, result.stderr
     composite = result.documents[0]
-    composed = next(c for c in composite["status"]["conditions"] if c["type"] == "Composed")
-    assert composed["status"] == "False"
-    assert composed["reason"] == conditions.REASON_NOT_IMPLEMENTED
-    assert composite["metadata"]["name"] in composed["message"]
-    assert [d for d in result.documents if d["kind"] != "Result"] == [composite]
+    assert [d for d in result.documents if d["kind"] not in ("Result", composite["kind"])] == []
+    scheduled = next(
+        c for c in composite["status"]["conditions"] if c["type"] == conditions.REPLICAS_SCHEDULED
+    )
+    assert scheduled["status"] == "False"
+    assert "no InferenceClusters exist" in scheduled["message"]

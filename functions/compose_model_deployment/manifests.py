@@ -1,0 +1,136 @@
+"""The ModelReplicas a placement becomes: one per cluster used, fully resolved.
+
+A ModelReplica carries everything compose-model-replica needs to build the workload on
+its cluster without reading anything else: the cluster's stack and provider config, the
+pool's node selector and driver, the engines with their ports and device requests, the
+definition hash parking counts by, and — with autoscaling — the AdaptivePolicy spec with
+the full member list. That list is the same in every ModelReplica of a deployment (sorted
+by cluster name), so the AdaptivePolicy copies built from it are byte-identical.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from functions.common import contracts
+from functions.common.naming import dns_label, resource_key
+from functions.compose_model_deployment.model import Cluster, Deployment, Pool
+
+# AdaptivePolicy.spec fields a deployment's autoscaling passes through unchanged.
+_POLICY_FIELDS: Final = (
+    "mode",
+    "signals",
+    "capacity",
+    "latencySLO",
+    "errorRateSLO",
+    "escalation",
+    "traffic",
+)
+_LABEL_VALUE_MAX: Final = 63
+
+
+def replica_key(cluster: str) -> str:
+    """The composed resource key of the deployment's ModelReplica on a cluster."""
+    return resource_key("modelreplica", cluster)
+
+
+def replica_name(deployment: Deployment, cluster: str) -> str:
+    return dns_label(deployment.name, cluster)
+
+
+def label_value(value: str) -> str:
+    return value if len(value) <= _LABEL_VALUE_MAX else dns_label(value)
+
+
+def autoscaling_spec(deployment: Deployment, used: list[tuple[Cluster, str]]) -> dict | None:
+    """AdaptivePolicy.spec without `workload`, for every cluster the deployment uses."""
+    if not deployment.autoscaling:
+        return None
+    spec = {k: deployment.autoscaling[k] for k in _POLICY_FIELDS if k in deployment.autoscaling}
+    spec["clusters"] = [
+        {
+            "name": cluster.name,
+            **({"region": cluster.region} if cluster.region else {}),
+            "maxReplicas": deployment.autoscaling["maxReplicas"],
+            "nodePools": [pool],
+        }
+        for cluster, pool in sorted(used, key=lambda cp: cp[0].name)
+    ]
+    return spec
+
+
+def model_replica(
+    deployment: Deployment,
+    cluster: Cluster,
+    pool: Pool,
+    replicas: int,
+    *,
+    autoscaling: dict | None,
+    unavailable: dict | None = None,
+) -> dict:
+    provider = {"name": cluster.provider_config_ref.get("name", cluster.name)}
+    if cluster.provider_config_ref.get("kind"):
+        provider["kind"] = cluster.provider_config_ref["kind"]
+    spec: dict = {
+        "deployment": deployment.name,
+        "cluster": {
+            "name": cluster.name,
+            **({"region": cluster.region} if cluster.region else {}),
+            "stack": cluster.stack,
+            "providerConfigRef": provider,
+        },
+        "nodePool": {
+            "name": pool.name,
+            **({"nodeSelector": dict(pool.node_selector)} if pool.node_selector else {}),
+            "driver": pool.driver,
+        },
+        "replicas": replicas,
+        "definitionHash": deployment.definition_hash,
+        "source": deployment.source,
+        "profile": deployment.profile,
+        "servingMode": deployment.serving_mode,
+        "engines": [
+            {
+                "name": engine.name,
+                "type": engine.type,
+                "port": engine.port,
+                "members": [
+                    {
+                        "role": member.role,
+                        **(
+                            {"workerNodes": member.worker_nodes}
+                            if member.role == contracts.ROLE_LEADER
+                            else {}
+                        ),
+                        "devices": [
+                            {"name": d.name, "count": d.count, "selectors": list(d.selectors)}
+                            for d in member.devices
+                        ],
+                        "template": member.template,
+                    }
+                    for member in engine.members
+                ],
+            }
+            for engine in deployment.engines
+        ],
+    }
+    if deployment.raw_tolerations:
+        spec["tolerations"] = deployment.raw_tolerations
+    if deployment.pod_metadata:
+        spec["podMetadata"] = deployment.pod_metadata
+    if autoscaling is not None:
+        spec["autoscaling"] = autoscaling
+    if unavailable is not None:
+        spec["unavailable"] = unavailable
+    return {
+        "apiVersion": contracts.API_GROUP_VERSION,
+        "kind": contracts.KIND_MODEL_REPLICA,
+        "metadata": {
+            "name": replica_name(deployment, cluster.name),
+            "labels": {
+                contracts.LABEL_DEPLOYMENT: label_value(deployment.name),
+                contracts.LABEL_CLUSTER: label_value(cluster.name),
+            },
+        },
+        "spec": spec,
+    }

@@ -1,0 +1,439 @@
+"""Typed values compose-model-deployment decides with, and how they are read.
+
+The shell hands plain dicts (the XR, the required InferenceClusters and ModelReplicas) to
+the readers here; everything downstream — device matching, placement, parking, status —
+sees only these frozen values. A reader that meets input it cannot act on raises
+InputError with the field's path and the rule, which the shell turns into a fatal result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from functions.common import contracts
+from functions.common.health import HealthRecord
+from functions.compose_model_deployment.cel_env import DeviceProfile, qualify
+from functions.runtime import parking
+
+
+class InputError(ValueError):
+    """Input no placement can be made from: `path: rule`."""
+
+    def __init__(self, path: str, rule: str) -> None:
+        super().__init__(f"{path}: {rule}")
+        self.path = path
+        self.rule = rule
+
+
+# --- Label selectors, taints, tolerations ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LabelRequirement:
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        if self.operator == "Exists":
+            return self.key in labels
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
+        if self.operator == "In":
+            return self.key in labels and labels[self.key] in self.values
+        return self.key not in labels or labels[self.key] not in self.values  # NotIn
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A Kubernetes label selector; empty selects everything."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[LabelRequirement, ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule, PreferNoSchedule, NoExecute
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """The core/v1 rule: an empty key with Exists tolerates every taint."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+# --- The deployment -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    name: str
+    count: int
+    selectors: tuple[str, ...]
+    path: str  # spec.template.spec.engines[i].members[j].nodeSelector.devices[k]
+
+
+@dataclass(frozen=True)
+class Member:
+    role: str
+    worker_nodes: int  # on a Leader: worker nodes per replica besides the leader
+    pods: int  # pods of this member per replica (a Worker: the leader's worker.nodes)
+    devices: tuple[DeviceRequest, ...]
+    path: str
+    template: dict = field(compare=False, hash=False, repr=False)
+
+    @property
+    def devices_per_pod(self) -> int:
+        return sum(d.count for d in self.devices)
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    type: str
+    members: tuple[Member, ...]
+    port: int
+
+    @property
+    def multi_node(self) -> bool:
+        return any(m.role == contracts.ROLE_LEADER for m in self.members)
+
+
+@dataclass(frozen=True)
+class ParkingPolicy:
+    enabled: bool = True
+    max_consecutive_failures: int = parking.DEFAULT_MAX_CONSECUTIVE_FAILURES
+
+
+@dataclass(frozen=True, eq=False)
+class Deployment:
+    name: str
+    namespace: str
+    replicas: int
+    source: dict
+    profile: str
+    serving_mode: str
+    cluster_selector: LabelSelector
+    tolerations: tuple[Toleration, ...]
+    raw_tolerations: list
+    engines: tuple[Engine, ...]
+    pod_metadata: dict
+    autoscaling: dict | None
+    parking: ParkingPolicy
+    retry: str  # the modelplane.ai/retry annotation ("" if unset)
+    definition_hash: str
+
+    def tolerates(self, taint: Taint) -> bool:
+        return any(t.tolerates(taint) for t in self.tolerations)
+
+
+def _int(value: Any, path: str, default: int | None = None) -> int:
+    if value is None:
+        if default is None:
+            raise InputError(path, "is required")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise InputError(path, f"must be an integer, got {value!r}")
+    return int(value)
+
+
+def _selector(raw: dict | None, path: str) -> LabelSelector:
+    raw = raw or {}
+    labels = tuple(sorted((str(k), str(v)) for k, v in (raw.get("matchLabels") or {}).items()))
+    requirements = []
+    for i, expr in enumerate(raw.get("matchExpressions") or []):
+        operator = expr.get("operator")
+        values = tuple(str(v) for v in expr.get("values") or [])
+        if operator in ("In", "NotIn") and not values:
+            raise InputError(f"{path}.matchExpressions[{i}].values", f"{operator} needs values")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise InputError(f"{path}.matchExpressions[{i}].values", f"{operator} takes no values")
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise InputError(f"{path}.matchExpressions[{i}].operator", f"unknown {operator!r}")
+        requirements.append(LabelRequirement(str(expr.get("key", "")), operator, values))
+    return LabelSelector(labels, tuple(requirements))
+
+
+def read_deployment(xr: dict) -> Deployment:
+    """The ModelDeployment XR as typed values (the XRD has already validated its shape)."""
+    meta = xr.get("metadata") or {}
+    spec = xr.get("spec") or {}
+    template = spec.get("template") or {}
+    tspec = template.get("spec") or {}
+    mode = (tspec.get("serving") or {}).get("mode") or contracts.SERVING_UNIFIED
+    raw_engines = tspec.get("engines") or []
+    if not raw_engines:
+        raise InputError("spec.template.spec.engines", "needs at least one engine")
+    engines = tuple(
+        _read_engine(raw, f"spec.template.spec.engines[{i}]", mode)
+        for i, raw in enumerate(raw_engines)
+    )
+    tolerations = tuple(
+        Toleration(
+            key=str(t.get("key", "")),
+            operator=str(t.get("operator", "Equal")),
+            value=str(t.get("value", "")),
+            effect=str(t.get("effect", "")),
+        )
+        for t in tspec.get("tolerations") or []
+    )
+    raw_parking = spec.get("parking") or {}
+    source = spec.get("source") or {}
+    profile = str(spec.get("profile") or "default")
+    return Deployment(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        replicas=_int(spec.get("replicas"), "spec.replicas", default=1),
+        source=source,
+        profile=profile,
+        serving_mode=mode,
+        cluster_selector=_selector(
+            tspec.get("clusterSelector"), "spec.template.spec.clusterSelector"
+        ),
+        tolerations=tolerations,
+        raw_tolerations=list(tspec.get("tolerations") or []),
+        engines=engines,
+        pod_metadata=template.get("metadata") or {},
+        autoscaling=spec.get("autoscaling"),
+        parking=ParkingPolicy(
+            enabled=bool(raw_parking.get("enabled", True)),
+            max_consecutive_failures=_int(
+                raw_parking.get("maxConsecutiveFailures"),
+                "spec.parking.maxConsecutiveFailures",
+                default=parking.DEFAULT_MAX_CONSECUTIVE_FAILURES,
+            ),
+        ),
+        retry=str((meta.get("annotations") or {}).get(contracts.ANNOTATION_RETRY, "")),
+        definition_hash=parking.definition_hash(source, profile, raw_engines),
+    )
+
+
+def _read_engine(raw: dict, path: str, mode: str) -> Engine:
+    raw_members = raw.get("members") or []
+    leader = next((m for m in raw_members if m.get("role") == contracts.ROLE_LEADER), None)
+    leader_workers = (
+        _int((leader.get("worker") or {}).get("nodes"), f"{path}.members[leader].worker.nodes")
+        if leader
+        else 0
+    )
+    members = []
+    for j, m in enumerate(raw_members):
+        mpath = f"{path}.members[{j}]"
+        role = m.get("role")
+        if role not in contracts.ROLES:
+            raise InputError(f"{mpath}.role", f"must be one of {', '.join(contracts.ROLES)}")
+        if role == contracts.ROLE_WORKER and leader is None:
+            raise InputError(f"{mpath}.role", "a Worker member needs a Leader member")
+        devices = []
+        for k, d in enumerate((m.get("nodeSelector") or {}).get("devices") or []):
+            dpath = f"{mpath}.nodeSelector.devices[{k}]"
+            count = _int(d.get("count"), f"{dpath}.count")
+            if count < 1:
+                raise InputError(f"{dpath}.count", "must be at least 1")
+            selectors = tuple(str(s.get("cel", "")) for s in d.get("selectors") or [])
+            devices.append(DeviceRequest(str(d.get("name", "")), count, selectors, dpath))
+        if not devices:
+            raise InputError(f"{mpath}.nodeSelector.devices", "needs at least one device")
+        workers = leader_workers if role == contracts.ROLE_LEADER else 0
+        pods = leader_workers if role == contracts.ROLE_WORKER else 1
+        members.append(Member(role, workers, pods, tuple(devices), mpath, m.get("template") or {}))
+    decode = mode == contracts.SERVING_PREFILL_DECODE and any(
+        m.role == contracts.ROLE_DECODE for m in members
+    )
+    port = contracts.PORT_DECODE_ENGINE if decode else contracts.PORT_SERVING
+    return Engine(str(raw.get("name", "")), str(raw.get("type", "")), tuple(members), port)
+
+
+# --- InferenceClusters ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fabric:
+    name: str
+    nodes: int
+
+
+@dataclass(frozen=True, eq=False)
+class Pool:
+    name: str
+    nodes: int  # nodes placement may count: maxNodes if the pool can grow, else nodes
+    node_selector: dict
+    driver: str
+    per_node: int
+    profile: DeviceProfile
+    fabrics: tuple[Fabric, ...]  # empty: the whole pool is one fabric
+    taints: tuple[Taint, ...]
+
+    @property
+    def device_label(self) -> str:
+        """How a person names the pool's devices: the product name, or the driver."""
+        for qualified, _kind, value in self.profile.attributes:
+            if qualified == f"{self.driver}/productName":
+                return str(value)
+        return self.driver
+
+
+@dataclass(frozen=True, eq=False)
+class Cluster:
+    name: str
+    labels: dict
+    region: str
+    stack: str
+    provider_config_ref: dict
+    pools: tuple[Pool, ...]
+
+    def pool(self, name: str) -> Pool | None:
+        return next((p for p in self.pools if p.name == name), None)
+
+
+def read_cluster(ic: dict) -> Cluster:
+    meta = ic.get("metadata") or {}
+    spec = ic.get("spec") or {}
+    name = str(meta.get("name", ""))
+    pools = []
+    for i, raw in enumerate(spec.get("nodePools") or []):
+        path = f"InferenceCluster {name}: spec.nodePools[{i}]"
+        devices = raw.get("devices") or {}
+        driver = str(devices.get("driver", ""))
+        attributes = []
+        for attr, typed in sorted((devices.get("attributes") or {}).items()):
+            (kind, value), *_ = typed.items() if typed else (("string", ""),)
+            if kind == "int":
+                value = _int(value, f"{path}.devices.attributes.{attr}.int")
+            attributes.append((qualify(attr, driver), kind, value))
+        capacity = tuple(
+            (qualify(k, driver), str(v)) for k, v in sorted((devices.get("capacity") or {}).items())
+        )
+        nodes = _int(raw.get("nodes"), f"{path}.nodes", default=0)
+        max_nodes = _int(raw.get("maxNodes"), f"{path}.maxNodes", default=nodes)
+        pools.append(
+            Pool(
+                name=str(raw.get("name", "")),
+                nodes=max(nodes, max_nodes),
+                node_selector=dict(raw.get("nodeSelector") or {}),
+                driver=driver,
+                per_node=_int(devices.get("perNode"), f"{path}.devices.perNode", default=1),
+                profile=DeviceProfile(driver, tuple(attributes), capacity),
+                fabrics=tuple(
+                    Fabric(str(f.get("name", "")), _int(f.get("nodes"), f"{path}.fabrics.nodes"))
+                    for f in raw.get("fabrics") or []
+                ),
+                taints=tuple(
+                    Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
+                    for t in raw.get("taints") or []
+                ),
+            )
+        )
+    return Cluster(
+        name=name,
+        labels=dict(meta.get("labels") or {}),
+        region=str(spec.get("region", "")),
+        stack=str(spec.get("stack") or contracts.STACK_STANDARD),
+        provider_config_ref=dict(spec.get("providerConfigRef") or {}),
+        pools=tuple(sorted(pools, key=lambda p: p.name)),
+    )
+
+
+# --- ModelReplicas (what every deployment already holds) ----------------------------------
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one replica occupies: gangs of whole nodes (each in one fabric) and pods."""
+
+    gangs: tuple[int, ...] = ()  # whole nodes per multi-node engine
+    pods: tuple[int, ...] = ()  # devices per single-node pod, largest first
+
+    @property
+    def multi_node(self) -> bool:
+        return bool(self.gangs)
+
+
+def footprint_of(engines: tuple[Engine, ...]) -> Footprint:
+    gangs: list[int] = []
+    pods: list[int] = []
+    for engine in engines:
+        if engine.multi_node:
+            gangs.append(sum(m.pods for m in engine.members))
+        else:
+            pods.extend(m.devices_per_pod for m in engine.members for _ in range(m.pods))
+    return Footprint(tuple(sorted(gangs, reverse=True)), tuple(sorted(pods, reverse=True)))
+
+
+@dataclass(frozen=True)
+class Holding:
+    """One ModelReplica: a deployment's replicas on one cluster and pool."""
+
+    namespace: str
+    name: str
+    deployment: str
+    cluster: str
+    pool: str
+    replicas: int
+    footprint: Footprint
+    order: tuple[str, str, str]  # (creationTimestamp, namespace, name): older holds first
+    ready_replicas: int = 0
+    health: HealthRecord | None = None
+
+
+def read_holding(mr: dict) -> Holding:
+    meta = mr.get("metadata") or {}
+    spec = mr.get("spec") or {}
+    status = mr.get("status") or {}
+    gangs: list[int] = []
+    pods: list[int] = []
+    for engine in spec.get("engines") or []:
+        members = engine.get("members") or []
+        leader = next((m for m in members if m.get("role") == contracts.ROLE_LEADER), None)
+        if leader is not None:
+            gangs.append(1 + int(leader.get("workerNodes") or 0))
+            continue
+        for m in members:
+            pods.append(sum(int(d.get("count") or 0) for d in m.get("devices") or []))
+    raw_health = status.get("health")
+    health = None
+    if raw_health:
+        health = HealthRecord(
+            definition_hash=str(raw_health.get("definitionHash", "")),
+            consecutive_start_failures=max(0, int(raw_health.get("consecutiveStartFailures") or 0)),
+            last_error=str(raw_health.get("lastError", "")),
+            observed_at=str(raw_health.get("observedAt", "")),
+        )
+    namespace = str(meta.get("namespace", ""))
+    name = str(meta.get("name", ""))
+    return Holding(
+        namespace=namespace,
+        name=name,
+        deployment=str(spec.get("deployment", "")),
+        cluster=str((spec.get("cluster") or {}).get("name", "")),
+        pool=str((spec.get("nodePool") or {}).get("name", "")),
+        replicas=max(0, int(spec.get("replicas") or 0)),
+        footprint=Footprint(tuple(sorted(gangs, reverse=True)), tuple(sorted(pods, reverse=True))),
+        order=(str(meta.get("creationTimestamp", "")), namespace, name),
+        ready_replicas=max(0, int(status.get("readyReplicas") or 0)),
+        health=health,
+    )

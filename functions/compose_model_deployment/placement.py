@@ -1,0 +1,450 @@
+"""Where a deployment's replicas go: clusters, one node pool each, counted in devices.
+
+Capacity is counted per (cluster, pool) in whole nodes and devices: a pool has `maxNodes`
+nodes (or `nodes` if it cannot grow) of `perNode` devices, grouped into fabrics. What
+every ModelReplica already holds is taken out first, oldest first, so two deployments
+racing for the last node never both give way: the younger one yields.
+
+- A single-node pod takes devices on one node (best fit among partly used nodes, then a
+  fresh node from outside the fabrics, then from the fabric with the fewest free nodes, so
+  large free blocks stay whole for multi-node replicas).
+- A multi-node replica (Leader + Workers) takes `worker.nodes + 1` whole free nodes of
+  one fabric of one pool (the fabric with the fewest free nodes that still fits).
+- One pool per cluster per deployment: its ModelReplica is per cluster.
+- Existing placements are kept while they still fit, their pool still matches, and no
+  untolerated NoExecute taint moves them; NoSchedule only keeps new replicas off.
+- Scale-down takes from the cluster with the most replicas (ties: the last by name).
+- New replicas spread before they pack: each goes to the cluster with the fewest of the
+  deployment's replicas that still has room (ties: a cluster it is already on, then the
+  first by name).
+
+Pure and deterministic: inputs are sorted, nothing reads the clock, and the same input
+gives the same plan.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from functions.compose_model_deployment.cel_env import DeviceProfile
+from functions.compose_model_deployment.devices import (
+    ProfileMatch,
+    describe_mismatch,
+    match_profile,
+)
+from functions.compose_model_deployment.model import (
+    Cluster,
+    Deployment,
+    Footprint,
+    Holding,
+    Pool,
+    footprint_of,
+)
+
+
+@dataclass(frozen=True)
+class Placement:
+    cluster: str
+    pool: str
+    replicas: int
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """An existing placement that is not kept, and why (its replicas move)."""
+
+    cluster: str
+    pool: str
+    replicas: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    placements: tuple[Placement, ...]  # by cluster name; replicas > 0
+    unplaceable: int
+    reason: str  # what was missing where ("" when everything is placed)
+    dropped: tuple[Dropped, ...] = ()
+    # Where an entirely unplaceable model is represented (to answer requests with why):
+    # the matching pool closest to fitting.
+    nearest: tuple[str, str] | None = None
+
+    @property
+    def placed(self) -> int:
+        return sum(p.replicas for p in self.placements)
+
+
+# --- Room in one pool ---------------------------------------------------------------------
+
+
+class PoolRoom:
+    """Free whole nodes per fabric, nodes outside fabrics, and partly used nodes."""
+
+    __slots__ = ("fabric_free", "loose", "partial", "per_node")
+
+    def __init__(self, pool: Pool) -> None:
+        self.per_node = pool.per_node
+        if pool.fabrics:
+            self.fabric_free = {f.name: f.nodes for f in pool.fabrics}
+            # Nodes the pool may grow to beyond its declared fabrics: good for single-node
+            # pods, never for a multi-node replica (no interconnect is promised).
+            self.loose = max(0, pool.nodes - sum(f.nodes for f in pool.fabrics))
+        else:
+            self.fabric_free = {"": pool.nodes}
+            self.loose = 0
+        # partial[f]: nodes with f free devices, 0 < f < per_node.
+        self.partial = [0] * (self.per_node + 1)
+
+    def take(self, footprint: Footprint) -> bool:
+        """Allocate one replica; False (and nothing taken) if it does not fit."""
+        fabric_free = dict(self.fabric_free)
+        loose = self.loose
+        partial = self.partial[:]
+        per_node = self.per_node
+        for nodes in footprint.gangs:
+            fits = [(free, name) for name, free in fabric_free.items() if free >= nodes]
+            if not fits:
+                return False
+            _free, name = min(fits)
+            fabric_free[name] -= nodes
+        for devices in footprint.pods:
+            if devices > per_node:
+                return False
+            for free in range(devices, per_node):
+                if partial[free]:
+                    partial[free] -= 1
+                    partial[free - devices] += 1
+                    break
+            else:
+                if loose:
+                    loose -= 1
+                else:
+                    opened = [(free, name) for name, free in fabric_free.items() if free > 0]
+                    if not opened:
+                        return False
+                    _free, name = min(opened)
+                    fabric_free[name] -= 1
+                partial[per_node - devices] += 1
+        self.fabric_free, self.loose, self.partial = fabric_free, loose, partial
+        return True
+
+    def free_devices(self) -> int:
+        whole = sum(self.fabric_free.values()) + self.loose
+        return whole * self.per_node + sum(f * n for f, n in enumerate(self.partial[:-1]))
+
+    def largest_block(self) -> tuple[int, str]:
+        """The most whole free nodes in one fabric, and which fabric."""
+        if not self.fabric_free:
+            return 0, ""
+        name = min(self.fabric_free, key=lambda n: (-self.fabric_free[n], n))
+        return self.fabric_free[name], name
+
+
+# --- Eligibility ----------------------------------------------------------------------------
+
+
+def _structural_problem(pool: Pool, footprint: Footprint) -> str:
+    """Why no replica could ever fit this pool, however empty; "" if one could."""
+    biggest_pod = max(footprint.pods, default=0)
+    if biggest_pod > pool.per_node:
+        return f"a pod needs {biggest_pod} devices on one node, {pool.per_node} per node"
+    if footprint.gangs:
+        room = PoolRoom(pool)
+        block, _ = room.largest_block()
+        if max(footprint.gangs) > block:
+            return f"needs {max(footprint.gangs)} whole nodes on one fabric, largest fabric {block}"
+    return ""
+
+
+def _untolerated(deployment: Deployment, pool: Pool, effects: Iterable[str]) -> str:
+    for taint in pool.taints:
+        if taint.effect in effects and not deployment.tolerates(taint):
+            return str(taint)
+    return ""
+
+
+# --- The plan -----------------------------------------------------------------------------------
+
+
+def place(
+    deployment: Deployment,
+    clusters: list[Cluster],
+    holdings: list[Holding],
+    desired: int,
+    *,
+    matches: dict[DeviceProfile, ProfileMatch] | None = None,
+) -> PlacementPlan:
+    """Keep what still fits, then fill the rest, spreading before packing.
+
+    `clusters` are every InferenceCluster there is (the selector is applied here);
+    `holdings` every ModelReplica, this deployment's included. `matches` may carry
+    device-profile answers across calls for the same deployment.
+    """
+    planner = _Planner(deployment, clusters, matches if matches is not None else {})
+    own = [h for h in holdings if planner.owns(h)]
+    kept, dropped = planner.keep(own)
+    keep_counts = _scale_down({name: h.replicas for name, h in kept.items()}, desired)
+    placed, dropped_late = planner.count_holdings(holdings, kept, keep_counts)
+    need = planner.fill(desired - sum(placed.values()), placed)
+    placements = tuple(
+        Placement(name, planner.placed_pool[name], n) for name, n in sorted(placed.items()) if n
+    )
+    reason, nearest = ("", None) if need <= 0 else planner.diagnose()
+    return PlacementPlan(placements, max(0, need), reason, tuple(dropped + dropped_late), nearest)
+
+
+def _scale_down(counts: dict[str, int], desired: int) -> dict[str, int]:
+    """Take the excess from the cluster with the most replicas, ties from the last name."""
+    counts = dict(counts)
+    excess = sum(counts.values()) - desired
+    heap = [(-n, _reverse(name), name) for name, n in counts.items() if n > 0]
+    heapq.heapify(heap)
+    while excess > 0 and heap:
+        negative, rname, name = heapq.heappop(heap)
+        counts[name] -= 1
+        excess -= 1
+        if counts[name] > 0:
+            heapq.heappush(heap, (negative + 1, rname, name))
+    return counts
+
+
+class _Planner:
+    """The state of one placement: which pools fit, and the room left in each."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        clusters: list[Cluster],
+        matches: dict[DeviceProfile, ProfileMatch],
+    ) -> None:
+        self.deployment = deployment
+        self.footprint = footprint_of(deployment.engines)
+        self.matches = matches
+        self.clusters = clusters
+        self.by_name = {c.name: c for c in clusters}
+        self.selected = sorted(
+            (c for c in clusters if deployment.cluster_selector.matches(c.labels)),
+            key=lambda c: c.name,
+        )
+        self.selected_names = {c.name for c in self.selected}
+        self.rooms: dict[tuple[str, str], PoolRoom] = {}
+        self.placed_pool: dict[str, str] = {}
+
+    def owns(self, h: Holding) -> bool:
+        return h.namespace == self.deployment.namespace and h.deployment == self.deployment.name
+
+    def profile_match(self, pool: Pool) -> ProfileMatch:
+        found = self.matches.get(pool.profile)
+        if found is None:
+            found = self.matches[pool.profile] = match_profile(self.deployment, pool.profile)
+        return found
+
+    def room(self, cluster: Cluster, pool: Pool) -> PoolRoom:
+        key = (cluster.name, pool.name)
+        room = self.rooms.get(key)
+        if room is None:
+            room = self.rooms[key] = PoolRoom(pool)
+        return room
+
+    def keep(self, own: list[Holding]) -> tuple[dict[str, Holding], list[Dropped]]:
+        """Which existing placements may stay, before room is counted."""
+        kept: dict[str, Holding] = {}
+        dropped: list[Dropped] = []
+        for h in sorted(own, key=lambda h: (h.cluster, h.pool)):
+            reason = self.keep_problem(h)
+            if not reason and h.cluster in kept:
+                reason = f"a second pool on {h.cluster} (one pool per cluster per deployment)"
+            if reason:
+                if h.replicas:
+                    dropped.append(Dropped(h.cluster, h.pool, h.replicas, reason))
+                continue
+            kept[h.cluster] = h
+        return kept, dropped
+
+    def keep_problem(self, h: Holding) -> str:
+        cluster = self.by_name.get(h.cluster)
+        if cluster is None:
+            return f"InferenceCluster {h.cluster} no longer exists"
+        if h.cluster not in self.selected_names:
+            return f"InferenceCluster {h.cluster} no longer matches the clusterSelector"
+        pool = cluster.pool(h.pool)
+        where = f"node pool {h.cluster}/{h.pool}"
+        if pool is None:
+            return f"{where} no longer exists"
+        if not self.profile_match(pool).matched:
+            return f"{where} no longer has matching devices"
+        problem = _structural_problem(pool, self.footprint)
+        if problem:
+            return f"{where}: {problem}"
+        taint = _untolerated(self.deployment, pool, ("NoExecute",))
+        if taint:
+            return f"{where} has taint {taint}, not tolerated"
+        return ""
+
+    def count_holdings(
+        self, holdings: list[Holding], kept: dict[str, Holding], keep_counts: dict[str, int]
+    ) -> tuple[dict[str, int], list[Dropped]]:
+        """Take out what everyone holds, oldest first; ours at our own age."""
+        placed: dict[str, int] = {}
+        dropped: list[Dropped] = []
+        for h in sorted(holdings, key=lambda h: h.order):
+            cluster = self.by_name.get(h.cluster)
+            pool = cluster.pool(h.pool) if cluster else None
+            if pool is None:
+                continue
+            room = self.room(cluster, pool)
+            if not self.owns(h):
+                for _ in range(h.replicas):
+                    if not room.take(h.footprint):
+                        break  # overcommitted by a younger holder: that one yields
+                continue
+            if kept.get(h.cluster) is not h:
+                continue
+            want = keep_counts.get(h.cluster, 0)
+            got = 0
+            while got < want and room.take(self.footprint):
+                got += 1
+            self.placed_pool[h.cluster] = h.pool
+            placed[h.cluster] = got
+            if got < want:
+                reason = "no longer fits beside older holders"
+                dropped.append(Dropped(h.cluster, h.pool, want - got, reason))
+        return placed, dropped
+
+    def candidate_pools(self, cluster: Cluster) -> list[Pool]:
+        """Pools new replicas may go to: the deployment's pool there, or any that fits."""
+        pools = []
+        for pool in cluster.pools:
+            if self.placed_pool.get(cluster.name) not in (None, pool.name):
+                continue
+            if not self.profile_match(pool).matched:
+                continue
+            if _structural_problem(pool, self.footprint):
+                continue
+            if _untolerated(self.deployment, pool, ("NoSchedule", "NoExecute")):
+                continue
+            pools.append(pool)
+        return pools
+
+    def fill(self, need: int, placed: dict[str, int]) -> int:
+        """Place `need` more, each on the cluster with the fewest of ours."""
+        candidates = {}
+        for cluster in self.selected:
+            pools = self.candidate_pools(cluster)
+            if pools:
+                candidates[cluster.name] = (cluster, pools)
+        # Ties go to a cluster the deployment is already on (its ModelReplica stays
+        # rather than one being deleted and another created), then by name.
+        heap = [(placed.get(name, 0), name not in placed, name) for name in candidates]
+        heapq.heapify(heap)
+        while need > 0 and heap:
+            count, _fresh, name = heapq.heappop(heap)
+            cluster, pools = candidates[name]
+            if not self.take_one(cluster, pools):
+                continue  # full: the cluster leaves the heap
+            placed[name] = count + 1
+            need -= 1
+            heapq.heappush(heap, (count + 1, False, name))
+        return need
+
+    def take_one(self, cluster: Cluster, pools: list[Pool]) -> bool:
+        chosen = self.placed_pool.get(cluster.name)
+        if chosen is not None:
+            pool = cluster.pool(chosen)
+            return pool is not None and self.room(cluster, pool).take(self.footprint)
+        # The first replica on this cluster: the matching pool with the most free devices.
+        for pool in sorted(pools, key=lambda p: (-self.room(cluster, p).free_devices(), p.name)):
+            if self.room(cluster, pool).take(self.footprint):
+                self.placed_pool[cluster.name] = pool.name
+                return True
+        return False
+
+    def diagnose(self) -> tuple[str, tuple[str, str] | None]:
+        return _diagnose(self)
+
+
+def _reverse(name: str) -> tuple[int, ...]:
+    """A key that sorts names in reverse, for ties broken toward the last name."""
+    return (*(-ord(ch) for ch in name), 1)
+
+
+def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
+    """One reason naming what was missing where, and the pool closest to fitting."""
+    deployment, footprint = planner.deployment, planner.footprint
+    clusters, selected = planner.clusters, planner.selected
+    profile_match, room_of, placed_pool = planner.profile_match, planner.room, planner.placed_pool
+    if not clusters:
+        return "no InferenceClusters exist", None
+    if not selected:
+        return (
+            f"no InferenceCluster matches spec.template.spec.clusterSelector "
+            f"({len(clusters)} exist)",
+            None,
+        )
+    matching: list[tuple[Cluster, Pool]] = []
+    mismatches = []
+    profiles: dict[DeviceProfile, None] = {}
+    for cluster in selected:
+        for pool in cluster.pools:
+            if placed_pool.get(cluster.name) not in (None, pool.name):
+                continue
+            profiles[pool.profile] = None
+            result = profile_match(pool)
+            if result.matched:
+                matching.append((cluster, pool))
+            elif result.mismatch:
+                mismatches.append(result.mismatch)
+    if not matching:
+        first = min(mismatches, key=lambda m: (not m.missing_name, not m.error, m.path))
+        return (
+            f"no node pool on the {len(selected)} selected clusters has matching devices: "
+            + describe_mismatch(first, list(profiles)),
+            None,
+        )
+    structural = [(c, p, _structural_problem(p, footprint)) for c, p in matching]
+    sized = [(c, p) for c, p, problem in structural if not problem]
+    if not sized:
+        c, p, problem = structural[0]
+        return f"no matching pool is big enough: {c.name}/{p.name} {problem}", None
+    schedulable = [
+        (c, p) for c, p in sized if not _untolerated(deployment, p, ("NoSchedule", "NoExecute"))
+    ]
+    if not schedulable:
+        c, p = sized[0]
+        taint = _untolerated(deployment, p, ("NoSchedule", "NoExecute"))
+        return (
+            f"every matching pool has a taint the deployment does not tolerate "
+            f"({c.name}/{p.name} {taint})",
+            None,
+        )
+    label = schedulable[0][1].device_label
+    if footprint.multi_node:
+        nodes = max(footprint.gangs)
+        best = max(
+            schedulable,
+            key=lambda cp: (
+                room_of(*cp).largest_block()[0],
+                _reverse(cp[0].name + "/" + cp[1].name),
+            ),
+        )
+        block, fabric = room_of(*best).largest_block()
+        where = f"{best[0].name}/{best[1].name}" + (f" {fabric}" if fabric else "")
+        per_node = best[1].per_node
+        return (
+            f"needs {nodes} free whole nodes ({nodes * per_node} {label}) on one fabric; "
+            f"largest free block: {where} {block}",
+            (best[0].name, best[1].name),
+        )
+    devices = sum(footprint.pods)
+    best = max(
+        schedulable,
+        key=lambda cp: (room_of(*cp).free_devices(), _reverse(cp[0].name + "/" + cp[1].name)),
+    )
+    return (
+        f"needs {devices} free {label} per replica"
+        + (f" ({len(footprint.pods)} pods)" if len(footprint.pods) > 1 else "")
+        + f"; most free: {best[0].name}/{best[1].name} {room_of(*best).free_devices()}",
+        (best[0].name, best[1].name),
+    )

@@ -1,0 +1,207 @@
+"""What a ModelDeployment's status says: counts, placements, unplaceable, parked, conditions.
+
+A model is counted against what it should have now (`spec.replicas`, its desired count),
+never against a minimum: a model that was asked for and fits nowhere is short, and a
+parked model is never satisfied. The unplaceable warning is rate limited with state kept
+in the status itself (the reason last warned about and when), so it is emitted when the
+reason changes or every ten minutes, not on every reconcile; `now` comes from the shell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from functions.common import conditions
+from functions.compose_model_deployment.placement import PlacementPlan
+from functions.runtime.parking import Baseline, Decision, Parked
+
+WARN_EVERY: Final = timedelta(minutes=10)
+
+# Reasons of the conditions this function owns.
+REASON_SCHEDULED: Final = "Scheduled"
+REASON_UNPLACEABLE: Final = "Unplaceable"
+REASON_PARKED: Final = "Parked"
+REASON_WAITING: Final = "WaitingForInputs"
+REASON_NONE_DESIRED: Final = "NoneDesired"
+REASON_READY: Final = "Ready"
+REASON_SHORT: Final = "Short"
+REASON_REPEATED_FAILURES: Final = "RepeatedStartFailures"
+REASON_NOT_PARKED: Final = "NotParked"
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # True, False, Unknown
+    reason: str
+    message: str
+
+
+def _parse(timestamp: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return None
+
+
+def format_time(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class UnplaceableReport:
+    status: dict | None  # status.unplaceable, None when every replica is placed
+    warn: bool  # emit the warning result on this reconcile
+
+
+def report_unplaceable(
+    previous: dict | None, plan: PlacementPlan, now: datetime
+) -> UnplaceableReport:
+    if not plan.unplaceable:
+        return UnplaceableReport(None, False)
+    previous = previous or {}
+    stamp = format_time(now)
+    same = previous.get("reason") == plan.reason
+    since = previous.get("since") if same and previous.get("since") else stamp
+    warned_at = _parse(str(previous.get("warnedAt", "")))
+    warn = not same or warned_at is None or now - warned_at >= WARN_EVERY
+    return UnplaceableReport(
+        {
+            "replicas": plan.unplaceable,
+            "reason": plan.reason,
+            "since": since,
+            "warnedAt": stamp if warn else previous["warnedAt"],
+        },
+        warn,
+    )
+
+
+def read_parked(status: dict) -> Parked | None:
+    raw = status.get("parked")
+    if not raw or not raw.get("definitionHash"):
+        return None
+    return Parked(
+        since=str(raw.get("since", "")),
+        failures=int(raw.get("failures") or 0),
+        last_error=str(raw.get("lastError", "")),
+        definition_hash=str(raw.get("definitionHash", "")),
+        retry=str(raw.get("retry", "")),
+    )
+
+
+def read_baseline(status: dict) -> Baseline | None:
+    raw = status.get("retried")
+    if not raw or not raw.get("definitionHash"):
+        return None
+    return Baseline(
+        definition_hash=str(raw["definitionHash"]),
+        retry=str(raw.get("annotation", "")),
+        failures=int(raw.get("failures") or 0),
+    )
+
+
+def parked_message(parked: Parked) -> str:
+    error = parked.last_error or "no error was reported"
+    return (
+        f"parked after {parked.failures} consecutive start failures of definition "
+        f"{parked.definition_hash}: {error}; change source, profile or engines, or set "
+        f"the modelplane.ai/retry annotation to a new value"
+    )
+
+
+def build_status(
+    *,
+    desired: int,
+    plan: PlacementPlan,
+    ready_by_cluster: dict[str, int],
+    unplaceable: UnplaceableReport,
+    parking: Decision,
+) -> dict:
+    placements = [
+        {
+            "cluster": p.cluster,
+            "nodePool": p.pool,
+            "replicas": p.replicas,
+            "readyReplicas": ready_by_cluster.get(p.cluster, 0),
+        }
+        for p in plan.placements
+    ]
+    status: dict = {
+        "desiredReplicas": desired,
+        "placedReplicas": plan.placed,
+        "readyReplicas": sum(ready_by_cluster.values()),
+        "placements": placements,
+    }
+    if unplaceable.status:
+        status["unplaceable"] = unplaceable.status
+    if parking.parked:
+        status["parked"] = {
+            "since": parking.parked.since,
+            "failures": parking.parked.failures,
+            "lastError": parking.parked.last_error,
+            "definitionHash": parking.parked.definition_hash,
+            "retry": parking.parked.retry,
+        }
+    if parking.baseline:
+        status["retried"] = {
+            "annotation": parking.baseline.retry,
+            "definitionHash": parking.baseline.definition_hash,
+            "failures": parking.baseline.failures,
+        }
+    return status
+
+
+def derive_conditions(
+    *, desired: int, plan: PlacementPlan, ready: int, parking: Decision, parking_enabled: bool
+) -> list[Condition]:
+    if parking.parked:
+        message = parked_message(parking.parked)
+        return [
+            Condition(conditions.REPLICAS_SCHEDULED, "False", REASON_PARKED, message),
+            Condition(conditions.REPLICAS_READY, "False", REASON_PARKED, message),
+            Condition(conditions.PARKED, "True", REASON_REPEATED_FAILURES, message),
+        ]
+    if plan.unplaceable:
+        scheduled = Condition(
+            conditions.REPLICAS_SCHEDULED,
+            "False",
+            REASON_UNPLACEABLE,
+            f"{plan.unplaceable} of {desired} replicas fit nowhere: {plan.reason}",
+        )
+    else:
+        clusters = len(plan.placements)
+        scheduled = Condition(
+            conditions.REPLICAS_SCHEDULED,
+            "True",
+            REASON_SCHEDULED,
+            f"{plan.placed} of {desired} replicas placed on {clusters} "
+            f"cluster{'s' if clusters != 1 else ''}",
+        )
+    if desired == 0:
+        readiness = Condition(conditions.REPLICAS_READY, "True", REASON_NONE_DESIRED, "0 desired")
+    elif ready >= desired:
+        readiness = Condition(
+            conditions.REPLICAS_READY, "True", REASON_READY, f"{ready} of {desired} ready"
+        )
+    else:
+        readiness = Condition(
+            conditions.REPLICAS_READY, "False", REASON_SHORT, f"{ready} of {desired} ready"
+        )
+    counted = (
+        f"{parking.failures} consecutive start failures of the current definition"
+        if parking_enabled
+        else "parking is disabled (spec.parking.enabled: false)"
+    )
+    parked = Condition(conditions.PARKED, "False", REASON_NOT_PARKED, counted)
+    return [scheduled, readiness, parked]
+
+
+def waiting_conditions(message: str) -> list[Condition]:
+    """Inputs not fetched yet: nothing new is decided, and the conditions say so."""
+    return [
+        Condition(conditions.REPLICAS_SCHEDULED, "Unknown", REASON_WAITING, message),
+        Condition(conditions.REPLICAS_READY, "Unknown", REASON_WAITING, message),
+        Condition(conditions.PARKED, "Unknown", REASON_WAITING, message),
+    ]

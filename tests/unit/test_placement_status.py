@@ -1,0 +1,142 @@
+"""What the shell and status say around placement: waiting for inputs, rate-limited
+warnings, and counting a model against what it should have now."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.common import conditions, contracts
+from functions.compose_model_deployment import status
+from functions.compose_model_deployment.fn import (
+    REQUIRED_CLUSTERS,
+    REQUIRED_REPLICAS,
+    FunctionRunner,
+)
+from functions.compose_model_deployment.placement import Placement, PlacementPlan
+from functions.runtime.parking import Decision
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+REPO = Path(__file__).resolve().parents[2]
+REPO_EXAMPLE = "examples/modeldeployments/llama-8b-vllm.yaml"
+
+
+def unplaceable_plan(reason="needs 8 free H100 on one fabric; largest free block: a/h100 6"):
+    return PlacementPlan((), 1, reason)
+
+
+def test_the_unplaceable_warning_is_emitted_when_first_seen():
+    report = status.report_unplaceable(None, unplaceable_plan(), NOW)
+    assert report.warn
+    assert report.status["since"] == report.status["warnedAt"] == "2026-12-02T12:00:00Z"
+
+
+def test_the_same_reason_is_not_warned_again_within_ten_minutes():
+    first = status.report_unplaceable(None, unplaceable_plan(), NOW)
+    again = status.report_unplaceable(first.status, unplaceable_plan(), NOW + timedelta(minutes=9))
+    assert not again.warn
+    assert again.status == first.status
+
+
+def test_the_same_reason_is_warned_again_after_ten_minutes_and_keeps_its_since():
+    first = status.report_unplaceable(None, unplaceable_plan(), NOW)
+    later = status.report_unplaceable(first.status, unplaceable_plan(), NOW + timedelta(minutes=10))
+    assert later.warn
+    assert later.status["since"] == "2026-12-02T12:00:00Z"
+    assert later.status["warnedAt"] == "2026-12-02T12:10:00Z"
+
+
+def test_a_changed_reason_is_warned_at_once():
+    first = status.report_unplaceable(None, unplaceable_plan(), NOW)
+    changed = status.report_unplaceable(
+        first.status, unplaceable_plan("no InferenceClusters exist"), NOW + timedelta(minutes=1)
+    )
+    assert changed.warn
+    assert changed.status["since"] == "2026-12-02T12:01:00Z"
+
+
+def test_everything_placed_clears_the_unplaceable_status():
+    report = status.report_unplaceable(
+        {"reason": "x"}, PlacementPlan((Placement("a", "p", 1),), 0, ""), NOW
+    )
+    assert report == status.UnplaceableReport(None, False)
+
+
+def test_a_model_is_counted_against_what_it_should_have_now():
+    plan = PlacementPlan(
+        (Placement("a", "p", 2),), 1, "needs 1 free H100 per replica; most free: a/p 0"
+    )
+    derived = {
+        c.type: c
+        for c in status.derive_conditions(
+            desired=3,
+            plan=plan,
+            ready=2,
+            parking=Decision(None, None, 0, "", ""),
+            parking_enabled=True,
+        )
+    }
+    assert derived[conditions.REPLICAS_READY].status == "False"
+    assert derived[conditions.REPLICAS_READY].message == "2 of 3 ready"
+    assert derived[conditions.REPLICAS_SCHEDULED].reason == "Unplaceable"
+
+
+def _request(with_required: bool, observed_replica: dict | None = None) -> fnv1.RunFunctionRequest:
+    xr = yaml.safe_load((REPO / REPO_EXAMPLE).read_text())
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    if observed_replica is not None:
+        req.observed.resources["modelreplica-us-east-1"].resource.update(observed_replica)
+    if with_required:
+        req.required_resources[REQUIRED_CLUSTERS].SetInParent()
+        req.required_resources[REQUIRED_REPLICAS].SetInParent()
+    return req
+
+
+def _run(req):
+    return asyncio.run(FunctionRunner(clock=lambda: NOW).RunFunction(req))
+
+
+def test_first_call_asks_for_inputs_and_keeps_what_exists():
+    existing = {
+        "apiVersion": contracts.API_GROUP_VERSION,
+        "kind": contracts.KIND_MODEL_REPLICA,
+        "metadata": {"name": "llama-3-1-8b-us-east-1", "uid": "u-1", "resourceVersion": "7"},
+        "spec": {"deployment": "llama-3-1-8b", "replicas": 3},
+        "status": {"readyReplicas": 3},
+    }
+    rsp = _run(_request(with_required=False, observed_replica=existing))
+    assert set(rsp.requirements.resources) == {REQUIRED_CLUSTERS, REQUIRED_REPLICAS}
+    # Not fetched is not empty: the replica composed before is kept exactly, nothing new.
+    assert list(rsp.desired.resources) == ["modelreplica-us-east-1"]
+    kept = resource.struct_to_dict(rsp.desired.resources["modelreplica-us-east-1"].resource)
+    assert kept["spec"] == {"deployment": "llama-3-1-8b", "replicas": 3}
+    assert kept["metadata"] == {"name": "llama-3-1-8b-us-east-1"}
+    scheduled = next(c for c in rsp.conditions if c.type == conditions.REPLICAS_SCHEDULED)
+    assert scheduled.reason == "WaitingForInputs"
+    assert not [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+
+
+def test_answered_but_empty_inputs_mean_no_clusters():
+    rsp = _run(_request(with_required=True))
+    assert list(rsp.desired.resources) == []
+    scheduled = next(c for c in rsp.conditions if c.type == conditions.REPLICAS_SCHEDULED)
+    assert scheduled.reason == "Unplaceable"
+    assert "no InferenceClusters exist" in scheduled.message
+
+
+def test_a_selector_that_does_not_compile_is_fatal_and_names_the_field():
+    req = _request(with_required=True)
+    engines = req.observed.composite.resource["spec"]["template"]["spec"]["engines"]
+    member = engines[0]["members"][0]
+    member["nodeSelector"]["devices"][0]["selectors"][0]["cel"] = 'device.attributes["x"'
+    rsp = _run(req)
+    fatal = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+    assert len(fatal) == 1
+    assert (
+        "spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel: "
+        "does not compile" in fatal[0]
+    )
