@@ -221,7 +221,11 @@ def _check(replica: ModelReplica) -> None:
                 f"serves there (use {PORT_DECODE_ENGINE})",
             )
         for m, member in enumerate(engine.members):
-            _check_template(f"spec.engines[{e}].members[{m}].template", member.template)
+            _check_template(
+                f"spec.engines[{e}].members[{m}].template",
+                member.template,
+                serves=member.role != ROLE_WORKER,
+            )
     if replica.autoscaling is not None and replica.member_max_replicas() is None:
         raise InvalidReplica(
             "spec.autoscaling.clusters",
@@ -271,20 +275,26 @@ def _check_prefill_decode(replica: ModelReplica) -> None:
             raise InvalidReplica("spec.engines", f"PrefillDecode serving needs a {role} member")
 
 
-def _check_template(path: str, template: dict) -> None:
+def _check_template(path: str, template: dict, *, serves: bool) -> None:
     spec = template.get("spec")
     if not isinstance(spec, dict) or not spec.get("containers"):
         raise InvalidReplica(f"{path}.spec.containers", "a pod template needs a container")
     engine_index = engine_container_index(spec["containers"])
     for c, container in enumerate(spec["containers"]):
-        if c == engine_index:
-            continue
         for p, port in enumerate(container.get("ports") or []):
-            if port.get("name") == PORT_NAME_HTTP:
+            if port.get("name") != PORT_NAME_HTTP:
+                continue
+            if c != engine_index:
                 raise InvalidReplica(
                     f"{path}.spec.containers[{c}].ports[{p}].name",
                     f"'{PORT_NAME_HTTP}' is reserved for the engine container (scraped as "
                     "an engine's metrics); name this port otherwise",
+                )
+            if not serves:
+                raise InvalidReplica(
+                    f"{path}.spec.containers[{c}].ports[{p}].name",
+                    f"'{PORT_NAME_HTTP}' is the serving port, and a Worker does not serve "
+                    "(its Leader does); remove it or name it otherwise",
                 )
 
 
