@@ -131,3 +131,10 @@ INFERENCE_GATEWAY_NAMESPACE: Final = SYSTEM_NAMESPACE
 # Requests name their model in this header (set by the Gateway API Inference
 # Extension's body-based router from the OpenAI request's `model`): the deployment name.
 HEADER_MODEL_NAME: Final = "X-Gateway-Model-Name"
+
+# AdaptivePolicy.spec.workload names the model's KEDA ScaledObject (named after the
+# deployment), not the Deployment / LeaderWorkerSet / PodCliqueSet behind it: the copy
+# must be byte-identical on every member, and members on different stacks run different
+# workload kinds. The agent follows the ScaledObject's spec.scaleTargetRef to the pods.
+SCALED_OBJECT_API_VERSION: Final = "keda.sh/v1alpha1"
+KIND_SCALED_OBJECT: Final = "ScaledObject"

@@ -7,7 +7,11 @@ least this member's ceiling from the policy.
 
 The AdaptivePolicy copy must be byte-identical on every member (the hub compares them
 and reports members out of sync), so its spec holds only fleet-wide data: the policy
-the deployment declared and a workload named after the deployment, never the cluster.
+the deployment declared, and as `workload` the serving ScaledObject, named after the
+deployment. Not the Deployment, LeaderWorkerSet or PodCliqueSet itself: one deployment
+may run on a Standard member and a Dynamo member at once, and those kinds differ; the
+ScaledObject is the same kind and name everywhere, and its scaleTargetRef leads to the
+pods.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from __future__ import annotations
 from functions.common.contracts import (
     AUTOSCALING_GROUP_VERSION,
     KIND_ADAPTIVE_POLICY,
+    KIND_SCALED_OBJECT,
     LABEL_DEPLOYMENT,
     LABEL_SERVING,
+    SCALED_OBJECT_API_VERSION,
     SCALER_PORT,
     SCALER_SERVICE_NAME,
     SYSTEM_NAMESPACE,
@@ -58,12 +64,22 @@ def _canonical(value):
     return value
 
 
-def adaptive_policy(replica: ModelReplica, serving_workload: Workload) -> dict:
+def scaled_object_name(replica: ModelReplica, workload: Workload, serving: bool) -> str:
+    """The serving workload's ScaledObject is named after the deployment on every stack;
+    another (the prefill Deployment on the Standard stack) after its workload."""
+    return dns_label(replica.deployment) if serving else workload.ref["name"]
+
+
+def adaptive_policy(replica: ModelReplica) -> dict:
     assert replica.autoscaling is not None
     spec = {
         f: _canonical(replica.autoscaling[f]) for f in POLICY_FIELDS if f in replica.autoscaling
     }
-    spec["workload"] = serving_workload.ref
+    spec["workload"] = {
+        "apiVersion": SCALED_OBJECT_API_VERSION,
+        "kind": KIND_SCALED_OBJECT,
+        "name": dns_label(replica.deployment),
+    }
     return {
         "apiVersion": AUTOSCALING_GROUP_VERSION,
         "kind": KIND_ADAPTIVE_POLICY,
@@ -76,10 +92,10 @@ def adaptive_policy(replica: ModelReplica, serving_workload: Workload) -> dict:
     }
 
 
-def scaled_object(replica: ModelReplica, workload: Workload) -> dict:
+def scaled_object(replica: ModelReplica, workload: Workload, *, serving: bool) -> dict:
     ceiling = replica.member_max_replicas() or 0
     metadata: dict = {
-        "name": workload.ref["name"],
+        "name": scaled_object_name(replica, workload, serving),
         "namespace": replica.namespace,
         "labels": {LABEL_SERVING: replica.name, LABEL_DEPLOYMENT: replica.deployment},
     }
@@ -87,8 +103,8 @@ def scaled_object(replica: ModelReplica, workload: Workload) -> dict:
         # Parked or unplaceable: KEDA holds the workload at 0 whatever the scaler says.
         metadata["annotations"] = {PAUSED_REPLICAS_ANNOTATION: "0"}
     return {
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
+        "apiVersion": SCALED_OBJECT_API_VERSION,
+        "kind": KIND_SCALED_OBJECT,
         "metadata": metadata,
         "spec": {
             "scaleTargetRef": workload.ref,

@@ -99,14 +99,10 @@ def compose(replica: ModelReplica) -> Plan:
         composed.append(envelope(replica, "route-unavailable", serving.unavailable_filter(replica)))
 
     if replica.autoscaling is not None:
+        serving_one = serving_workload(replica, built)
         for workload in built:
             key = workload.key.replace("workload", "scaledobject", 1)
-            composed.append(envelope(replica, key, autoscaling.scaled_object(replica, workload)))
-        composed.append(
-            envelope(
-                replica,
-                "adaptivepolicy",
-                autoscaling.adaptive_policy(replica, serving_workload(replica, built)),
-            )
-        )
+            manifest = autoscaling.scaled_object(replica, workload, serving=workload is serving_one)
+            composed.append(envelope(replica, key, manifest))
+        composed.append(envelope(replica, "adaptivepolicy", autoscaling.adaptive_policy(replica)))
     return Plan(sorted(composed, key=lambda c: c.key), built)

@@ -186,20 +186,44 @@ def test_adaptive_policy_spec_is_identical_on_every_member():
     home = load("autoscaling")
     other = copy.deepcopy(home)
     other["metadata"]["name"] = "llama-3-1-8b-eu-west-1"
+    # Another stack, so another workload kind: the policy must not say which.
     other["spec"]["cluster"] = {
         "name": "eu-west-1",
         "region": "eu-west-1",
-        "stack": "Standard",
+        "stack": "Dynamo",
         "providerConfigRef": {"name": "eu-west-1"},
     }
     other["spec"]["nodePool"] = {"name": "h200", "nodeSelector": {"pool": "h200"}}
     other["spec"]["replicas"] = 1
     # Numbers reach the function as floats through protobuf; the copy must not differ.
     other["spec"]["autoscaling"]["capacity"]["replicaCapacity"] = 4.0
-    a = manifests(home)["adaptivepolicy"]
-    b = manifests(other)["adaptivepolicy"]
+    home_built, other_built = manifests(home), manifests(other)
+    a, b = home_built["adaptivepolicy"], other_built["adaptivepolicy"]
     assert yaml.safe_dump(a["spec"]) == yaml.safe_dump(b["spec"])
     assert a["metadata"]["name"] == b["metadata"]["name"]
+    # The workload it names is each member's ScaledObject, which leads to its pods.
+    for built in (home_built, other_built):
+        scaled = built["scaledobject"]
+        assert a["spec"]["workload"] == {
+            "apiVersion": scaled["apiVersion"],
+            "kind": scaled["kind"],
+            "name": scaled["metadata"]["name"],
+        }
+        assert scaled["spec"]["scaleTargetRef"]["name"] == built["workload"]["metadata"]["name"]
+    assert home_built["workload"]["kind"] != other_built["workload"]["kind"]
+
+
+def test_prefill_decode_autoscales_both_roles_and_names_the_serving_one():
+    xr = load("prefill-decode")
+    xr["spec"]["autoscaling"] = {"clusters": [{"name": "us-east-1", "maxReplicas": 3}]}
+    built = manifests(xr)
+    decode, prefill = built["scaledobject-decode"], built["scaledobject-prefill"]
+    assert decode["metadata"]["name"] == built["adaptivepolicy"]["spec"]["workload"]["name"]
+    assert decode["spec"]["scaleTargetRef"]["name"] == built["workload-decode"]["metadata"]["name"]
+    assert (
+        prefill["spec"]["scaleTargetRef"]["name"] == built["workload-prefill"]["metadata"]["name"]
+    )
+    assert decode["metadata"]["name"] != prefill["metadata"]["name"]
 
 
 def test_parked_autoscaled_model_is_held_at_zero_by_keda():
