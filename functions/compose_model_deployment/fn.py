@@ -184,11 +184,8 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         )
 
         # 4. Status, results and conditions.
-        ready_by_cluster = {
-            h.cluster: h.ready_replicas
-            for h in own
-            if h.cluster in {p.cluster for p in plan.placements}
-        }
+        used = {p.cluster for p in plan.placements}
+        ready_by_cluster = {h.cluster: h.ready_replicas for h in own if h.cluster in used}
         unplaceable = status.report_unplaceable(previous.get("unplaceable"), plan, now)
         resource.update(
             rsp.desired.composite,
@@ -287,6 +284,11 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         if unavailable is not None:
             unavailable["message"] = unavailable["message"][:1024]
         autoscaling = manifests.autoscaling_spec(deployment, [(c, p) for c, p, _ in targets])
+        # Every ModelReplica of a deployment is the same but for a few per-cluster fields,
+        # and the autoscaling member list in each grows with the clusters used (the output
+        # grows with their square). Convert the first one to protobuf, then copy it (in C)
+        # and set only what differs per cluster.
+        first: struct_pb2.Struct | None = None
         for cluster, pool_name, replicas in targets:
             pool = cluster.pool(pool_name)
             if pool is None:
@@ -299,7 +301,15 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 autoscaling=autoscaling,
                 unavailable=unavailable,
             )
-            resource.update(rsp.desired.resources[manifests.replica_key(cluster.name)], body)
+            target = rsp.desired.resources[manifests.replica_key(cluster.name)].resource
+            if first is None:
+                target.update(body)
+                first = target
+                continue
+            target.CopyFrom(first)
+            for section, fields in manifests.PER_CLUSTER_FIELDS.items():
+                for field in fields:
+                    target[section][field] = body[section][field]
 
     @staticmethod
     def _set_conditions(rsp: fnv1.RunFunctionResponse, derived: list[status.Condition]) -> None:

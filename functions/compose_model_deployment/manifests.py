@@ -28,6 +28,14 @@ _POLICY_FIELDS: Final = (
 )
 _LABEL_VALUE_MAX: Final = 63
 
+# The only fields in which a deployment's ModelReplicas differ from one another; the
+# shell builds one and copies it for the others (see fn.py), so a field that comes to
+# depend on the cluster must be listed here.
+PER_CLUSTER_FIELDS: Final = {
+    "metadata": ("name", "labels"),
+    "spec": ("cluster", "nodePool", "replicas"),
+}
+
 
 def replica_key(cluster: str) -> str:
     """The composed resource key of the deployment's ModelReplica on a cluster."""

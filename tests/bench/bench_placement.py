@@ -1,0 +1,301 @@
+"""How long compose-model-deployment takes on fleets of growing size.
+
+    .venv/bin/python tests/bench/bench_placement.py [--runs 7]
+
+For each size (clusters x replicas) the fleet has 4 node pools per cluster (H100, A100,
+L40S, B200; different device profiles), one other deployment holding capacity on every
+cluster, and half of the deployment's replicas already placed (its ModelReplicas are
+both observed and required, as Crossplane sends them). It prints the median of `--runs`
+runs of:
+
+- placement: `place()` alone, on parsed inputs;
+- RunFunction warm: request bytes -> RunFunction -> response bytes, on a function server
+  that has seen the fleet before (its parse memo and the CEL caches are warm: the
+  steady state of a running function, which sees the same fleet on every reconcile);
+- RunFunction cold: the same on a fresh FunctionRunner with every cache cleared;
+- warm, no autoscaling: the same deployment without `autoscaling`. With it, every
+  ModelReplica carries the full member list (the AdaptivePolicy contract), so the
+  response grows with clusters squared; this column shows what that list costs;
+- floor: a do-nothing function (`response.to(req)`) on the same request bytes, i.e. the
+  protobuf decode/encode every function pays.
+
+Not a test: pytest does not collect bench_*.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import structlog
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from crossplane.function import response  # noqa: E402
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1  # noqa: E402
+
+from functions.common import contracts  # noqa: E402
+from functions.compose_model_deployment import cel_env  # noqa: E402
+from functions.compose_model_deployment.fn import (  # noqa: E402
+    REQUIRED_CLUSTERS,
+    REQUIRED_REPLICAS,
+    FunctionRunner,
+)
+from functions.compose_model_deployment.manifests import replica_key, replica_name  # noqa: E402
+from functions.compose_model_deployment.model import (  # noqa: E402
+    read_cluster,
+    read_deployment,
+    read_holding,
+)
+from functions.compose_model_deployment.placement import place  # noqa: E402
+
+SIZES = ((10, 10), (50, 100), (200, 1000), (500, 1000))
+POOLS = (
+    ("h100", "NVIDIA H100 80GB HBM3", "Hopper", "80Gi", 8),
+    ("a100", "NVIDIA A100-SXM4-80GB", "Ampere", "80Gi", 8),
+    ("l40s", "NVIDIA L40S", "Ada Lovelace", "48Gi", 4),
+    ("b200", "NVIDIA B200", "Blackwell", "180Gi", 8),
+)
+SELECTORS = (
+    'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
+    'device.attributes["gpu.nvidia.com"].architecture in ["Hopper", "Blackwell", "Ampere"]',
+)
+
+
+def fleet(clusters: int, replicas: int) -> list[dict]:
+    nodes = max(2, replicas // clusters)
+    return [
+        {
+            "apiVersion": contracts.API_GROUP_VERSION,
+            "kind": contracts.KIND_INFERENCE_CLUSTER,
+            "metadata": {"name": f"cluster-{i:03d}", "labels": {"tier": "production"}},
+            "spec": {
+                "stack": "Standard",
+                "region": f"region-{i % 7}",
+                "providerConfigRef": {"name": f"cluster-{i:03d}"},
+                "nodePools": [
+                    {
+                        "name": name,
+                        "nodes": nodes,
+                        "maxNodes": nodes * 2,
+                        "nodeSelector": {"karpenter.sh/nodepool": name},
+                        "devices": {
+                            "driver": "gpu.nvidia.com",
+                            "perNode": per_node,
+                            "attributes": {
+                                "productName": {"string": product},
+                                "architecture": {"string": arch},
+                            },
+                            "capacity": {"memory": memory},
+                        },
+                        "fabrics": [{"name": "f0", "nodes": nodes}],
+                    }
+                    for name, product, arch, memory, per_node in POOLS
+                ],
+            },
+        }
+        for i in range(clusters)
+    ]
+
+
+def deployment_xr(replicas: int, *, autoscaling: bool = True) -> dict:
+    request = {"name": "gpu", "count": 1, "selectors": [{"cel": s} for s in SELECTORS]}
+    return {
+        "apiVersion": contracts.API_GROUP_VERSION,
+        "kind": contracts.KIND_MODEL_DEPLOYMENT,
+        "metadata": {"name": "llama", "namespace": "ml"},
+        "spec": {
+            "replicas": replicas,
+            "source": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+            "profile": "default",
+            "template": {
+                "spec": {
+                    "clusterSelector": {"matchLabels": {"tier": "production"}},
+                    "engines": [
+                        {
+                            "name": "vllm",
+                            "type": "vllm",
+                            "members": [
+                                {
+                                    "role": "Standalone",
+                                    "nodeSelector": {"devices": [request]},
+                                    "template": {
+                                        "spec": {
+                                            "containers": [
+                                                {
+                                                    "name": "engine",
+                                                    "image": "vllm/vllm-openai:v0.11.0",
+                                                    "args": ["--model", "x", "--port", "8000"],
+                                                }
+                                            ]
+                                        }
+                                    },
+                                }
+                            ],
+                        }
+                    ],
+                }
+            },
+            **(
+                {"autoscaling": {"mode": "shadow", "minReplicas": 1, "maxReplicas": 8}}
+                if autoscaling
+                else {}
+            ),
+        },
+    }
+
+
+def model_replica(
+    deployment: str, namespace: str, cluster: str, pool: str, *, n: int, devices: int
+):
+    return {
+        "apiVersion": contracts.API_GROUP_VERSION,
+        "kind": contracts.KIND_MODEL_REPLICA,
+        "metadata": {
+            "name": f"{deployment}-{cluster}",
+            "namespace": namespace,
+            "creationTimestamp": "2026-11-01T00:00:00Z",
+            "annotations": {"crossplane.io/composition-resource-name": replica_key(cluster)},
+            "labels": {contracts.LABEL_DEPLOYMENT: deployment, contracts.LABEL_CLUSTER: cluster},
+        },
+        "spec": {
+            "deployment": deployment,
+            "cluster": {
+                "name": cluster,
+                "stack": "Standard",
+                "providerConfigRef": {"name": cluster},
+            },
+            "nodePool": {"name": pool},
+            "replicas": n,
+            "definitionHash": "h",
+            "source": {"uri": "hf://x"},
+            "engines": [
+                {
+                    "name": "vllm",
+                    "type": "vllm",
+                    "members": [
+                        {
+                            "role": "Standalone",
+                            "devices": [{"name": "gpu", "count": devices}],
+                            "template": {
+                                "spec": {"containers": [{"name": "engine", "image": "i"}]}
+                            },
+                        }
+                    ],
+                }
+            ],
+        },
+        "status": {"readyReplicas": n},
+    }
+
+
+def scenario(clusters: int, replicas: int, *, autoscaling: bool = True):
+    ics = fleet(clusters, replicas)
+    xr = deployment_xr(replicas, autoscaling=autoscaling)
+    half = replicas // 2
+    own = []
+    for i in range(clusters):
+        n = half // clusters + (1 if i < half % clusters else 0)
+        if n:
+            mr = model_replica("llama", "ml", f"cluster-{i:03d}", "h100", n=n, devices=1)
+            mr["metadata"]["name"] = replica_name(read_deployment(xr), f"cluster-{i:03d}")
+            own.append(mr)
+    others = [
+        model_replica("other", "team-b", f"cluster-{i:03d}", "b200", n=2, devices=4)
+        for i in range(clusters)
+    ]
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    for mr in own:
+        req.observed.resources[
+            mr["metadata"]["annotations"]["crossplane.io/composition-resource-name"]
+        ].resource.update(mr)
+    for ic in ics:
+        req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(ic)
+    for mr in own + others:
+        req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(mr)
+    return xr, ics, own + others, req.SerializeToString()
+
+
+def median_ms(fn, runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def clear_caches() -> None:
+    cel_env.compile_selector.cache_clear()
+    cel_env.evaluate.cache_clear()
+    cel_env.device_activation.cache_clear()
+
+
+class DoNothing:
+    async def RunFunction(self, req, _=None):
+        return response.to(req)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    # The function logs each placement at debug; a benchmark prints only its table.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    loop = asyncio.new_event_loop()
+
+    def handle(runner, payload: bytes) -> bytes:
+        req = fnv1.RunFunctionRequest.FromString(payload)
+        rsp = loop.run_until_complete(runner.RunFunction(req))
+        return rsp.SerializeToString()
+
+    header = (
+        f"{'clusters x replicas':>19} {'pools':>6} {'placed':>7} {'request KB':>10} "
+        f"{'placement ms':>12} {'RunFunction warm ms':>19} {'cold ms':>8} "
+        f"{'warm, no autoscaling ms':>23} {'floor ms':>8} {'warm/floor':>10} {'response KB':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    for clusters, replicas in SIZES:
+        xr, ics, mrs, payload = scenario(clusters, replicas)
+        deployment = read_deployment(xr)
+        parsed_clusters = [read_cluster(ic) for ic in ics]
+        holdings = [read_holding(mr) for mr in mrs]
+        plan = place(deployment, parsed_clusters, holdings, replicas)
+        assert plan.unplaceable == 0, plan.reason
+        placement = median_ms(
+            lambda d=deployment, c=parsed_clusters, h=holdings, r=replicas: place(d, c, h, r),
+            args.runs,
+        )
+        runner = FunctionRunner()
+        out = fnv1.RunFunctionResponse.FromString(handle(runner, payload))
+        assert not [r for r in out.results if r.severity == fnv1.SEVERITY_FATAL]
+        warm = median_ms(lambda r=runner, p=payload: handle(r, p), args.runs)
+
+        def cold(p=payload):
+            clear_caches()
+            handle(FunctionRunner(), p)
+
+        cold_ms = median_ms(cold, args.runs)
+        *_, plain_payload = scenario(clusters, replicas, autoscaling=False)
+        plain_runner = FunctionRunner()
+        handle(plain_runner, plain_payload)
+        no_autoscaling = median_ms(lambda r=plain_runner, p=plain_payload: handle(r, p), args.runs)
+        floor = median_ms(lambda p=payload: handle(DoNothing(), p), args.runs)
+        print(
+            f"{f'{clusters} x {replicas}':>19} {clusters * len(POOLS):>6} {plan.placed:>7} "
+            f"{len(payload) / 1024:>10.0f} {placement:>12.2f} {warm:>19.2f} {cold_ms:>8.2f} "
+            f"{no_autoscaling:>23.2f} {floor:>8.2f} {warm / floor:>10.1f} "
+            f"{len(handle(runner, payload)) / 1024:>11.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
