@@ -12,7 +12,8 @@ and Kubernetes' OpenAPI v3 documents at the kube-apiserver version the runtime t
   jsonschema against the OpenAPI document, made strict: an object schema with listed
   properties rejects any other field, as the API server's strict field validation does.
 
-Inputs are every shape's ModelReplica under tests/unit/testdata/model_replica/inputs.
+Inputs are every shape's ModelReplica under tests/unit/testdata/model_replica/inputs and
+the example ModelReplicas under examples/modelreplicas.
 """
 
 import functools
@@ -31,6 +32,7 @@ from tests.conftest import require_tool
 
 REPO = render.REPO
 INPUTS = sorted((REPO / "tests" / "unit" / "testdata" / "model_replica" / "inputs").glob("*.yaml"))
+INPUTS += sorted((REPO / "examples" / "modelreplicas").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
