@@ -23,7 +23,11 @@ reads them.
   its latency and error SLOs; the hub returns borrowed traffic only up to it.
 """
 
+import json
 import math
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -562,4 +566,119 @@ def node_pool_info(pool: dict, node_claims: list[dict], now: float) -> NodePoolI
         limits=parse_resources((pool.get("spec") or {}).get("limits")),
         usage=parse_resources((pool.get("status") or {}).get("resources")),
         recent_launch_failures=failures,
+    )
+
+
+# --- the shell: read one member's inputs from Kubernetes and Prometheus ------------------
+
+_WORKLOAD_PLURALS: Final = {
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+    "LeaderWorkerSet": "leaderworkersets",
+}
+
+
+def query_prometheus(base_url: str, query: str, timeout: float = 5.0) -> SignalResult:
+    """One instant query; every sample's value, or why it failed (never raises)."""
+    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as err:
+        try:
+            detail = json.load(err).get("error", err.reason)
+        except ValueError:
+            detail = err.reason
+        return SignalResult(error=f"Prometheus answered {err.code}: {detail}")
+    except (OSError, ValueError) as err:
+        return SignalResult(error=f"Prometheus unreachable: {err}")
+    if body.get("status") != "success":
+        return SignalResult(error=f"query failed: {body.get('error', 'unknown error')}")
+    data = body.get("data") or {}
+    if data.get("resultType") == "scalar":
+        return SignalResult((float(data["result"][1]),))
+    if data.get("resultType") != "vector":
+        return SignalResult(error=f"returned a {data.get('resultType')}, need one sample")
+    return SignalResult(tuple(float(s["value"][1]) for s in data.get("result") or []))
+
+
+def _get(api, path: str, query=None) -> dict:
+    return api.call_api(
+        path,
+        "GET",
+        query_params=query or [],
+        header_params={"Accept": "application/json"},
+        response_type="object",
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
+
+
+def read_member_inputs(
+    api, spec: PolicySpec, namespace: str, prometheus_url: str | None, now: float
+):
+    """Everything `compute_report` needs from this member (its API client and Prometheus).
+
+    NodePools are optional (a member without Karpenter has none): a 404 for their API is
+    "no NodePools", any other failure is named in the report's condition.
+    """
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    workload = spec.workload
+    plural = _WORKLOAD_PLURALS.get(workload.kind, workload.kind.lower() + "s")
+    group_version = workload.api_version
+    prefix = "/api/" if "/" not in group_version else "/apis/"
+    obj = _get(api, f"{prefix}{group_version}/namespaces/{namespace}/{plural}/{workload.name}")
+    wspec = obj.get("spec") or {}
+    if workload.kind == "LeaderWorkerSet":
+        lwt = wspec.get("leaderWorkerTemplate") or {}
+        template = lwt.get("workerTemplate") or {}
+        per_replica = int(lwt.get("size") or 1)
+        selector = f"leaderworkerset.sigs.k8s.io/name={workload.name}"
+    else:
+        template = wspec.get("template") or {}
+        per_replica = 1
+        labels = ((wspec.get("selector") or {}).get("matchLabels")) or {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    desired = int(wspec.get("replicas") if wspec.get("replicas") is not None else 1)
+    pods = _get(api, f"/api/v1/namespaces/{namespace}/pods", [("labelSelector", selector)])
+    nodes = _get(api, "/api/v1/nodes").get("items") or []
+    running = (
+        _get(
+            api,
+            "/api/v1/pods",
+            [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")],
+        ).get("items")
+        or []
+    )
+    by_node: dict[str, list[dict]] = {}
+    for pod in running:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            by_node.setdefault(node, []).append(pod)
+
+    read_errors: list[str] = []
+    pools: list[NodePoolInfo] = []
+    try:
+        pool_objs = _get(api, "/apis/karpenter.sh/v1/nodepools").get("items") or []
+        claims = _get(api, "/apis/karpenter.sh/v1/nodeclaims").get("items") or []
+        pools = [node_pool_info(p, claims, now) for p in pool_objs]
+    except ApiException as err:
+        if err.status != 404:
+            read_errors.append(f"NodePools: {err.status} {err.reason}")
+
+    signals = {}
+    for name, query in sorted(spec.signals.configured().items()):
+        if prometheus_url:
+            signals[name] = query_prometheus(prometheus_url, query)
+        else:
+            signals[name] = SignalResult(error="no --prometheus-url")
+    return MemberInputs(
+        desired=desired,
+        pods=tuple(pod_state(p) for p in pods.get("items") or []),
+        needs=pod_needs_from_template(template, per_replica),
+        nodes=tuple(node_info(n, by_node.get(n["metadata"]["name"], [])) for n in nodes),
+        node_pools=tuple(pools),
+        signals=signals,
+        read_errors=tuple(read_errors),
     )

@@ -1,0 +1,335 @@
+"""The member agent's loop: report every 30 s, hub step every 10 s while this agent is the
+hub, model health every 30 s. The election (who is hub, and the term it stamps into
+intents) is the election module's; this loop only asks it through `HubRole`.
+
+Every step is per policy and independent: a policy whose workload cannot be read gets
+`Ready=False/ObservationFailed` and the others carry on; a member that cannot be read is
+a missing report for the hub (and a step error), never a crash of the loop.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP
+from functions.runtime.acting import Actor, policy_path
+from functions.runtime.decision_log import DecisionLog
+from functions.runtime.health_agent import HealthAgent, group_by_replica
+from functions.runtime.hub import PHASE_ESCALATED, FleetStatus, HubState, plan
+from functions.runtime.hub_metrics import HubMetrics
+from functions.runtime.policy import (
+    HUB_STEP_SECONDS,
+    INTENT_RENEW_SECONDS,
+    MODE_AUTO,
+    MODE_OFF,
+    REPORT_INTERVAL_SECONDS,
+    Policy,
+    rfc3339,
+)
+from functions.runtime.report import (
+    CONDITION_READY,
+    REASON_OBSERVATION_FAILED,
+    Condition,
+    Report,
+    compute_report,
+    read_member_inputs,
+)
+
+HEALTH_INTERVAL_SECONDS: Final = 30.0
+REASON_INVALID_SPEC: Final = "InvalidSpec"
+
+log = logging.getLogger(__name__)
+
+
+class HubRole(Protocol):
+    """What the loop needs from the election."""
+
+    identity: str  # <cluster>/<pod>
+
+    def leading(self) -> bool: ...
+
+    def term(self) -> str: ...
+
+
+@dataclass
+class FixedRole:
+    """A role that does not change (tests, and `--hub=never` for a report-only agent)."""
+
+    identity: str
+    is_hub: bool
+    token: str = "fixed"
+
+    def leading(self) -> bool:
+        return self.is_hub
+
+    def term(self) -> str:
+        return self.token
+
+
+def _call(api: ApiClient, path: str, method: str, *, body=None, content_type=None):
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    return api.call_api(
+        path,
+        method,
+        header_params=headers,
+        body=body,
+        response_type="object",
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
+
+
+def merged_conditions(existing: list[dict], condition: Condition, now: float, generation) -> list:
+    """Set one condition, keeping its transition time when its status did not change."""
+    out = [c for c in existing or [] if c.get("type") != condition.type]
+    previous = next((c for c in existing or [] if c.get("type") == condition.type), None)
+    since = (
+        previous.get("lastTransitionTime")
+        if previous and previous.get("status") == condition.status
+        else rfc3339(now)
+    )
+    entry = {
+        "type": condition.type,
+        "status": condition.status,
+        "reason": condition.reason,
+        "message": condition.message,
+        "lastTransitionTime": since,
+    }
+    if generation is not None:
+        entry["observedGeneration"] = int(generation)
+    return sorted([*out, entry], key=lambda c: c["type"])
+
+
+@dataclass
+class AgentConfig:
+    cluster: str
+    prometheus_url: str | None = None
+    report_interval: float = REPORT_INTERVAL_SECONDS
+    hub_interval: float = HUB_STEP_SECONDS
+    health_interval: float = HEALTH_INTERVAL_SECONDS
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        members: dict[str, ApiClient],
+        role: HubRole,
+        metrics: HubMetrics,
+        decision_log: DecisionLog,
+        *,
+        clock: Callable[[], float] = time.time,
+    ):
+        if config.cluster not in members:
+            raise ValueError(f"the members must include this cluster ({config.cluster!r})")
+        self.config = config
+        self.members = members
+        self.local = members[config.cluster]
+        self.role = role
+        self.metrics = metrics
+        self.decision_log = decision_log
+        self.clock = clock
+        self._last_renew: dict[str, float] = {}
+        self._actor: Actor | None = None
+
+    # --- reading -----------------------------------------------------------------------
+
+    def policies(self) -> list[dict]:
+        listed = _call(
+            self.local, f"/apis/{AUTOSCALING_GROUP}/{API_VERSION}/adaptivepolicies", "GET"
+        )
+        return sorted(
+            listed.get("items") or [],
+            key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
+        )
+
+    def _patch_status(self, api: ApiClient, path: str, status: dict) -> None:
+        _call(
+            api,
+            path + "/status",
+            "PATCH",
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    # --- the member report -------------------------------------------------------------
+
+    def report_step(self, now: float) -> None:
+        for obj in self.policies():
+            meta, status = obj["metadata"], obj.get("status") or {}
+            path = (
+                f"/apis/{AUTOSCALING_GROUP}/{API_VERSION}/namespaces/{meta['namespace']}"
+                f"/adaptivepolicies/{meta['name']}"
+            )
+            report_status = None
+            try:
+                policy = Policy.from_object(obj)
+            except ValidationError as err:
+                condition = Condition(
+                    CONDITION_READY, "False", REASON_INVALID_SPEC, str(err).splitlines()[0]
+                )
+            else:
+                self.metrics.serve_policy(policy.key)
+                previous_safe = (status.get("report") or {}).get("safePressure")
+                try:
+                    inputs = read_member_inputs(
+                        self.local, policy.spec, policy.namespace, self.config.prometheus_url, now
+                    )
+                except ApiException as err:
+                    condition = Condition(
+                        CONDITION_READY,
+                        "False",
+                        REASON_OBSERVATION_FAILED,
+                        f"workload {policy.spec.workload.kind}/{policy.spec.workload.name}:"
+                        f" {err.status} {err.reason}",
+                    )
+                else:
+                    result = compute_report(
+                        inputs, policy.spec, self.config.cluster, previous_safe, now
+                    )
+                    condition = result.condition
+                    if result.report is not None:
+                        report_status = result.report.to_status()
+                        self.metrics.member_report(
+                            policy.key, result.report.needed, result.report.static_room
+                        )
+                    if result.static is not None:
+                        log.debug(
+                            "static diagnostics %s: %d registered nodes, %d filtered, %d pods fit",
+                            policy.key,
+                            result.static.registered_nodes,
+                            result.static.filtered_nodes,
+                            result.static.pods_fitting,
+                        )
+            new_status: dict = {
+                "conditions": merged_conditions(
+                    status.get("conditions") or [], condition, now, meta.get("generation")
+                )
+            }
+            if report_status is not None:
+                new_status["report"] = report_status
+            try:
+                self._patch_status(self.local, path, new_status)
+            except ApiException as err:
+                log.warning(
+                    "report for %s not written: %s %s", meta["name"], err.status, err.reason
+                )
+
+    # --- the hub step ------------------------------------------------------------------
+
+    def _member_report(self, member: str, policy: Policy) -> Report | None:
+        api = self.members.get(member)
+        if api is None:
+            return None
+        obj = _call(api, policy_path(policy), "GET")
+        report = (obj.get("status") or {}).get("report")
+        return Report.from_status(report) if report and report.get("time") else None
+
+    def hub_step(self, now: float) -> None:
+        if not self.role.leading():
+            self.metrics.not_hub()
+            self._actor = None
+            return
+        if self._actor is None or self._actor.hub != self.role.identity:
+            self._actor = Actor(
+                self.members, self.config.cluster, self.role.identity, self.role.term
+            )
+        for obj in self.policies():
+            try:
+                policy = Policy.from_object(obj)
+            except ValidationError:
+                continue  # its Ready condition says why
+            if policy.spec.mode == MODE_OFF:
+                continue
+            self.metrics.serve_policy(policy.key)
+            try:
+                self._hub_policy(policy, obj, now)
+            except ApiException as err:
+                self.metrics.step_error(policy.key)
+                log.warning("hub step for %s failed: %s %s", policy.key, err.status, err.reason)
+
+    def _hub_policy(self, policy: Policy, obj: dict, now: float) -> None:
+        reports: dict[str, Report | None] = {}
+        for member in policy.spec.cluster_names:
+            try:
+                reports[member] = self._member_report(member, policy)
+            except ApiException as err:
+                reports[member] = None
+                self.metrics.step_error(policy.key)
+                log.info("report of %s for %s not read: %s", member, policy.key, err.reason)
+        fleet = FleetStatus.from_status((obj.get("status") or {}).get("fleet"))
+        state = HubState(self.role.identity, reports, fleet)
+        decision = plan(state, policy.spec, now)
+
+        applied, error = False, None
+        if policy.spec.mode == MODE_AUTO:
+            renew = now - self._last_renew.get(policy.key, -1e18) >= INTENT_RENEW_SECONDS
+            if decision.changed or renew or decision.events:
+                result = self._actor.act(decision, policy, now, renew=renew)
+                applied, error = result.applied, result.error
+                for _ in result.errors:
+                    self.metrics.step_error(policy.key)
+                if renew:
+                    self._last_renew[policy.key] = now
+        self._actor.write_fleet(policy, decision.fleet.to_status())
+
+        if decision.changed:
+            self.decision_log.record(decision, policy.key, policy.spec.mode, applied, error)
+            self.metrics.decision(policy.key, decision.action, "rule", applied)
+        for seen in self.decision_log.observe(policy.key, now, decision.reports, decision.fleet):
+            self.metrics.time_to_ready(seen.policy, seen.seconds)
+        self.metrics.hub_view(
+            policy.key, decision.fleet.phase == PHASE_ESCALATED, len(decision.fleet.out_of_sync)
+        )
+
+    # --- model health ------------------------------------------------------------------
+
+    def health_step(self, now: float) -> None:
+        core = CoreV1Api(self.local)
+        records = HealthAgent(core).sync(now)
+        pods = core.list_pod_for_all_namespaces(label_selector="modelplane.ai/serving")
+        plain = [self.local.sanitize_for_serialization(p) for p in pods.items]
+        ready = {
+            key: sum(
+                1
+                for p in group
+                if any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (p.get("status") or {}).get("conditions") or []
+                )
+            )
+            for key, group in group_by_replica(plain).items()
+        }
+        self.metrics.model_health(
+            {key: (r.consecutive_start_failures, ready.get(key, 0)) for key, r in records.items()}
+        )
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        due = {"report": 0.0, "hub": 0.0, "health": 0.0}
+        steps = {
+            "report": (self.report_step, self.config.report_interval),
+            "hub": (self.hub_step, self.config.hub_interval),
+            "health": (self.health_step, self.config.health_interval),
+        }
+        while not stop.is_set():
+            now = self.clock()
+            for name, (step, every) in steps.items():
+                if now < due[name]:
+                    continue
+                due[name] = now + every
+                try:
+                    step(now)
+                except Exception:  # one failing step must not stop the others
+                    log.exception("%s step failed", name)
+            stop.wait(max(0.05, min(due.values()) - self.clock()))
