@@ -231,7 +231,11 @@ class Decision:
     @property
     def action(self) -> str:
         kinds = [a for a in ACTIONS if any(c.action == a for c in self.changes)]
-        return "".join(kinds) if kinds else PHASE_ACTIONS.get(self.fleet.phase, "")
+        if kinds:
+            return "".join(kinds)
+        if self.fleet.phase != self.before.phase:
+            return PHASE_ACTIONS.get(self.fleet.phase, "")
+        return ""
 
     @property
     def message(self) -> str:

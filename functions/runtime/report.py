@@ -31,6 +31,7 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from functions.common.contracts import KIND_SCALED_OBJECT
 from functions.runtime.policy import PolicySpec, parse_time, rfc3339, spec_hash
 
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
@@ -571,11 +572,12 @@ def node_pool_info(pool: dict, node_claims: list[dict], now: float) -> NodePoolI
 
 # --- the shell: read one member's inputs from Kubernetes and Prometheus ------------------
 
-_WORKLOAD_PLURALS: Final = {
-    "Deployment": "deployments",
-    "StatefulSet": "statefulsets",
-    "LeaderWorkerSet": "leaderworkersets",
-}
+
+def _object_path(ref: dict, namespace: str) -> str:
+    version = ref["apiVersion"]
+    prefix = "/api/" if "/" not in version else "/apis/"
+    plural = ref["kind"].lower() + "s"  # Deployment, LeaderWorkerSet, PodCliqueSet, ...
+    return f"{prefix}{version}/namespaces/{namespace}/{plural}/{ref['name']}"
 
 
 def query_prometheus(base_url: str, query: str, timeout: float = 5.0) -> SignalResult:
@@ -624,23 +626,33 @@ def read_member_inputs(
     """
     from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
-    workload = spec.workload
-    plural = _WORKLOAD_PLURALS.get(workload.kind, workload.kind.lower() + "s")
-    group_version = workload.api_version
-    prefix = "/api/" if "/" not in group_version else "/apis/"
-    obj = _get(api, f"{prefix}{group_version}/namespaces/{namespace}/{plural}/{workload.name}")
+    ref = {
+        "apiVersion": spec.workload.api_version,
+        "kind": spec.workload.kind,
+        "name": spec.workload.name,
+    }
+    if ref["kind"] == KIND_SCALED_OBJECT:
+        # The copy names the ScaledObject (the same on every stack); its target has the pods.
+        scaled = _get(api, _object_path(ref, namespace))
+        target = (scaled.get("spec") or {}).get("scaleTargetRef") or {}
+        ref = {
+            "apiVersion": target.get("apiVersion", "apps/v1"),
+            "kind": target.get("kind", "Deployment"),
+            "name": target["name"],
+        }
+    obj = _get(api, _object_path(ref, namespace))
     wspec = obj.get("spec") or {}
-    if workload.kind == "LeaderWorkerSet":
+    if ref["kind"] == "LeaderWorkerSet":
         lwt = wspec.get("leaderWorkerTemplate") or {}
         template = lwt.get("workerTemplate") or {}
         per_replica = int(lwt.get("size") or 1)
-        selector = f"leaderworkerset.sigs.k8s.io/name={workload.name}"
     else:
         template = wspec.get("template") or {}
         per_replica = 1
-        labels = ((wspec.get("selector") or {}).get("matchLabels")) or {}
-        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-    desired = int(wspec.get("replicas") if wspec.get("replicas") is not None else 1)
+    # Every KEDA target has the scale subresource: its replicas and pod selector.
+    scale = _get(api, _object_path(ref, namespace) + "/scale")
+    desired = int((scale.get("spec") or {}).get("replicas") or 0)
+    selector = (scale.get("status") or {}).get("selector") or ""
     pods = _get(api, f"/api/v1/namespaces/{namespace}/pods", [("labelSelector", selector)])
     nodes = _get(api, "/api/v1/nodes").get("items") or []
     running = (
