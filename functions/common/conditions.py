@@ -29,3 +29,6 @@ COMPOSED: Final = "Composed"
 
 REASON_NOT_IMPLEMENTED: Final = "NotImplemented"
 REASON_INVALID_INPUT: Final = "InvalidInput"
+
+# compose-serving-stack: whether every MetricMapping made it into the collector.
+MAPPINGS_ACCEPTED: Final = "MappingsAccepted"

@@ -490,3 +490,47 @@ def render_cluster_collector_config(
             },
         },
     }
+
+
+def render_node_collector_config(
+    cluster: CollectorCluster,
+    destination: CollectorDestination,
+    *,
+    interval_seconds: int = DEFAULT_SCRAPE_INTERVAL_SECONDS,
+) -> dict[str, Any]:
+    """The node tier's config: the kubelet's pod and container stats and the host's own,
+    from every node, pushed to the same gateway. Nothing engine-specific happens here."""
+    base = render_cluster_collector_config(
+        cluster, (), destination, scrape_interval_seconds=interval_seconds
+    )
+    processors = ("memory_limiter", "resource/cluster", "batch")
+    return {
+        "extensions": base["extensions"],
+        "receivers": {
+            "kubeletstats": {
+                "collection_interval": _interval(interval_seconds),
+                "auth_type": "serviceAccount",
+                # The node's own kubelet; the collector expands the variable at start.
+                "endpoint": "https://${env:K8S_NODE_NAME}:10250",
+                "insecure_skip_verify": True,
+                "metric_groups": ["node", "pod", "container"],
+            },
+            "hostmetrics": {
+                "collection_interval": _interval(interval_seconds),
+                "root_path": "/hostfs",
+                "scrapers": {"cpu": {}, "memory": {}, "load": {}, "filesystem": {}, "network": {}},
+            },
+        },
+        "processors": {name: base["processors"][name] for name in processors},
+        "exporters": base["exporters"],
+        "service": {
+            "extensions": base["service"]["extensions"],
+            "pipelines": {
+                "metrics": {
+                    "receivers": ["kubeletstats", "hostmetrics"],
+                    "processors": list(processors),
+                    "exporters": [EXPORTER],
+                }
+            },
+        },
+    }

@@ -1,17 +1,90 @@
-"""The gRPC shell of compose-serving-stack.
+"""The gRPC shell of compose-serving-stack: an InferenceCluster becomes its member's
+substrate, runtime and (while a TelemetryDestination exists) collector.
 
-Reads an InferenceCluster (and, later, the MetricMappings and the TelemetryDestination)
-and will compose the cluster's substrate, collector and runtime; for now it proves the
-harness by saying what it was given.
+Top to bottom: read the cluster (fatal on a field no resource can be built from), ask
+for the MetricMappings, the TelemetryDestinations, the other InferenceClusters (peers)
+and this cluster's ModelReplicas (engine types), wait while any is not fetched yet,
+plan with pure code (compose.py), write the desired resources, then status and
+conditions from what is observed.
 """
 
+from __future__ import annotations
+
+import os
+from typing import Final
+
 import grpc
-from crossplane.function import logging, response
+from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from functions.common.contracts import FUNCTION_SERVING_STACK
-from functions.common.sdk import describe_composite, observed_composite, report_not_composing_yet
+from functions.common import conditions, contracts
+from functions.common.sdk import describe_composite, observed_composite
+from functions.compose_serving_stack import collector_objects, substrate
+from functions.compose_serving_stack.compose import (
+    DestinationState,
+    GatewayDestination,
+    InvalidCluster,
+    parse_cluster,
+    plan,
+)
+from functions.compose_serving_stack.mappings import parse_mappings
+from functions.compose_serving_stack.status import (
+    Condition,
+    gateway_address,
+    mappings_condition,
+    readiness,
+    unmapped_engine_types,
+)
+from functions.compose_telemetry.destination import (
+    InvalidDestination,
+    active_destination,
+    identity_of,
+    parse_destination,
+)
+
+REQUIRED_MAPPINGS: Final = "metric-mappings"
+REQUIRED_DESTINATIONS: Final = "telemetry-destinations"
+REQUIRED_CLUSTERS: Final = "inference-clusters"
+REQUIRED_REPLICAS: Final = "model-replicas"
+
+REASON_COMPOSED: Final = "Composed"
+REASON_WAITING: Final = "WaitingForInputs"
+REASON_DISABLED: Final = "TelemetryDisabled"
+
+# The runtime's image: the repository's one image (Dockerfile). A DeploymentRuntimeConfig
+# sets the variable to the tag the function itself runs from.
+ENV_RUNTIME_IMAGE: Final = "MODELPLANE_RUNTIME_IMAGE"
+DEFAULT_RUNTIME_IMAGE: Final = "ghcr.io/modelplaneai/modelplane:v0.1.0"
+
+
+def _condition(c: Condition) -> resource.Condition:
+    text = "Unknown" if c.status is None else ("True" if c.status else "False")
+    return resource.Condition(typ=c.type, status=text, reason=c.reason, message=c.message)
+
+
+def _required(req: fnv1.RunFunctionRequest, name: str) -> list[dict] | None:
+    """The fetched resources, or None while Crossplane has not fetched them yet."""
+    if name not in req.required_resources:
+        return None
+    return [resource.struct_to_dict(i.resource) for i in req.required_resources[name].items]
+
+
+def _destination_state(destinations: list[dict]) -> DestinationState:
+    if not destinations:
+        return DestinationState()
+    winner = active_destination([identity_of(d) for d in destinations])
+    chosen = next(d for d in destinations if identity_of(d) == winner)
+    try:
+        parsed = parse_destination(chosen)
+    except InvalidDestination as err:
+        return DestinationState(problem=f"TelemetryDestination {winner.name} is invalid: {err}")
+    token = parsed.gateway.token
+    return DestinationState(
+        GatewayDestination(
+            parsed.name, parsed.gateway.endpoint, token.namespace, token.name, token.key
+        )
+    )
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
@@ -23,12 +96,142 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     ) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         xr = observed_composite(req)
-        spec = xr.get("spec", {})
-        pools = len(spec.get("nodePools", []))
-        given = (
-            f"{describe_composite(xr)} (stack {spec.get('stack')}, "
-            f"region {spec.get('region')}, {pools} node pools)"
+        name = describe_composite(xr)
+
+        # 1. Resolve inputs.
+        try:
+            cluster = parse_cluster(xr)
+        except InvalidCluster as err:
+            response.fatal(rsp, f"{name}: {err}")
+            return rsp
+        group = contracts.API_GROUP_VERSION
+        response.require_resources(rsp, REQUIRED_MAPPINGS, group, contracts.KIND_METRIC_MAPPING)
+        response.require_resources(
+            rsp, REQUIRED_DESTINATIONS, group, contracts.KIND_TELEMETRY_DESTINATION
         )
-        self.log.info("received", composite=describe_composite(xr))
-        report_not_composing_yet(rsp, FUNCTION_SERVING_STACK, given, "issue #5")
+        response.require_resources(rsp, REQUIRED_CLUSTERS, group, contracts.KIND_INFERENCE_CLUSTER)
+        response.require_resources(
+            rsp,
+            REQUIRED_REPLICAS,
+            group,
+            contracts.KIND_MODEL_REPLICA,
+            match_labels={contracts.LABEL_CLUSTER: cluster.name},
+        )
+        fetched = {
+            n: _required(req, n)
+            for n in (
+                REQUIRED_MAPPINGS,
+                REQUIRED_DESTINATIONS,
+                REQUIRED_CLUSTERS,
+                REQUIRED_REPLICAS,
+            )
+        }
+        observed = {
+            key: resource.struct_to_dict(r.resource) for key, r in req.observed.resources.items()
+        }
+        missing = sorted(n for n, found in fetched.items() if found is None)
+        if missing:
+            # Not fetched yet is not "none exist": keep everything as it is and ask.
+            self._keep(rsp, observed, set())
+            response.set_conditions(
+                rsp,
+                _condition(
+                    Condition(
+                        conditions.COMPOSED,
+                        False,
+                        REASON_WAITING,
+                        f"waiting for {', '.join(missing)}",
+                    )
+                ),
+            )
+            return rsp
+
+        mappings = parse_mappings(fetched[REQUIRED_MAPPINGS] or [])
+        destination = _destination_state(fetched[REQUIRED_DESTINATIONS] or [])
+        peers = [
+            str((c.get("metadata") or {}).get("name", ""))
+            for c in fetched[REQUIRED_CLUSTERS] or []
+            if (c.get("metadata") or {}).get("name")
+        ]
+        unmapped = unmapped_engine_types(
+            fetched[REQUIRED_REPLICAS] or [], cluster.name, mappings.mapped_engines
+        )
+
+        # 2. Decide.
+        image = os.environ.get(ENV_RUNTIME_IMAGE, DEFAULT_RUNTIME_IMAGE)
+        decided = plan(
+            cluster,
+            mappings,
+            destination=destination,
+            peers=peers,
+            unmapped=unmapped,
+            runtime_image=image,
+        )
+
+        # 3. Desired resources.
+        for composed in decided.composed:
+            resource.update(rsp.desired.resources[composed.key], composed.resource)
+        if decided.keep_observed_collector:
+            self._keep(rsp, observed, {c.key for c in decided.composed})
+
+        # 4. Status and conditions.
+        gateway = gateway_address(observed.get(substrate.GATEWAY_KEY))
+        status: dict = {"telemetry": decided.telemetry.to_status()}
+        if gateway:
+            status["gateway"] = {"address": gateway}
+        resource.update(rsp.desired.composite, {"status": status})
+
+        stack_ready = readiness(
+            conditions.STACK_READY, decided.stack_keys, observed, f"{cluster.stack} stack"
+        )
+        if decided.collector_keys:
+            collector_ready = readiness(
+                conditions.COLLECTOR_READY,
+                [collector_objects.DEPLOYMENT_KEY],
+                observed,
+                "collector",
+            )
+        else:
+            collector_ready = Condition(
+                conditions.COLLECTOR_READY, False, REASON_DISABLED, decided.telemetry.reason
+            )
+        refusals = mappings_condition(
+            conditions.MAPPINGS_ACCEPTED, mappings.refused, len(mappings.accepted)
+        )
+        composed_message = (
+            f"{name} (stack {cluster.stack}, region {cluster.region}): "
+            f"{len(decided.composed)} resources; telemetry {decided.telemetry.mode}"
+        )
+        response.set_conditions(
+            rsp,
+            _condition(stack_ready),
+            _condition(collector_ready),
+            _condition(refusals),
+            _condition(Condition(conditions.COMPOSED, True, REASON_COMPOSED, composed_message)),
+        )
+        for refused in mappings.refused:
+            response.warning(rsp, f"{refused.message}: left out of the collector on {cluster.name}")
+        if decided.telemetry.unmapped_engine_types:
+            response.normal(
+                rsp,
+                "engine types without a MetricMapping pass through under their own names: "
+                + ", ".join(decided.telemetry.unmapped_engine_types),
+            )
+        self.log.info("composed", composite=name, resources=len(decided.composed))
         return rsp
+
+    @staticmethod
+    def _keep(rsp: fnv1.RunFunctionResponse, observed: dict[str, dict], desired: set[str]) -> None:
+        """Keep observed composed resources the plan does not replace: never drop what runs
+        because an input is not fetched yet or cannot be used."""
+        for key, manifest in observed.items():
+            if key in desired:
+                continue
+            kept = {
+                k: manifest[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in manifest
+            }
+            meta = kept.get("metadata", {})
+            kept["metadata"] = {
+                k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta
+            }
+            resource.update(rsp.desired.resources[key], kept)

@@ -1,20 +1,259 @@
-"""compose-serving-stack under the real `crossplane render`.
+"""compose-serving-stack under the real `crossplane render`, with its inputs given as
+required resources the way Crossplane fetches them.
 
-Until issue #5 lands the function composes nothing and must say so, so a render
-never passes off the harness as the feature.
+Each case renders an example InferenceCluster with a folder of required resources built
+from the shipped files (the built-in MetricMappings, the example TelemetryDestination)
+plus tests/render/testdata/serving_stack/inputs, and compares the whole output with
+tests/render/testdata/serving_stack/<case>.yaml. Regenerate the golden files with
+
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/render/test_compose_serving_stack.py
+
+and read the diff before committing it.
 """
 
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
 import render
-from functions.common import conditions
+from functions.common import conditions, contracts
+from functions.compose_serving_stack import collector, collector_objects, mappings
+from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH
+
+REPO = render.REPO
+TESTDATA = Path(__file__).parent / "testdata" / "serving_stack"
+INPUTS = TESTDATA / "inputs"
+US_EAST = REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml"
+EU_WEST = REPO / "examples" / "inferenceclusters" / "eu-west-b200.yaml"
+DESTINATION = REPO / "examples" / "telemetrydestinations" / "fleet.yaml"
+BUILTIN = sorted((REPO / "apis" / "metricmappings" / "builtin").glob("*.yaml"))
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+CASES = {
+    # case: (xr, required files)
+    "without-destination": (US_EAST, [*BUILTIN, INPUTS / "peer-cluster.yaml"]),
+    "with-destination": (
+        US_EAST,
+        [*BUILTIN, DESTINATION, INPUTS / "peer-cluster.yaml", INPUTS / "replica-llamacpp.yaml"],
+    ),
+    "unsafe-mapping": (US_EAST, [*BUILTIN, DESTINATION, INPUTS / "mapping-unsafe.yaml"]),
+    "dynamo-with-destination": (EU_WEST, [*BUILTIN, DESTINATION]),
+}
 
 
-def test_says_it_composes_nothing_yet(function_servers):
-    xr = render.REPO / "examples" / "inferenceclusters/us-east-h100.yaml"
-    result = render.render(function_servers, xr)
-    assert result.returncode == 0, result.stderr
-    composite = result.documents[0]
-    composed = next(c for c in composite["status"]["conditions"] if c["type"] == "Composed")
-    assert composed["status"] == "False"
-    assert composed["reason"] == conditions.REASON_NOT_IMPLEMENTED
-    assert composite["metadata"]["name"] in composed["message"]
-    assert [d for d in result.documents if d["kind"] != "Result"] == [composite]
+def _render(function_servers, tmp_path: Path, case: str) -> list[dict]:
+    xr, files = CASES[case]
+    required = tmp_path / case
+    required.mkdir()
+    for i, path in enumerate(files):
+        shutil.copy(path, required / f"{i:02d}-{path.name}")
+    result = render.render(function_servers, xr, required=required)
+    assert result.returncode == 0, result.stderr + function_servers.logs()
+    return result.documents
+
+
+def _composed(documents: list[dict]) -> dict[str, dict]:
+    return {
+        d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d
+        for d in documents[1:]
+        if d.get("kind") != "Result"
+    }
+
+
+def _condition(documents: list[dict], typ: str) -> dict:
+    return next(c for c in documents[0]["status"]["conditions"] if c["type"] == typ)
+
+
+def _manifest(composed: dict) -> dict:
+    return composed["spec"]["forProvider"]["manifest"]
+
+
+@pytest.fixture(scope="module")
+def rendered(function_servers, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serving-stack")
+    return {case: _render(function_servers, folder, case) for case in CASES}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_whole_output_matches_the_golden_file(rendered, case):
+    golden = TESTDATA / f"{case}.yaml"
+    text = yaml.safe_dump_all(rendered[case], sort_keys=True)
+    if UPDATE:
+        golden.write_text(text)
+    assert golden.exists(), f"no golden file {golden}: run with UPDATE_GOLDEN=1"
+    assert list(yaml.safe_load_all(golden.read_text())) == list(yaml.safe_load_all(text))
+
+
+def test_no_destination_means_no_collector_and_says_why(rendered):
+    documents = rendered["without-destination"]
+    telemetry = documents[0]["status"]["telemetry"]
+    assert telemetry["mode"] == MODE_DISABLED
+    assert "no TelemetryDestination" in telemetry["reason"]
+    kinds = {_manifest(c)["kind"] for c in _composed(documents).values() if c["kind"] == "Object"}
+    assert "ConfigMap" not in kinds
+    assert "DaemonSet" not in kinds
+    names = {
+        _manifest(c)["metadata"]["name"]
+        for c in _composed(documents).values()
+        if c["kind"] == "Object"
+    }
+    assert collector_objects.COLLECTOR not in names
+    assert contracts.TELEMETRY_TOKEN_SECRET_NAME not in names
+    ready = _condition(documents, conditions.COLLECTOR_READY)
+    assert ready["status"] == "False"
+    assert ready["reason"] == "TelemetryDisabled"
+
+
+def test_a_destination_composes_the_collector_with_the_rendered_config(rendered):
+    documents = rendered["with-destination"]
+    composed = _composed(documents)
+    telemetry = documents[0]["status"]["telemetry"]
+    assert telemetry["mode"] == MODE_PUSH
+    assert (
+        telemetry["destination"]
+        == yaml.safe_load(DESTINATION.read_text())["spec"]["gateway"]["endpoint"]
+    )
+
+    config_map = _manifest(composed["collector-config"])
+    config = yaml.safe_load(config_map["data"][collector_objects.CONFIG_KEY])
+    # The same config the pure renderer gives for these inputs, whole.
+    parsed = mappings.parse_mappings([yaml.safe_load(p.read_text()) for p in BUILTIN])
+    expected = collector.render_cluster_collector_config(
+        collector.CollectorCluster("us-east-1", contracts.STACK_STANDARD),
+        parsed.accepted,
+        collector.CollectorDestination(telemetry["destination"]),
+    )
+    assert config == expected
+    deployment = _manifest(composed[collector_objects.DEPLOYMENT_KEY])
+    mounts = deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert {
+        "name": "gateway-token",
+        "mountPath": collector.TOKEN_MOUNT_DIR,
+        "readOnly": True,
+    } in mounts
+
+
+def test_the_token_travels_by_secret_reference_only(rendered):
+    composed = _composed(rendered["with-destination"])
+    token = composed["collector-token"]
+    manifest = _manifest(token)
+    assert manifest["kind"] == "Secret"
+    assert "data" not in manifest
+    assert "stringData" not in manifest
+    source = yaml.safe_load(DESTINATION.read_text())["spec"]["gateway"]["tokenSecretRef"]
+    reference = token["spec"]["references"][0]["patchesFrom"]
+    assert (reference["name"], reference["namespace"]) == (source["name"], source["namespace"])
+    assert reference["fieldPath"] == f"data[{source['key']}]"
+    # The copy lives beside its source, so the reference stays in its namespace.
+    assert token["metadata"]["namespace"] == source["namespace"]
+    text = yaml.safe_dump(_manifest(composed["collector-config"]))
+    assert collector.TOKEN_FILE in text
+    assert "tokenSecretRef" not in text
+    assert source["name"] not in text
+
+
+def test_unmapped_engine_types_on_the_cluster_are_listed(rendered):
+    telemetry = rendered["with-destination"][0]["status"]["telemetry"]
+    assert telemetry["unmappedEngineTypes"] == ["llamacpp"]
+    assert rendered["without-destination"][0]["status"]["telemetry"]["unmappedEngineTypes"] == []
+
+
+def test_an_unsafe_mapping_is_refused_and_the_rest_still_renders(rendered):
+    documents = rendered["unsafe-mapping"]
+    refused = _condition(documents, conditions.MAPPINGS_ACCEPTED)
+    assert refused["status"] == "False"
+    assert "MetricMapping sneaky: spec.metrics[0].from[0]" in refused["message"]
+    config_text = _manifest(_composed(documents)["collector-config"])["data"][
+        collector_objects.CONFIG_KEY
+    ]
+    assert "sneaky" not in config_text
+    assert 'IsMatch(metric.name, ""' not in config_text
+    assert '"vllm:num_requests_running"' in config_text
+    results = [d for d in documents if d.get("kind") == "Result"]
+    assert any(
+        "sneaky" in r.get("message", "") and r.get("severity") == "SEVERITY_WARNING"
+        for r in results
+    )
+
+
+def test_every_member_gets_the_runtime_and_a_profile_per_peer(rendered):
+    composed = _composed(rendered["with-destination"])
+    manifests = [_manifest(c) for c in composed.values() if c["kind"] == "Object"]
+    by_kind: dict[str, list[dict]] = {}
+    for m in manifests:
+        by_kind.setdefault(m["kind"], []).append(m)
+    assert [c["metadata"]["name"] for c in by_kind["CustomResourceDefinition"]] == [
+        "adaptivepolicies.autoscaling.modelplane.ai"
+    ]
+    deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
+    assert deployments["modelplane-agent"]["spec"]["replicas"] == 2
+    assert deployments["modelplane-agent"]["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "runtime",
+        "agent",
+    ]
+    assert deployments[contracts.SCALER_SERVICE_NAME]["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ] == [
+        "runtime",
+        "scaler",
+    ]
+    service = next(
+        s for s in by_kind["Service"] if s["metadata"]["name"] == contracts.SCALER_SERVICE_NAME
+    )
+    assert service["metadata"]["namespace"] == contracts.SYSTEM_NAMESPACE
+    assert {p["port"] for p in service["spec"]["ports"]} == {
+        contracts.SCALER_PORT,
+        contracts.METRICS_PORT,
+    }
+    profiles = by_kind["ClusterProfile"]
+    assert [p["metadata"]["name"] for p in profiles] == ["eu-west-1"]
+    secret = profiles[0]["metadata"]["annotations"]["modelplane.ai/credentials-secret"]
+    copies = [s for s in by_kind["Secret"] if s["metadata"]["name"] == secret]
+    assert copies
+    assert "data" not in copies[0]
+
+
+def test_no_composed_rbac_grants_every_secret(rendered):
+    for case in CASES:
+        for c in _composed(rendered[case]).values():
+            if c["kind"] != "Object" or _manifest(c)["kind"] not in {"Role", "ClusterRole"}:
+                continue
+            for rule in _manifest(c)["rules"]:
+                if "secrets" in rule.get("resources", []):
+                    assert rule.get("resourceNames"), (case, _manifest(c)["metadata"]["name"])
+                assert "*" not in rule.get("verbs", [])
+                assert "*" not in rule.get("resources", [])
+
+
+def test_each_stack_gets_its_substrate(rendered):
+    standard = {
+        c["spec"]["forProvider"]["chart"]["name"]
+        for c in _composed(rendered["with-destination"]).values()
+        if c["kind"] == "Release"
+    }
+    dynamo_composed = _composed(rendered["dynamo-with-destination"])
+    dynamo = {
+        c["spec"]["forProvider"]["chart"]["name"]
+        for c in dynamo_composed.values()
+        if c["kind"] == "Release"
+    }
+    assert {"lws", "cert-manager", "gateway-helm", "nvidia-dra-driver-gpu"} <= standard
+    assert not {"grove-charts", "kai-scheduler"} & standard
+    assert {"grove-charts", "kai-scheduler", "modelexpress"} <= dynamo
+    assert "lws" not in dynamo
+    queues = [
+        _manifest(c)
+        for c in dynamo_composed.values()
+        if c["kind"] == "Object" and _manifest(c)["kind"] == "Queue"
+    ]
+    assert {q["metadata"]["name"]: q["spec"].get("parentQueue") for q in queues} == {
+        "modelplane-root": None,
+        "modelplane": "modelplane-root",
+    }
+    for documents in rendered.values():
+        for c in _composed(documents).values():
+            # A cluster-scoped XR composing namespaced resources must name a namespace.
+            assert c["metadata"].get("namespace"), c["metadata"]["name"]

@@ -1,0 +1,292 @@
+"""The cluster-tier collector as it runs on a member: a Deployment with its ConfigMap,
+ServiceAccount and least-privilege RBAC, the gateway token copied in as a Secret, and
+(behind `spec.telemetry.nodeTier`) the node-tier DaemonSet.
+
+The token never passes through this function: the Secret's manifest carries no data,
+and provider-kubernetes copies the key from the TelemetryDestination's Secret on the
+control plane (`references.patchesFrom`), so the Object copying it lives in that
+Secret's namespace. The collector mounts it as a file the bearer-token authenticator
+reads; the ConfigMap names only the path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import yaml
+
+from functions.common import contracts
+from functions.common.naming import stable_hash
+from functions.compose_serving_stack import collector
+from functions.compose_serving_stack.envelope import Composed, Target, object_
+
+COLLECTOR: Final = "modelplane-collector"
+NODE_COLLECTOR: Final = "modelplane-node-collector"
+# The contrib distribution carries every component both tiers use; the tests run a
+# collector built from the same release's modules (hack/tools/otelcol).
+COLLECTOR_IMAGE: Final = "otel/opentelemetry-collector-contrib:0.161.0"
+CONFIG_KEY: Final = "config.yaml"
+CONFIG_DIR: Final = "/etc/otelcol"
+CONFIG_HASH_ANNOTATION: Final = "modelplane.ai/config-hash"
+REPLICAS: Final = 1
+MEMORY_LIMIT: Final = "1Gi"
+
+# Keys of the composed resources a status reads back.
+DEPLOYMENT_KEY: Final = "collector-deployment"
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """A ConfigMap a person reads: no &anchors for repeated blocks."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def config_text(config: dict[str, Any]) -> str:
+    return yaml.dump(config, Dumper=_PlainDumper, sort_keys=False, width=120)
+
+
+def _labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "modelplane"}
+
+
+def _rbac(target: Target, name: str, rules: list[dict[str, Any]]) -> list[Composed]:
+    return [
+        object_(
+            target,
+            f"{name}-serviceaccount",
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": name,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": _labels(name),
+                },
+            },
+        ),
+        object_(
+            target,
+            f"{name}-clusterrole",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": name, "labels": _labels(name)},
+                "rules": rules,
+            },
+        ),
+        object_(
+            target,
+            f"{name}-clusterrolebinding",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": name, "labels": _labels(name)},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": name,
+                },
+                "subjects": [
+                    {
+                        "kind": "ServiceAccount",
+                        "name": name,
+                        "namespace": contracts.SYSTEM_NAMESPACE,
+                    }
+                ],
+            },
+        ),
+    ]
+
+
+# Discovery and k8s_attributes read pods (and the namespaces and ReplicaSets behind
+# them); scraping a secured /metrics endpoint needs GET on that path; nothing else.
+CLUSTER_TIER_RULES: Final = [
+    {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
+    {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+]
+NODE_TIER_RULES: Final = [
+    {"apiGroups": [""], "resources": ["nodes/stats", "nodes/proxy"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+]
+
+
+def token_secret(
+    target: Target, source_namespace: str, source_name: str, source_key: str
+) -> Composed:
+    """The gateway token, copied from the control plane into the collector's namespace."""
+    return object_(
+        target,
+        "collector-token",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": contracts.TELEMETRY_TOKEN_SECRET_NAME,
+                "namespace": contracts.SYSTEM_NAMESPACE,
+                "labels": _labels(COLLECTOR),
+            },
+            "type": "Opaque",
+        },
+        references=[
+            {
+                "patchesFrom": {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "name": source_name,
+                    "namespace": source_namespace,
+                    "fieldPath": f"data[{source_key}]",
+                },
+                "toFieldPath": f"data[{contracts.TELEMETRY_TOKEN_SECRET_KEY}]",
+            }
+        ],
+        namespace=source_namespace,
+    )
+
+
+def _pod_spec(name: str, config_map: str, *, host_metrics: bool = False) -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": config_map}},
+        {
+            "name": "gateway-token",
+            "secret": {
+                "secretName": contracts.TELEMETRY_TOKEN_SECRET_NAME,
+                "items": [
+                    {"key": contracts.TELEMETRY_TOKEN_SECRET_KEY, "path": collector.TOKEN_KEY}
+                ],
+            },
+        },
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "gateway-token", "mountPath": collector.TOKEN_MOUNT_DIR, "readOnly": True},
+    ]
+    env: list[dict[str, Any]] = [
+        # memory_limiter's percentages are of this limit.
+        {"name": "GOMEMLIMIT", "value": "800MiB"},
+        {"name": "K8S_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    if host_metrics:
+        volumes.append({"name": "hostfs", "hostPath": {"path": "/"}})
+        mounts.append(
+            {
+                "name": "hostfs",
+                "mountPath": "/hostfs",
+                "readOnly": True,
+                "mountPropagation": "HostToContainer",
+            }
+        )
+    return {
+        "serviceAccountName": name,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
+        "containers": [
+            {
+                "name": "otelcol",
+                "image": COLLECTOR_IMAGE,
+                "args": [f"--config={CONFIG_DIR}/{CONFIG_KEY}"],
+                "env": env,
+                "ports": [{"name": "health", "containerPort": collector.HEALTH_PORT}],
+                "readinessProbe": {"httpGet": {"path": "/", "port": "health"}},
+                "livenessProbe": {"httpGet": {"path": "/", "port": "health"}},
+                "resources": {
+                    "requests": {"cpu": "200m", "memory": "256Mi"},
+                    "limits": {"memory": MEMORY_LIMIT},
+                },
+                "volumeMounts": mounts,
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }
+        ],
+        "volumes": volumes,
+    }
+
+
+def _config_map(target: Target, key: str, name: str, text: str) -> Composed:
+    return object_(
+        target,
+        key,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": contracts.SYSTEM_NAMESPACE,
+                "labels": _labels(name),
+            },
+            "data": {CONFIG_KEY: text},
+        },
+    )
+
+
+def cluster_tier(target: Target, config: dict[str, Any]) -> list[Composed]:
+    """The Deployment, its ConfigMap and RBAC; the pods roll when the config changes."""
+    text = config_text(config)
+    labels = _labels(COLLECTOR)
+    return [
+        *_rbac(target, COLLECTOR, CLUSTER_TIER_RULES),
+        _config_map(target, "collector-config", COLLECTOR, text),
+        object_(
+            target,
+            DEPLOYMENT_KEY,
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {
+                    "name": COLLECTOR,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": labels,
+                },
+                "spec": {
+                    "replicas": REPLICAS,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {
+                            "labels": labels,
+                            "annotations": {CONFIG_HASH_ANNOTATION: stable_hash(text)},
+                        },
+                        "spec": _pod_spec(COLLECTOR, COLLECTOR),
+                    },
+                },
+            },
+            ready_cel="object.status.availableReplicas >= 1",
+        ),
+    ]
+
+
+def node_tier(target: Target, config: dict[str, Any]) -> list[Composed]:
+    """The node tier: a DaemonSet reading the kubelet and the host on every node."""
+    text = config_text(config)
+    labels = _labels(NODE_COLLECTOR)
+    pod = _pod_spec(NODE_COLLECTOR, NODE_COLLECTOR, host_metrics=True)
+    pod["tolerations"] = [{"operator": "Exists"}]  # GPU nodes are usually tainted
+    return [
+        *_rbac(target, NODE_COLLECTOR, NODE_TIER_RULES),
+        _config_map(target, "node-collector-config", NODE_COLLECTOR, text),
+        object_(
+            target,
+            "node-collector-daemonset",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {
+                    "name": NODE_COLLECTOR,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": labels,
+                },
+                "spec": {
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {
+                            "labels": labels,
+                            "annotations": {CONFIG_HASH_ANNOTATION: stable_hash(text)},
+                        },
+                        "spec": pod,
+                    },
+                },
+            },
+        ),
+    ]

@@ -1,0 +1,162 @@
+"""Everything one InferenceCluster becomes, from typed inputs: the substrate, the runtime,
+and (only while a TelemetryDestination exists) the collector.
+
+The shell resolves the inputs; this module decides. A destination that exists but is
+invalid is not the same as no destination: the collector that already runs keeps its
+last config (the shell keeps the observed resources) rather than being deleted because
+someone mistyped an endpoint.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from functions.common import contracts
+from functions.compose_serving_stack import collector, collector_objects, runtime_hosting, substrate
+from functions.compose_serving_stack.envelope import Composed, Target
+from functions.compose_serving_stack.mappings import ParsedMappings
+from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH, Telemetry
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_STACKS: Final = (contracts.STACK_STANDARD, contracts.STACK_DYNAMO)
+_PROVIDER_CONFIG_KINDS: Final = ("ClusterProviderConfig", "ProviderConfig")
+
+
+class InvalidCluster(ValueError):
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    stack: str
+    region: str
+    target: Target
+    node_tier: bool = False
+
+
+def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
+    """The InferenceCluster, with the field and the rule for anything unusable."""
+    name = str((xr.get("metadata") or {}).get("name") or "")
+    if not _DNS_LABEL.match(name) or len(name) > 63:
+        raise InvalidCluster("metadata.name", f"{name!r} must be a DNS label (it names resources)")
+    spec = xr.get("spec") or {}
+    stack = spec.get("stack") or contracts.STACK_STANDARD
+    if stack not in _STACKS:
+        raise InvalidCluster("spec.stack", f"{stack!r} is not one of {', '.join(_STACKS)}")
+    ref = spec.get("providerConfigRef") or {}
+    provider_config = ref.get("name")
+    if not isinstance(provider_config, str) or not provider_config:
+        raise InvalidCluster(
+            "spec.providerConfigRef.name", "is required: it is how the cluster is reached"
+        )
+    kind = ref.get("kind") or "ClusterProviderConfig"
+    if kind not in _PROVIDER_CONFIG_KINDS:
+        raise InvalidCluster(
+            "spec.providerConfigRef.kind",
+            f"{kind!r} is not one of {', '.join(_PROVIDER_CONFIG_KINDS)}",
+        )
+    telemetry = spec.get("telemetry") or {}
+    return Cluster(
+        name=name,
+        stack=stack,
+        region=str(spec.get("region") or ""),
+        target=Target(name, provider_config, kind),
+        node_tier=bool(telemetry.get("nodeTier", False)),
+    )
+
+
+@dataclass(frozen=True)
+class GatewayDestination:
+    """The active TelemetryDestination, as a cluster's collector needs it."""
+
+    name: str
+    endpoint: str
+    token_namespace: str
+    token_name: str
+    token_key: str
+
+
+@dataclass(frozen=True)
+class DestinationState:
+    """None, one usable destination, or one that exists but cannot be used (and why)."""
+
+    active: GatewayDestination | None = None
+    problem: str = ""  # non-empty: a destination exists but is invalid
+
+    @property
+    def exists(self) -> bool:
+        return self.active is not None or bool(self.problem)
+
+
+@dataclass
+class Plan:
+    composed: list[Composed]
+    telemetry: Telemetry
+    stack_keys: list[str]
+    collector_keys: list[str] = field(default_factory=list)
+    # An invalid destination: keep whatever collector resources were observed.
+    keep_observed_collector: bool = False
+
+
+def plan(
+    cluster: Cluster,
+    mappings: ParsedMappings,
+    *,
+    destination: DestinationState,
+    peers: Sequence[str],
+    unmapped: Sequence[str],
+    runtime_image: str,
+) -> Plan:
+    stack = substrate.substrate(cluster.target, cluster.stack)
+    stack += runtime_hosting.runtime_hosting(cluster.target, runtime_image, peers)
+    unmapped_types = tuple(sorted(set(unmapped)))
+
+    if destination.active is None:
+        if destination.problem:
+            telemetry = Telemetry(
+                MODE_PUSH,
+                f"{destination.problem}; the collector keeps its last config",
+                unmapped_engine_types=unmapped_types,
+            )
+            return Plan(stack, telemetry, [c.key for c in stack], keep_observed_collector=True)
+        telemetry = Telemetry(
+            MODE_DISABLED,
+            "no TelemetryDestination exists, so no collector runs on this cluster",
+            unmapped_engine_types=unmapped_types,
+        )
+        return Plan(stack, telemetry, [c.key for c in stack])
+
+    active = destination.active
+    collector_cluster = collector.CollectorCluster(cluster.name, cluster.stack)
+    gateway = collector.CollectorDestination(active.endpoint)
+    config = collector.render_cluster_collector_config(
+        collector_cluster, mappings.accepted, gateway
+    )
+    telemetry_resources = [
+        collector_objects.token_secret(
+            cluster.target, active.token_namespace, active.token_name, active.token_key
+        ),
+        *collector_objects.cluster_tier(cluster.target, config),
+    ]
+    if cluster.node_tier:
+        node_config = collector.render_node_collector_config(collector_cluster, gateway)
+        telemetry_resources += collector_objects.node_tier(cluster.target, node_config)
+    telemetry = Telemetry(
+        MODE_PUSH,
+        f"pushing OTLP to the gateway of TelemetryDestination {active.name}",
+        destination=active.endpoint,
+        unmapped_engine_types=unmapped_types,
+    )
+    return Plan(
+        stack + telemetry_resources,
+        telemetry,
+        [c.key for c in stack],
+        [c.key for c in telemetry_resources],
+    )

@@ -1,0 +1,347 @@
+"""The fleet runtime every member hosts: the AdaptivePolicy CRD, the agent (two replicas,
+one active through the agent Lease), the KEDA scaler and its Service, least-privilege
+RBAC for each, and one ClusterProfile per peer member.
+
+RBAC is split by who needs what. The agent reads AdaptivePolicies and writes their
+status, counts start failures from pods, keeps health records (ConfigMaps), and holds the
+Leases in modelplane-system. The scaler only reads AdaptivePolicies and this member's hub
+Lease. A peer's agent reaches this member as the `modelplane-peer` ServiceAccount, which
+may touch only the hub Lease and AdaptivePolicy status, the two things hub election and
+hub decisions write on other members.
+
+Peers are reached with a kubeconfig the platform team provides per member on the control
+plane (Secret PEER_SECRET_PREFIX + member, key `kubeconfig`, in the composed namespace,
+built for that member's `modelplane-peer` ServiceAccount). It is copied to each other
+member by provider-kubernetes `references`, so no credential passes through this
+function; each ClusterProfile names its copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from functions.common import contracts
+from functions.compose_serving_stack import adaptivepolicy_crd
+from functions.compose_serving_stack.envelope import COMPOSED_NAMESPACE, Composed, Target, object_
+
+AGENT: Final = "modelplane-agent"
+SCALER: Final = contracts.SCALER_SERVICE_NAME
+PEER: Final = "modelplane-peer"
+AGENT_REPLICAS: Final = 2
+SCALER_REPLICAS: Final = 2
+
+CLUSTER_PROFILE_API_VERSION: Final = "multicluster.x-k8s.io/v1alpha1"
+CLUSTER_MANAGER: Final = "modelplane"
+LABEL_CLUSTER_MANAGER: Final = "x-k8s.io/cluster-manager"
+PEER_SECRET_PREFIX: Final = "modelplane-peer-"
+PEER_SECRET_KEY: Final = "kubeconfig"
+# The ClusterProfile annotation naming the Secret (in its namespace) with the peer's kubeconfig.
+ANNOTATION_CREDENTIALS: Final = "modelplane.ai/credentials-secret"
+
+ENV_CLUSTER: Final = "MODELPLANE_CLUSTER"
+RBAC: Final = "rbac.authorization.k8s.io/v1"
+AUTOSCALING_RESOURCES: Final = ["adaptivepolicies"]
+
+
+def peer_secret_name(member: str) -> str:
+    return f"{PEER_SECRET_PREFIX}{member}"
+
+
+def _labels(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": component, "app.kubernetes.io/part-of": "modelplane"}
+
+
+def _service_account(target: Target, name: str) -> Composed:
+    return object_(
+        target,
+        f"runtime-serviceaccount-{name}",
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": name,
+                "namespace": contracts.SYSTEM_NAMESPACE,
+                "labels": _labels(name),
+            },
+        },
+    )
+
+
+def _role(
+    target: Target, name: str, rules: list[dict[str, Any]], *, cluster: bool
+) -> list[Composed]:
+    kind = "ClusterRole" if cluster else "Role"
+    metadata: dict[str, Any] = {"name": name, "labels": _labels(name)}
+    if not cluster:
+        metadata["namespace"] = contracts.SYSTEM_NAMESPACE
+    binding_metadata = dict(metadata)
+    suffix = "clusterrole" if cluster else "role"
+    return [
+        object_(
+            target,
+            f"runtime-{suffix}-{name}",
+            {"apiVersion": RBAC, "kind": kind, "metadata": metadata, "rules": rules},
+        ),
+        object_(
+            target,
+            f"runtime-{suffix}binding-{name}",
+            {
+                "apiVersion": RBAC,
+                "kind": f"{kind}Binding",
+                "metadata": binding_metadata,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+                "subjects": [
+                    {
+                        "kind": "ServiceAccount",
+                        "name": name,
+                        "namespace": contracts.SYSTEM_NAMESPACE,
+                    }
+                ],
+            },
+        ),
+    ]
+
+
+def _rule(
+    groups: list[str], resources: list[str], verbs: list[str], names: Sequence[str] = ()
+) -> dict:
+    rule: dict[str, Any] = {"apiGroups": groups, "resources": resources, "verbs": verbs}
+    if names:
+        rule["resourceNames"] = list(names)
+    return rule
+
+
+READ: Final = ["get", "list", "watch"]
+WRITE_STATUS: Final = ["get", "update", "patch"]
+LEASE_VERBS: Final = ["get", "list", "watch", "create", "update", "patch"]
+
+
+def _rbac(target: Target, peers: Sequence[str]) -> list[Composed]:
+    autoscaling = contracts.AUTOSCALING_GROUP
+    peer_secrets = [peer_secret_name(p) for p in peers]
+    agent_namespaced = [
+        _rule(["coordination.k8s.io"], ["leases"], LEASE_VERBS),
+        _rule(["multicluster.x-k8s.io"], ["clusterprofiles"], READ),
+        _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
+    ]
+    if peer_secrets:
+        # Only the peer kubeconfigs, by name: never every Secret in the namespace.
+        agent_namespaced.append(_rule([""], ["secrets"], ["get", "watch"], peer_secrets))
+    return [
+        *_role(target, AGENT, agent_namespaced, cluster=False),
+        *_role(
+            target,
+            AGENT,
+            [
+                _rule([autoscaling], AUTOSCALING_RESOURCES, READ),
+                _rule([autoscaling], ["adaptivepolicies/status"], WRITE_STATUS),
+                # Start failures are counted where pods are seen.
+                _rule([""], ["pods"], READ),
+                # Health records live beside each ModelReplica's pods, in its namespace.
+                _rule([""], ["configmaps"], [*READ, "create", "update", "patch"]),
+            ],
+            cluster=True,
+        ),
+        *_role(
+            target,
+            SCALER,
+            [_rule(["coordination.k8s.io"], ["leases"], READ, [contracts.HUB_LEASE_NAME])],
+            cluster=False,
+        ),
+        *_role(target, SCALER, [_rule([autoscaling], AUTOSCALING_RESOURCES, READ)], cluster=True),
+        # What a peer's agent does here: compare-and-swap this member's hub Lease, and
+        # write the hub's intent into AdaptivePolicy status.
+        *_role(
+            target,
+            PEER,
+            [
+                _rule(
+                    ["coordination.k8s.io"],
+                    ["leases"],
+                    ["get", "create", "update"],
+                    [contracts.HUB_LEASE_NAME],
+                )
+            ],
+            cluster=False,
+        ),
+        *_role(
+            target,
+            PEER,
+            [
+                _rule([autoscaling], AUTOSCALING_RESOURCES, READ),
+                _rule([autoscaling], ["adaptivepolicies/status"], WRITE_STATUS),
+            ],
+            cluster=True,
+        ),
+    ]
+
+
+def _pod_env(cluster: str) -> list[dict[str, Any]]:
+    return [
+        {"name": ENV_CLUSTER, "value": cluster},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+
+
+def _deployment(
+    target: Target,
+    name: str,
+    image: str,
+    *,
+    command: str,
+    replicas: int,
+    ports: list[dict[str, Any]],
+) -> Composed:
+    labels = _labels(name)
+    return object_(
+        target,
+        f"runtime-deployment-{name}",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": contracts.SYSTEM_NAMESPACE, "labels": labels},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": name,
+                        "securityContext": {"runAsNonRoot": True},
+                        "topologySpreadConstraints": [
+                            {
+                                "maxSkew": 1,
+                                "topologyKey": "kubernetes.io/hostname",
+                                "whenUnsatisfiable": "ScheduleAnyway",
+                                "labelSelector": {"matchLabels": labels},
+                            }
+                        ],
+                        "containers": [
+                            {
+                                "name": name.removeprefix("modelplane-"),
+                                "image": image,
+                                "args": ["runtime", command],
+                                "env": _pod_env(target.cluster),
+                                "ports": ports,
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]},
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+        ready_cel="object.status.availableReplicas >= 1",
+    )
+
+
+def _cluster_profile(target: Target, peer: str) -> list[Composed]:
+    secret = peer_secret_name(peer)
+    labels = {LABEL_CLUSTER_MANAGER: CLUSTER_MANAGER, contracts.LABEL_CLUSTER: peer}
+    return [
+        object_(
+            target,
+            f"peer-credentials-{peer}",
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": secret,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": labels,
+                },
+                "type": "Opaque",
+            },
+            # The data arrives from the control plane's copy; the manifest carries none.
+            references=[
+                {
+                    "patchesFrom": {
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "name": secret,
+                        "namespace": COMPOSED_NAMESPACE,
+                        "fieldPath": f"data[{PEER_SECRET_KEY}]",
+                    },
+                    "toFieldPath": f"data[{PEER_SECRET_KEY}]",
+                }
+            ],
+        ),
+        object_(
+            target,
+            f"peer-clusterprofile-{peer}",
+            {
+                "apiVersion": CLUSTER_PROFILE_API_VERSION,
+                "kind": "ClusterProfile",
+                "metadata": {
+                    "name": peer,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": labels,
+                    "annotations": {ANNOTATION_CREDENTIALS: secret},
+                },
+                "spec": {"displayName": peer, "clusterManager": {"name": CLUSTER_MANAGER}},
+            },
+        ),
+    ]
+
+
+def runtime_hosting(target: Target, image: str, peers: Sequence[str]) -> list[Composed]:
+    """The runtime's resources on one member; `peers` are the other members' names."""
+    ordered_peers = sorted(set(peers) - {target.cluster})
+    composed = [
+        object_(target, "adaptivepolicy-crd", adaptivepolicy_crd.crd()),
+        _service_account(target, AGENT),
+        _service_account(target, SCALER),
+        _service_account(target, PEER),
+        *_rbac(target, ordered_peers),
+        _deployment(
+            target,
+            AGENT,
+            image,
+            command="agent",
+            replicas=AGENT_REPLICAS,
+            ports=[{"name": "metrics", "containerPort": contracts.METRICS_PORT}],
+        ),
+        _deployment(
+            target,
+            SCALER,
+            image,
+            command="scaler",
+            replicas=SCALER_REPLICAS,
+            ports=[
+                {"name": "grpc", "containerPort": contracts.SCALER_PORT},
+                {"name": "metrics", "containerPort": contracts.METRICS_PORT},
+            ],
+        ),
+        object_(
+            target,
+            "runtime-service-scaler",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": contracts.SCALER_SERVICE_NAME,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": _labels(SCALER),
+                },
+                "spec": {
+                    "selector": _labels(SCALER),
+                    "ports": [
+                        {"name": "grpc", "port": contracts.SCALER_PORT, "targetPort": "grpc"},
+                        {
+                            "name": "metrics",
+                            "port": contracts.METRICS_PORT,
+                            "targetPort": "metrics",
+                        },
+                    ],
+                },
+            },
+        ),
+    ]
+    for peer in ordered_peers:
+        composed += _cluster_profile(target, peer)
+    return composed

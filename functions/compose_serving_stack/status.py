@@ -1,0 +1,143 @@
+"""What an operator reads on an InferenceCluster: `status.telemetry`, `status.gateway`,
+and the StackReady / CollectorReady / MappingsAccepted conditions, all derived from
+typed inputs and the observed composed resources, never from the wall clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from functions.compose_serving_stack.mappings import RefusedMapping
+
+MODE_PUSH: Final = "Push"
+MODE_DISABLED: Final = "Disabled"
+
+
+class Reason(StrEnum):
+    READY = "Ready"
+    NOT_READY = "NotReady"
+    CREATING = "Creating"
+    NO_DESTINATION = "NoTelemetryDestination"
+    DESTINATION_INVALID = "TelemetryDestinationInvalid"
+    PUSHING = "Pushing"
+    ALL_ACCEPTED = "AllAccepted"
+    REFUSED = "MappingRefused"
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: bool | None
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    mode: str
+    reason: str
+    destination: str = ""
+    unmapped_engine_types: tuple[str, ...] = ()
+
+    def to_status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "mode": self.mode,
+            "reason": self.reason,
+            "unmappedEngineTypes": list(self.unmapped_engine_types),
+        }
+        if self.destination:
+            status["destination"] = self.destination
+        return status
+
+
+def unmapped_engine_types(
+    replicas: Iterable[Mapping[str, Any]], cluster: str, mapped_engines: Iterable[str]
+) -> tuple[str, ...]:
+    """Engine types of the ModelReplicas on this cluster that no accepted mapping covers."""
+    mapped = set(mapped_engines)
+    seen: set[str] = set()
+    for replica in replicas:
+        spec = replica.get("spec") or {}
+        if (spec.get("cluster") or {}).get("name") != cluster:
+            continue
+        for engine in spec.get("engines") or []:
+            engine_type = engine.get("type") if isinstance(engine, Mapping) else None
+            if isinstance(engine_type, str) and engine_type and engine_type not in mapped:
+                seen.add(engine_type)
+    return tuple(sorted(seen))
+
+
+def is_ready(observed: Mapping[str, Any] | None) -> bool | None:
+    """A composed resource's Ready condition: True, False, or None when not observed yet."""
+    if not observed:
+        return None
+    for condition in (observed.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def _names(keys: Sequence[str], limit: int = 5) -> str:
+    keys = sorted(keys)
+    shown = ", ".join(keys[:limit])
+    return f"{shown} and {len(keys) - limit} more" if len(keys) > limit else shown
+
+
+def readiness(
+    condition_type: str, keys: Sequence[str], observed: Mapping[str, Mapping[str, Any]], what: str
+) -> Condition:
+    """One condition over a set of composed resources: ready only when all of them are."""
+    unseen = [k for k in keys if is_ready(observed.get(k)) is None]
+    waiting = [k for k in keys if is_ready(observed.get(k)) is False]
+    if not unseen and not waiting:
+        return Condition(
+            condition_type, True, Reason.READY, f"{what}: all {len(keys)} resources are ready"
+        )
+    if waiting:
+        return Condition(
+            condition_type,
+            False,
+            Reason.NOT_READY,
+            f"{what}: not ready yet: {_names(waiting + unseen)}",
+        )
+    return Condition(
+        condition_type,
+        False,
+        Reason.CREATING,
+        f"{what}: being created: {_names(unseen)}",
+    )
+
+
+def gateway_address(observed_gateway: Mapping[str, Any] | None) -> str:
+    """The first address the member's Gateway reports (through the Object's atProvider)."""
+    if not observed_gateway:
+        return ""
+    manifest = ((observed_gateway.get("status") or {}).get("atProvider") or {}).get(
+        "manifest"
+    ) or {}
+    for address in (manifest.get("status") or {}).get("addresses") or []:
+        if isinstance(address, Mapping) and address.get("value"):
+            return str(address["value"])
+    return ""
+
+
+def mappings_condition(
+    condition_type: str, refused: Sequence[RefusedMapping], accepted: int
+) -> Condition:
+    if not refused:
+        return Condition(
+            condition_type,
+            True,
+            Reason.ALL_ACCEPTED,
+            f"{accepted} MetricMappings are in the collector",
+        )
+    return Condition(
+        condition_type,
+        False,
+        Reason.REFUSED,
+        "refused (the rest of the collector config still renders): "
+        + "; ".join(r.message for r in refused),
+    )
