@@ -138,3 +138,8 @@ HEADER_MODEL_NAME: Final = "X-Gateway-Model-Name"
 # workload kinds. The agent follows the ScaledObject's spec.scaleTargetRef to the pods.
 SCALED_OBJECT_API_VERSION: Final = "keda.sh/v1alpha1"
 KIND_SCALED_OBJECT: Final = "ScaledObject"
+
+# AdaptivePolicy.spec.clusters maxItems (apis/adaptivepolicies/definition.yaml): every
+# ModelReplica of an autoscaled deployment carries the full member list, so such a
+# deployment is placed on at most this many clusters.
+ADAPTIVE_POLICY_MAX_CLUSTERS: Final = 100

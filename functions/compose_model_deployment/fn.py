@@ -10,9 +10,9 @@ Inputs are resolved explicitly: until both requirements have been answered nothi
 is placed and every ModelReplica composed before is kept as it is; an empty answer is
 "absent" (no clusters, or nobody holds capacity), never "not fetched yet".
 
-Parsing a cluster or a replica is memoized by its serialized bytes: the same fleet
-arrives on every reconcile, and converting protobuf Structs is the costliest part of a
-large request.
+Parsing a cluster or a replica is memoized by its uid and resourceVersion (or, without
+them, its serialized bytes): the same fleet arrives on every reconcile, and converting
+protobuf Structs is the costliest part of a large request.
 """
 
 from __future__ import annotations
@@ -61,15 +61,14 @@ def plain(value):
     return value
 
 
-def _identity(struct: struct_pb2.Struct) -> tuple[str, str] | None:
-    """(namespace, name) of a resource, read without converting the whole Struct."""
-    if "metadata" not in struct:
-        return None
-    meta = struct["metadata"]
-    if "name" not in meta:
-        return None
-    namespace = meta["namespace"] if "namespace" in meta else ""  # noqa: SIM401 (a Struct has no .get)
-    return (namespace, meta["name"])
+def _memo_key(struct: struct_pb2.Struct) -> object:
+    """What identifies a resource's content: its uid and resourceVersion when the API
+    server set them (any change bumps the version), else its exact bytes."""
+    if "metadata" in struct:
+        meta = struct["metadata"]
+        if "uid" in meta and "resourceVersion" in meta and meta["uid"]:
+            return (meta["uid"], meta["resourceVersion"])
+    return struct.SerializeToString(deterministic=True)
 
 
 class _Memo:
@@ -80,7 +79,7 @@ class _Memo:
         self.values: dict[bytes, T] = {}
 
     def __call__(self, struct: struct_pb2.Struct) -> T:
-        key = struct.SerializeToString(deterministic=True)
+        key = _memo_key(struct)
         found = self.values.get(key)
         if found is None:
             if len(self.values) >= _CACHE_LIMIT:
@@ -236,13 +235,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         """Every ModelReplica; our own as observed (the composed copy is authoritative)."""
         mine = [self.holdings(s) for s in observed_own.values()]
         ids = {(h.namespace, h.name) for h in mine}
-        others = []
-        for item in req.required_resources[REQUIRED_REPLICAS].items:
-            ident = _identity(item.resource)
-            if ident in ids:
-                continue
-            others.append(self.holdings(item.resource))
-        return mine + others
+        listed = (
+            self.holdings(i.resource) for i in req.required_resources[REQUIRED_REPLICAS].items
+        )
+        return mine + [h for h in listed if (h.namespace, h.name) not in ids]
 
     def _keep_existing(
         self, rsp: fnv1.RunFunctionResponse, observed_own: dict[str, struct_pb2.Struct]

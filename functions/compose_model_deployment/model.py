@@ -305,9 +305,13 @@ class Cluster:
     stack: str
     provider_config_ref: dict
     pools: tuple[Pool, ...]
+    pools_by_name: dict = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pools_by_name", {p.name: p for p in self.pools})
 
     def pool(self, name: str) -> Pool | None:
-        return next((p for p in self.pools if p.name == name), None)
+        return self.pools_by_name.get(name)
 
 
 def read_cluster(ic: dict) -> Cluster:

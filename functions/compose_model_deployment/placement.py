@@ -14,6 +14,8 @@ racing for the last node never both give way: the younger one yields.
 - Existing placements are kept while they still fit, their pool still matches, and no
   untolerated NoExecute taint moves them; NoSchedule only keeps new replicas off.
 - Scale-down takes from the cluster with the most replicas (ties: the last by name).
+- An autoscaled deployment uses at most 100 clusters: each of its ModelReplicas carries
+  the AdaptivePolicy member list, which holds no more.
 - New replicas spread before they pack: each goes to the cluster with the fewest of the
   deployment's replicas that still has room (ties: a cluster it is already on, then the
   first by name).
@@ -28,6 +30,7 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from functions.common import contracts
 from functions.compose_model_deployment.cel_env import DeviceProfile
 from functions.compose_model_deployment.devices import (
     ProfileMatch,
@@ -231,6 +234,12 @@ class _Planner:
         self.selected_names = {c.name for c in self.selected}
         self.rooms: dict[tuple[str, str], PoolRoom] = {}
         self.placed_pool: dict[str, str] = {}
+        # Every ModelReplica of an autoscaled deployment lists all its clusters for the
+        # AdaptivePolicy, which holds at most ADAPTIVE_POLICY_MAX_CLUSTERS of them.
+        self.max_clusters = (
+            contracts.ADAPTIVE_POLICY_MAX_CLUSTERS if deployment.autoscaling else len(clusters)
+        )
+        self.capped = False
 
     def owns(self, h: Holding) -> bool:
         return h.namespace == self.deployment.namespace and h.deployment == self.deployment.name
@@ -261,6 +270,16 @@ class _Planner:
                     dropped.append(Dropped(h.cluster, h.pool, h.replicas, reason))
                 continue
             kept[h.cluster] = h
+        in_use = sorted(
+            (h for h in kept.values() if h.replicas), key=lambda h: (-h.replicas, h.cluster)
+        )
+        for h in in_use[self.max_clusters :]:
+            reason = (
+                f"an autoscaled deployment runs on at most {self.max_clusters} clusters "
+                "(the AdaptivePolicy's member limit)"
+            )
+            dropped.append(Dropped(h.cluster, h.pool, h.replicas, reason))
+            del kept[h.cluster]
         return kept, dropped
 
     def keep_problem(self, h: Holding) -> str:
@@ -339,11 +358,16 @@ class _Planner:
         # rather than one being deleted and another created), then by name.
         heap = [(placed.get(name, 0), name not in placed, name) for name in candidates]
         heapq.heapify(heap)
+        in_use = {name for name, n in placed.items() if n}
         while need > 0 and heap:
             count, _fresh, name = heapq.heappop(heap)
+            if name not in in_use and len(in_use) >= self.max_clusters:
+                self.capped = True
+                continue  # an autoscaled deployment's member list is full
             cluster, pools = candidates[name]
             if not self.take_one(cluster, pools):
                 continue  # full: the cluster leaves the heap
+            in_use.add(name)
             placed[name] = count + 1
             need -= 1
             heapq.heappush(heap, (count + 1, False, name))
@@ -373,6 +397,12 @@ def _reverse(name: str) -> tuple[int, ...]:
 def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
     """One reason naming what was missing where, and the pool closest to fitting."""
     deployment, footprint = planner.deployment, planner.footprint
+    if planner.capped:
+        return (
+            f"an autoscaled deployment runs on at most {planner.max_clusters} clusters (the "
+            f"AdaptivePolicy's member limit), and those it uses are full",
+            None,
+        )
     clusters, selected = planner.clusters, planner.selected
     profile_match, room_of, placed_pool = planner.profile_match, planner.room, planner.placed_pool
     if not clusters:

@@ -10,12 +10,14 @@ runs of:
 
 - placement: `place()` alone, on parsed inputs;
 - RunFunction warm: request bytes -> RunFunction -> response bytes, on a function server
-  that has seen the fleet before (its parse memo and the CEL caches are warm: the
-  steady state of a running function, which sees the same fleet on every reconcile);
+  that has seen the fleet before (its parse memo, keyed by uid and resourceVersion as
+  the API server sets them, and the CEL caches are warm: the steady state of a running
+  function, which sees the same fleet on every reconcile);
 - RunFunction cold: the same on a fresh FunctionRunner with every cache cleared;
 - warm, no autoscaling: the same deployment without `autoscaling`. With it, every
   ModelReplica carries the full member list (the AdaptivePolicy contract), so the
-  response grows with clusters squared; this column shows what that list costs;
+  response grows with the square of the clusters used (at most 100: the AdaptivePolicy's
+  member limit); this column shows what that list costs;
 - floor: a do-nothing function (`response.to(req)`) on the same request bytes, i.e. the
   protobuf decode/encode every function pays.
 
@@ -74,7 +76,12 @@ def fleet(clusters: int, replicas: int) -> list[dict]:
         {
             "apiVersion": contracts.API_GROUP_VERSION,
             "kind": contracts.KIND_INFERENCE_CLUSTER,
-            "metadata": {"name": f"cluster-{i:03d}", "labels": {"tier": "production"}},
+            "metadata": {
+                "name": f"cluster-{i:03d}",
+                "uid": f"uid-ic-{i}",
+                "resourceVersion": "1",
+                "labels": {"tier": "production"},
+            },
             "spec": {
                 "stack": "Standard",
                 "region": f"region-{i % 7}",
@@ -161,6 +168,8 @@ def model_replica(
             "name": f"{deployment}-{cluster}",
             "namespace": namespace,
             "creationTimestamp": "2026-11-01T00:00:00Z",
+            "uid": f"uid-{namespace}-{deployment}-{cluster}",
+            "resourceVersion": "1",
             "annotations": {"crossplane.io/composition-resource-name": replica_key(cluster)},
             "labels": {contracts.LABEL_DEPLOYMENT: deployment, contracts.LABEL_CLUSTER: cluster},
         },
@@ -199,9 +208,12 @@ def scenario(clusters: int, replicas: int, *, autoscaling: bool = True):
     ics = fleet(clusters, replicas)
     xr = deployment_xr(replicas, autoscaling=autoscaling)
     half = replicas // 2
+    # Where this function would have put them: an autoscaled deployment on at most the
+    # AdaptivePolicy's member limit of clusters.
+    spread = min(clusters, contracts.ADAPTIVE_POLICY_MAX_CLUSTERS) if autoscaling else clusters
     own = []
-    for i in range(clusters):
-        n = half // clusters + (1 if i < half % clusters else 0)
+    for i in range(spread):
+        n = half // spread + (1 if i < half % spread else 0)
         if n:
             mr = model_replica("llama", "ml", f"cluster-{i:03d}", "h100", n=n, devices=1)
             mr["metadata"]["name"] = replica_name(read_deployment(xr), f"cluster-{i:03d}")

@@ -1,11 +1,14 @@
 """Placement: where replicas go, what stays, and what is reported when nothing fits."""
 
 import random
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from functions.common import contracts
 from functions.compose_model_deployment.model import (
     Footprint,
     Holding,
@@ -14,6 +17,7 @@ from functions.compose_model_deployment.model import (
 )
 from functions.compose_model_deployment.placement import PoolRoom, place
 
+REPO = Path(__file__).resolve().parents[2]
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "H100"'
 
 
@@ -70,6 +74,7 @@ def deployment(
     tolerations=None,
     cluster_selector=None,
     namespace="ns",
+    autoscaling=None,
 ):
     request = {"name": "gpu", "count": devices, "selectors": [{"cel": selector}]}
     template = {"spec": {"containers": [{"name": "engine", "image": "e"}]}}
@@ -100,6 +105,7 @@ def deployment(
                 "replicas": replicas,
                 "source": {"uri": "hf://x/y"},
                 "template": {"spec": spec},
+                **({"autoscaling": autoscaling} if autoscaling else {}),
             },
         }
     )
@@ -526,3 +532,31 @@ def test_new_replicas_prefer_a_cluster_the_deployment_is_already_on_when_counts_
     existing = [holding("m", "b", "h100", 0)]
     plan = place(deployment(replicas=1), [cluster("a"), cluster("b")], existing, 1)
     assert placed(plan) == {("b", "h100"): 1}
+
+
+AUTOSCALING = {"minReplicas": 1, "maxReplicas": 4}
+
+
+def test_an_autoscaled_deployment_uses_at_most_the_adaptive_policys_member_limit():
+    limit = contracts.ADAPTIVE_POLICY_MAX_CLUSTERS
+    fleet = [cluster(f"c{i:03d}") for i in range(limit + 20)]
+    plan = place(deployment(replicas=limit + 20, autoscaling=AUTOSCALING), fleet, [], limit + 20)
+    assert len(plan.placements) == limit
+    assert plan.placed == limit + 20  # the rest pack onto clusters already used
+
+
+def test_an_autoscaled_deployment_over_the_limit_gives_up_its_smallest_clusters():
+    limit = contracts.ADAPTIVE_POLICY_MAX_CLUSTERS
+    fleet = [cluster(f"c{i:03d}") for i in range(limit + 1)]
+    existing = [holding("m", c.name, "h100", 2 if i else 1) for i, c in enumerate(fleet)]
+    plan = place(
+        deployment(replicas=2 * limit + 1, autoscaling=AUTOSCALING), fleet, existing, 2 * limit + 1
+    )
+    assert len(plan.placements) == limit
+    assert [(d.cluster, d.replicas) for d in plan.dropped] == [("c000", 1)]
+
+
+def test_the_member_limit_is_the_adaptive_policys_schema_limit():
+    crd = yaml.safe_load((REPO / "apis" / "adaptivepolicies" / "definition.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["clusters"]["maxItems"] == contracts.ADAPTIVE_POLICY_MAX_CLUSTERS
