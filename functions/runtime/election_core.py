@@ -156,6 +156,7 @@ class ElectionCore:
     _issued: set[str] = field(default_factory=set)  # every token this process minted
     _term: str = ""
     _acting_until: float = -math.inf
+    _was_leading: bool = False
 
     def __post_init__(self) -> None:
         if not self.identity:
@@ -185,7 +186,6 @@ class ElectionCore:
         self, started: float, now: float, answers: Mapping[str, Answer], wall: float
     ) -> Round:
         """Given every member's answer, the writes this round makes."""
-        self._expire_term(now)
         records: dict[str, LeaseRecord | _Missing] = {}
         for member in self.members:
             answer = answers.get(member)
@@ -200,7 +200,7 @@ class ElectionCore:
         mine = [m for m, r in records.items() if self._is_mine(r)]
         free = [m for m, r in records.items() if not self._is_mine(r) and self._is_free(m, r, now)]
         if len(mine) + len(free) >= self.quorum:
-            token = self._term or self.new_token()
+            token = self._term if self.leading(now) else self.new_token()
             # Remembered before sending: a write that lands late, or on fewer than a
             # quorum, still names a term only this process uses.
             self._issued.add(token)
@@ -224,22 +224,29 @@ class ElectionCore:
                 self._seen[write.member] = _Seen(result.version, now, record)
             elif result.status is WriteStatus.CONFLICT:
                 self._seen.pop(write.member, None)
-        was_leading = bool(self._term)
         if round_.claiming and confirmed >= self.quorum:
+            if self._term != round_.token:
+                self._acting_until = -math.inf
             self._term = round_.token
             self._acting_until = max(
                 self._acting_until, round_.started + self.timings.renew_deadline
             )
-        if self._expire_term(now) and was_leading:
-            return Transition.LOST
-        if not was_leading and self._term and self.leading(now):
-            return Transition.ACQUIRED
-        return Transition.NONE
+        leading = self.leading(now)
+        if not leading:
+            self._term = ""  # a term that lapsed is over: the next one gets a new token
+        transition = Transition.NONE
+        if leading and not self._was_leading:
+            transition = Transition.ACQUIRED
+        elif self._was_leading and not leading:
+            transition = Transition.LOST
+        self._was_leading = leading
+        return transition
 
     def release(self, now: float, wall: float) -> tuple[Write, ...]:
         """Stop acting at once; the writes that empty every record this process holds."""
         self._term = ""
         self._acting_until = -math.inf
+        self._was_leading = False
         writes = []
         for member, seen in sorted(self._seen.items()):
             if self._is_mine_any_term(seen.record):
@@ -264,12 +271,6 @@ class ElectionCore:
             self._seen[member] = _Seen(record.version, now, record)
         else:
             seen.record = record
-
-    def _expire_term(self, now: float) -> bool:
-        if self._term and now >= self._acting_until:
-            self._term = ""
-            return True
-        return False
 
     def _is_mine_any_term(self, record: LeaseRecord | _Missing) -> bool:
         return (
