@@ -10,12 +10,13 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.common import conditions, contracts
-from functions.compose_model_deployment import status
+from functions.compose_model_deployment import manifests, status
 from functions.compose_model_deployment.fn import (
     REQUIRED_CLUSTERS,
     REQUIRED_REPLICAS,
     FunctionRunner,
 )
+from functions.compose_model_deployment.model import read_cluster, read_deployment
 from functions.compose_model_deployment.placement import Placement, PlacementPlan
 from functions.runtime.parking import Decision
 
@@ -140,3 +141,37 @@ def test_a_selector_that_does_not_compile_is_fatal_and_names_the_field():
         "spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel: "
         "does not compile" in fatal[0]
     )
+
+
+def _example(name: str):
+    return read_deployment(
+        yaml.safe_load((REPO / "examples" / "modeldeployments" / name).read_text())
+    )
+
+
+def test_the_decode_engine_serves_on_8001_behind_the_routing_sidecar():
+    pd = _example("llama-70b-prefill-decode.yaml")
+    assert {e.name: e.port for e in pd.engines} == {
+        "prefill": contracts.PORT_SERVING,
+        "decode": contracts.PORT_DECODE_ENGINE,
+    }
+    unified = _example("llama-8b-vllm.yaml")
+    assert [e.port for e in unified.engines] == [contracts.PORT_SERVING]
+
+
+def test_every_model_replica_carries_the_same_sorted_member_list():
+    dep = _example("llama-8b-vllm.yaml")
+    clusters = [
+        read_cluster(yaml.safe_load((REPO / "examples" / "inferenceclusters" / f).read_text()))
+        for f in ("us-east-h100.yaml", "eu-west-b200.yaml")
+    ]
+    used = [(clusters[0], "h100"), (clusters[1], "b200")]
+    policy = manifests.autoscaling_spec(dep, used)
+    assert policy == manifests.autoscaling_spec(dep, list(reversed(used)))
+    assert policy["clusters"] == [
+        {"name": "eu-west-1", "region": "eu-west-1", "maxReplicas": 6, "nodePools": ["b200"]},
+        {"name": "us-east-1", "region": "us-east-1", "maxReplicas": 6, "nodePools": ["h100"]},
+    ]
+    assert "minReplicas" not in policy
+    assert "maxReplicas" not in policy
+    assert "workload" not in policy
