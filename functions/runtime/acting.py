@@ -26,6 +26,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from functions.common.contracts import (
+    ANNOTATION_FENCING_TOKEN,
     API_VERSION,
     AUTOSCALING_GROUP,
     HUB_LEASE_NAME,
@@ -72,8 +73,9 @@ def _call(api: ApiClient, path: str, method: str, *, body=None, content_type=Non
 def _lease_from_object(lease: dict) -> LeaseCopy:
     spec = lease.get("spec") or {}
     annotations = (lease.get("metadata") or {}).get("annotations") or {}
-    token = next((v for k, v in annotations.items() if k.endswith("/fencing-token")), "")
-    return LeaseCopy(spec.get("holderIdentity") or "", token)
+    return LeaseCopy(
+        spec.get("holderIdentity") or "", annotations.get(ANNOTATION_FENCING_TOKEN, "")
+    )
 
 
 def default_lease_reader(api: ApiClient) -> LeaseCopy:
@@ -142,10 +144,10 @@ class Actor:
     def check_lease(self, member: str) -> None:
         copy = self.lease_reader(self.members[member])
         token = self.term()
-        if copy.holder != self.hub or (copy.token and token and copy.token != token):
+        if not token or copy.holder != self.hub or copy.token != token:
             raise NotHub(
                 f"{member}: does not hold the hub lease (holder {copy.holder or 'none'!r},"
-                f" this hub {self.hub!r})"
+                f" this hub {self.hub!r}{'' if token else ', no current term'})"
             )
 
     # --- writes -------------------------------------------------------------------------

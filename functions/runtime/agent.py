@@ -73,6 +73,22 @@ class FixedRole:
         return self.token
 
 
+class ElectionRole:
+    """The election agent (functions/runtime/election.py) as the loop's `HubRole`: hub
+    while `hub_term()` says so, and its fencing token is the term stamped into intents."""
+
+    def __init__(self, election):
+        self.election = election
+        self.identity = election.identity
+
+    def leading(self) -> bool:
+        return self.election.hub_term() is not None
+
+    def term(self) -> str:
+        current = self.election.hub_term()
+        return current.fencing_token if current else ""
+
+
 def _call(api: ApiClient, path: str, method: str, *, body=None, content_type=None):
     headers = {"Accept": "application/json"}
     if content_type:

@@ -1,0 +1,231 @@
+"""What the agent writes for a hub decision, through a recording stand-in for each
+member's API client: shadow writes only status.fleet; auto writes fenced intents,
+Events and route weights; a Lease copy naming someone else stops the write.
+
+The real API server proves the HTTP side (tests/runtime/test_hub_integration.py); this
+proves which writes happen at all.
+"""
+
+import copy
+import io
+import json
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+
+from functions.common.contracts import ANNOTATION_FENCING_TOKEN
+from functions.runtime.acting import FIELD_MANAGER, Actor, LeaseCopy, NotHub, weighted_rules
+from functions.runtime.agent import Agent, AgentConfig, FixedRole
+from functions.runtime.decision_log import DecisionLog
+from functions.runtime.hub_metrics import HubMetrics
+from functions.runtime.policy import Policy, PolicySpec, rfc3339, spec_hash
+from functions.runtime.report import Report
+
+NOW = 1_800_000_000.0
+POLICY_PATH = "/apis/autoscaling.modelplane.ai/v1alpha1/namespaces/ml/adaptivepolicies/llm"
+ROUTE_PATH = "/apis/gateway.networking.k8s.io/v1/namespaces/ml/httproutes/llm"
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/modelplane-system/leases/modelplane-hub"
+
+
+class FakeApi:
+    """Answers GETs from `objects` by path and records every write."""
+
+    def __init__(self, objects: dict[str, dict]):
+        self.objects = objects
+        self.writes: list[tuple[str, str, dict, list]] = []
+
+    def call_api(self, path, method, query_params=None, header_params=None, body=None, **_):
+        if method == "GET":
+            if path.endswith("/adaptivepolicies"):
+                return {"items": [copy.deepcopy(self.objects[POLICY_PATH])]}
+            return copy.deepcopy(self.objects[path])
+        self.writes.append((method, path, body, list(query_params or [])))
+        return {}
+
+    def sanitize_for_serialization(self, obj):
+        return obj
+
+
+SPEC = {
+    "workload": {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "llm"},
+    "clusters": [
+        {"name": "home", "maxReplicas": 10},
+        {"name": "helper", "maxReplicas": 6, "backendRef": "llm-helper"},
+    ],
+    "route": {"name": "llm"},
+    "signals": {"demand": "d", "pressure": "p"},
+    "capacity": {"replicaCapacity": 10},
+}
+
+
+def report(name: str, **fields) -> dict:
+    spec = PolicySpec.model_validate(SPEC)
+    values = {
+        "time": NOW - 5,
+        "spec_hash": spec_hash(spec, name),
+        "ready": 4,
+        "desired": 4,
+        "scheduled": 4,
+        "needed": 0,
+        "static_room": 0,
+        "node_pool_headroom": 0,
+        "pressure": 5.0,
+        "demand": 20.0,
+    }
+    values.update(fields)
+    return Report(**values).to_status()
+
+
+def policy_object(mode: str, status: dict) -> dict:
+    return {
+        "apiVersion": "autoscaling.modelplane.ai/v1alpha1",
+        "kind": "AdaptivePolicy",
+        "metadata": {"name": "llm", "namespace": "ml", "generation": 1},
+        "spec": {**SPEC, "mode": mode},
+        "status": status,
+    }
+
+
+def lease(holder: str, token: str) -> dict:
+    return {
+        "metadata": {"annotations": {ANNOTATION_FENCING_TOKEN: token}},
+        "spec": {"holderIdentity": holder},
+    }
+
+
+ROUTE = {
+    "spec": {
+        "parentRefs": [{"name": "inference"}],
+        "rules": [
+            {
+                "backendRefs": [
+                    {"name": "home", "port": 8000, "weight": 100},
+                    {"name": "llm-helper", "port": 8000, "weight": 0},
+                ]
+            }
+        ],
+    }
+}
+
+
+def fleet(mode: str, holder="home/agent-0", token="t1"):
+    """A hub on `home`; `home` has been short long enough; `helper` has static room."""
+    short_since = rfc3339(NOW - 300)
+    home = FakeApi(
+        {
+            POLICY_PATH: policy_object(
+                mode,
+                {
+                    "report": report("home", needed=3, pressure=14.0),
+                    "fleet": {
+                        "phase": "Steady",
+                        "clusters": [
+                            {"name": "helper", "floor": 0, "weight": 0},
+                            {"name": "home", "floor": 0, "weight": 100, "shortSince": short_since},
+                        ],
+                    },
+                },
+            ),
+            LEASE_PATH: lease(holder, token),
+            ROUTE_PATH: ROUTE,
+        }
+    )
+    helper = FakeApi(
+        {
+            POLICY_PATH: policy_object(
+                mode, {"report": report("helper", static_room=4, pressure=1.0)}
+            ),
+            LEASE_PATH: lease(holder, token),
+            ROUTE_PATH: ROUTE,
+        }
+    )
+    return home, helper
+
+
+def run_hub_step(mode: str, **lease_kw):
+    home, helper = fleet(mode, **lease_kw)
+    stream = io.StringIO()
+    agent = Agent(
+        AgentConfig(cluster="home"),
+        {"home": home, "helper": helper},
+        FixedRole("home/agent-0", True, "t1"),
+        HubMetrics(MeterProvider().get_meter("test")),
+        DecisionLog(stream),
+        clock=lambda: NOW,
+    )
+    agent.hub_step(NOW)
+    return home, helper, [json.loads(x) for x in stream.getvalue().splitlines()]
+
+
+def test_shadow_writes_nothing_but_the_hubs_status_fleet():
+    home, helper, lines = run_hub_step("shadow")
+    assert helper.writes == []
+    assert [(m, p) for m, p, _, _ in home.writes] == [("PATCH", POLICY_PATH + "/status")]
+    fleet_status = home.writes[0][2]["status"]["fleet"]
+    assert {c["name"]: c["floor"] for c in fleet_status["clusters"]} == {"helper": 6, "home": 0}
+    assert set(home.writes[0][2]["status"]) == {"fleet"}
+    assert lines[0]["mode"] == "shadow"
+    assert lines[0]["applied"] is False
+
+
+def test_auto_writes_fenced_intents_weights_and_an_event():
+    home, helper, lines = run_hub_step("auto")
+    intents = [b for m, p, b, _ in helper.writes if p == POLICY_PATH + "/status"]
+    assert intents == [
+        {
+            "status": {
+                "intent": {
+                    "floor": 6,
+                    "tier": 1,
+                    "hub": "home/agent-0",
+                    "fencingToken": "t1",
+                    "expires": rfc3339(NOW + 300),
+                }
+            }
+        }
+    ]
+    applies = [(b, q) for m, p, b, q in helper.writes if p == ROUTE_PATH]
+    assert len(applies) == 1
+    body, query = applies[0]
+    assert ("fieldManager", FIELD_MANAGER) in query
+    assert body["spec"]["rules"][0]["backendRefs"] == [
+        {"name": "home", "port": 8000, "weight": 90},
+        {"name": "llm-helper", "port": 8000, "weight": 10},
+    ]
+    assert set(body["spec"]) == {"rules"}  # parentRefs stay the Composition's
+    events = [b for m, p, b, _ in home.writes if p == "/api/v1/namespaces/ml/events"]
+    assert [(e["reason"], e["type"]) for e in events] == [("AddCapacityShiftTraffic", "Normal")]
+    assert lines[0]["applied"] is True
+
+
+def test_a_lease_copy_naming_another_hub_stops_the_intent_and_warns():
+    home, helper, lines = run_hub_step("auto", holder="helper/agent-1", token="t9")
+    assert not [p for _, p, _, _ in helper.writes if p == POLICY_PATH + "/status"]
+    assert lines[0]["applied"] is False
+    assert "does not hold the hub lease" in lines[0]["error"]
+    events = [b for m, p, b, _ in home.writes if p == "/api/v1/namespaces/ml/events"]
+    assert events[0]["type"] == "Warning"
+
+
+@pytest.mark.parametrize(
+    ("copy_", "term"),
+    [
+        (LeaseCopy("other/agent", "t1"), "t1"),
+        (LeaseCopy("home/agent-0", "t0"), "t1"),  # a later term of another hub
+        (LeaseCopy("home/agent-0", "t1"), ""),  # this agent lost its term
+    ],
+    ids=["other-holder", "other-term", "no-term"],
+)
+def test_an_intent_is_written_only_under_this_hubs_current_term(copy_, term):
+    api = FakeApi({})
+    actor = Actor({"m": api}, "m", "home/agent-0", lambda: term, lease_reader=lambda _: copy_)
+    policy = Policy(namespace="ml", name="llm", spec=PolicySpec.model_validate(SPEC))
+    with pytest.raises(NotHub, match="does not hold the hub lease"):
+        actor.write_intent("m", policy, 3, 1, NOW)
+    assert api.writes == []
+
+
+def test_weighted_rules_change_only_the_named_backends_weights():
+    rules = weighted_rules(ROUTE, {"llm-helper": 30, "home": 70})
+    assert rules[0]["backendRefs"][1] == {"name": "llm-helper", "port": 8000, "weight": 30}
+    assert ROUTE["spec"]["rules"][0]["backendRefs"][1]["weight"] == 0  # not mutated
