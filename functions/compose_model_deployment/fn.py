@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 
 import grpc
 from crossplane.function import logging, resource, response
@@ -71,7 +71,7 @@ def _memo_key(struct: struct_pb2.Struct) -> object:
     return struct.SerializeToString(deterministic=True)
 
 
-class _Memo:
+class _Memo(Generic[T]):
     """Parsed values by the exact bytes they were parsed from (bounded)."""
 
     def __init__(self, parse: Callable[[dict], T]) -> None:
@@ -133,14 +133,14 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 ),
             )
             return rsp
-        try:
-            clusters = [
-                self.clusters(item.resource)
-                for item in req.required_resources[REQUIRED_CLUSTERS].items
-            ]
-        except InputError as err:
-            response.fatal(rsp, f"{name}: {err}")
-            return rsp
+        clusters = []
+        for item in req.required_resources[REQUIRED_CLUSTERS].items:
+            try:
+                clusters.append(self.clusters(item.resource))
+            except InputError as err:
+                # One malformed cluster must not stop every model in the fleet: it offers
+                # no room, and the warning says which field is wrong.
+                response.warning(rsp, f"{name}: ignoring {err}")
         holdings = self._holdings(req, observed_own)
         own = [
             h

@@ -175,3 +175,20 @@ def test_every_model_replica_carries_the_same_sorted_member_list():
     assert "minReplicas" not in policy
     assert "maxReplicas" not in policy
     assert "workload" not in policy
+
+
+def test_a_malformed_cluster_is_ignored_with_a_warning_not_fatal_to_every_model():
+    req = _request(with_required=True)
+    for f in ("us-east-h100.yaml", "eu-west-b200.yaml"):
+        ic = yaml.safe_load((REPO / "examples" / "inferenceclusters" / f).read_text())
+        if ic["metadata"]["name"] == "eu-west-1":
+            ic["spec"]["nodePools"][0]["nodes"] = 1.5
+        req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(ic)
+    rsp = _run(req)
+    assert not [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+    warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+    assert any(
+        "ignoring InferenceCluster eu-west-1: spec.nodePools[0].nodes: must be an integer" in w
+        for w in warnings
+    )
+    assert list(rsp.desired.resources) == ["modelreplica-us-east-1"]
