@@ -12,7 +12,9 @@ functions the kube-scheduler offers there:
   `isGreaterThan()`, `isLessThan()`, `add()`, `sub()`, `asInteger()`,
   `asApproximateFloat()`, `sign()`, `isInteger()`;
 - the Kubernetes semver library: `semver()`, `isSemver()`, `compareTo()`,
-  `isGreaterThan()`, `isLessThan()`, `major()`, `minor()`, `patch()`.
+  `isGreaterThan()`, `isLessThan()`, `major()`, `minor()`, `patch()`;
+- `cel.bind(name, value, expression)`, which DRA enables (rewritten to a one-element
+  `map`, since cel-python has no bind macro).
 
 `==` and `!=` between values of different types are false and true (CEL's heterogeneous
 equality at run time, which cel-go applies and cel-python does not): a version attribute
@@ -351,6 +353,7 @@ def compile_selector(text: str) -> celpy.Runner:
     except (celpy.CELParseError, lark.exceptions.LarkError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else "syntax error"
         raise SelectorError(f"does not compile: {first_line}") from None
+    ast = _rewrite_binds(ast)
     unknown = sorted(_called_functions(ast) - KNOWN_FUNCTIONS)
     if unknown:
         raise SelectorError(
@@ -365,6 +368,51 @@ def compile_selector(text: str) -> celpy.Runner:
     return _ENV.program(ast, functions=LIBRARY)
 
 
+def _is_cel_bind(node: lark.Tree) -> bool:
+    if node.data != "member_dot_arg" or str(node.children[1]) != "bind":
+        return False
+    receiver = node.children[0]
+    return (
+        isinstance(receiver, lark.Tree)
+        and receiver.data == "member"
+        and isinstance(receiver.children[0], lark.Tree)
+        and receiver.children[0].data == "primary"
+        and isinstance(receiver.children[0].children[0], lark.Tree)
+        and receiver.children[0].children[0].data == "ident"
+        and str(receiver.children[0].children[0].children[0]) == "cel"
+    )
+
+
+def _rewrite_binds(node: lark.Tree) -> lark.Tree:
+    """`cel.bind(v, init, body)`, which DRA enables, as `[init].map(v, body)[0]`.
+
+    cel-python has no bind macro; a one-element map binds the name the same way (the
+    value is computed once, and `v` is only visible inside `body`).
+    """
+    for i, child in enumerate(node.children):
+        if isinstance(child, lark.Tree):
+            node.children[i] = _rewrite_binds(child)
+    if not _is_cel_bind(node):
+        return node
+    args = node.children[2].children if len(node.children) > 2 and node.children[2] else []
+    if len(args) != 3:
+        raise SelectorError("cel.bind takes a name, a value and an expression")
+    variable, init, body = args
+    template = _ENV.compile("[__INIT__].map(__VAR__, __BODY__)[0]")
+    member_index = next(t for t in template.iter_subtrees() if t.data == "member_index")
+    for holder in member_index.iter_subtrees():
+        for j, grandchild in enumerate(holder.children):
+            if isinstance(grandchild, lark.Tree) and grandchild.data == "expr":
+                name = next(
+                    (str(v) for v in grandchild.scan_values(lambda v: isinstance(v, lark.Token))),
+                    "",
+                )
+                replacement = {"__INIT__": init, "__VAR__": variable, "__BODY__": body}.get(name)
+                if replacement is not None:
+                    holder.children[j] = replacement
+    return member_index
+
+
 def _called_functions(ast: lark.Tree) -> set[str]:
     names: set[str] = set()
     for node in ast.iter_subtrees():
@@ -376,23 +424,18 @@ def _called_functions(ast: lark.Tree) -> set[str]:
 
 
 def _root_identifiers(ast: lark.Tree) -> set[str]:
-    """Free variables, minus the ones a comprehension macro binds."""
+    """Free variables, minus the ones a comprehension macro binds (its first argument)."""
     bound: set[str] = set()
     for node in ast.iter_subtrees():
-        if node.data == "member_dot_arg" and str(node.children[1]) in {
-            "all",
-            "exists",
-            "exists_one",
-            "map",
-            "filter",
-        }:
-            bound |= {
-                str(leaf)
-                for sub in node.children[2:]
-                if isinstance(sub, lark.Tree)
-                for leaf in sub.scan_values(lambda v: isinstance(v, lark.Token))
-                if leaf.type == "IDENT"
-            }
+        if (
+            node.data == "member_dot_arg"
+            and str(node.children[1]) in {"all", "exists", "exists_one", "map", "filter"}
+            and len(node.children) > 2
+            and isinstance(node.children[2], lark.Tree)
+            and node.children[2].children
+        ):
+            first = node.children[2].children[0]
+            bound |= {str(v) for v in first.scan_values(lambda v: isinstance(v, lark.Token))}
     identifiers = {
         str(node.children[0])
         for node in ast.iter_subtrees()
@@ -526,4 +569,4 @@ def _evaluation_error(err: CELEvalError) -> Evaluation:
         return Evaluation(False, f"evaluation error: {err.args[2][0]}")
     if "no matching overload" in message or "no such overload" in message:
         return Evaluation(False, "type error: no such overload for these operand types")
-    return Evaluation(False, f"evaluation error: {message}")
+    return Evaluation(False, f"evaluation error: {message.split(' (in activation')[0]}")

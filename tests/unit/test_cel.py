@@ -82,6 +82,13 @@ H100 = DeviceProfile(
         # an unknown domain is an empty map: has() is false, not an error
         ('has(device.attributes["other.example.com"].rack)', False),
         ('!has(device.attributes["other.example.com"].rack)', True),
+        # cel.bind, which DRA enables, names a value once for the expression
+        (
+            'cel.bind(dra, device.attributes["gpu.nvidia.com"], '
+            'dra.slots == 2 && dra.architecture == "Hopper")',
+            True,
+        ),
+        ('cel.bind(dra, device.attributes["gpu.nvidia.com"], dra.slots > 2)', False),
         # logical operators absorb an error when the other side decides
         ('device.attributes["gpu.nvidia.com"].nope == 1 || true', True),
     ],
@@ -134,6 +141,8 @@ def test_errors_do_not_match_and_say_why(selector, error, missing):
         ('device.attributes["gpu.nvidia.com"', "does not compile"),
         ('device.attributes["gpu.nvidia.com"].productName.lower() == "h100"', "'lower'"),
         ('node.labels["zone"] == "a"', "'node'"),
+        ('cel.bind(d, device.attributes["gpu.nvidia.com"], zone == "a")', "'zone'"),
+        ("cel.bind(d, device.driver)", "cel.bind takes a name, a value and an expression"),
     ],
 )
 def test_selectors_that_cannot_run_anywhere_fail_to_compile(selector, message):
