@@ -72,8 +72,9 @@ def _cluster_outcome(report: Report | None, fleet: FleetStatus, name: str) -> di
 
 
 class DecisionLog:
-    def __init__(self, stream: IO[str]):
+    def __init__(self, stream: IO[str], checkpoints: tuple[int, ...] = CHECKPOINTS_SECONDS):
         self._stream = stream
+        self._checkpoints = tuple(checkpoints)  # shorter only in tests on real servers
         self._pending: list[_Pending] = []
 
     def _write(self, line: dict) -> None:
@@ -115,7 +116,14 @@ class DecisionLog:
             if earlier.policy == policy:
                 earlier.followed_by.append(f"{decision_id} {decision.action}")
         self._pending.append(
-            _Pending(decision_id, policy, decision.time, applied, decision.raised())
+            _Pending(
+                decision_id,
+                policy,
+                decision.time,
+                applied,
+                decision.raised(),
+                checkpoints=list(self._checkpoints),
+            )
         )
         return decision_id
 
