@@ -161,16 +161,19 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             now=status.format_time(now),
         )
         by_name = {c.name: c for c in clusters}
+        # Where the model has a ModelReplica now, on a selected cluster and existing pool:
+        # a parked or entirely unplaceable model keeps answering there, at 0 replicas.
+        existing_at = [
+            (by_name[h.cluster], h.pool)
+            for h in sorted(own, key=lambda h: h.cluster)
+            if h.cluster in by_name
+            and by_name[h.cluster].pool(h.pool) is not None
+            and deployment.cluster_selector.matches(by_name[h.cluster].labels)
+        ]
         if decision.is_parked:
             plan = PlacementPlan((), 0, "")
-            parked_at = [
-                (by_name[h.cluster], h.pool)
-                for h in sorted(own, key=lambda h: h.cluster)
-                if h.cluster in by_name and by_name[h.cluster].pool(h.pool) is not None
-            ]
         else:
             plan = place(deployment, clusters, holdings, deployment.replicas)
-            parked_at = []
 
         # 3. Compose one ModelReplica per cluster used.
         self._compose(
@@ -178,7 +181,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             deployment=deployment,
             by_name=by_name,
             plan=plan,
-            parked_at=parked_at,
+            existing_at=existing_at,
             decision=decision,
         )
 
@@ -261,7 +264,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         deployment: Deployment,
         by_name: dict[str, Cluster],
         plan: PlacementPlan,
-        parked_at: list[tuple[Cluster, str]],
+        existing_at: list[tuple[Cluster, str]],
         decision: parking.Decision,
     ) -> None:
         unavailable = None
@@ -270,13 +273,17 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         ]
         if decision.parked:
             unavailable = {"reason": "Parked", "message": status.parked_message(decision.parked)}
-            targets = [(c, pool, 0) for c, pool in parked_at]
-        elif not plan.placements and plan.unplaceable and plan.nearest:
-            # Nothing runs anywhere: keep one answerable ModelReplica, so a request for the
-            # model is told why at once instead of being routed to nothing.
-            cluster, pool = plan.nearest
-            unavailable = {"reason": "Unplaceable", "message": plan.reason[:1024]}
-            targets = [(by_name[cluster], pool, 0)]
+            targets = [(c, pool, 0) for c, pool in existing_at]
+        elif not plan.placements and plan.unplaceable and (existing_at or plan.nearest):
+            # Nothing runs anywhere: keep answerable ModelReplicas (those it has, else one
+            # on the pool closest to fitting), so a request for the model is told why at
+            # once instead of being routed to nothing.
+            unavailable = {"reason": "Unplaceable", "message": plan.reason}
+            if existing_at:
+                targets = [(c, pool, 0) for c, pool in existing_at]
+            else:
+                cluster, pool = plan.nearest
+                targets = [(by_name[cluster], pool, 0)]
         if unavailable is not None:
             unavailable["message"] = unavailable["message"][:1024]
         autoscaling = manifests.autoscaling_spec(deployment, [(c, p) for c, p, _ in targets])

@@ -192,3 +192,46 @@ def test_a_malformed_cluster_is_ignored_with_a_warning_not_fatal_to_every_model(
         for w in warnings
     )
     assert list(rsp.desired.resources) == ["modelreplica-us-east-1"]
+
+
+def _replica(name, namespace, deployment, *, replicas, devices, created):
+    return {
+        "apiVersion": contracts.API_GROUP_VERSION,
+        "kind": contracts.KIND_MODEL_REPLICA,
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": created},
+        "spec": {
+            "deployment": deployment,
+            "cluster": {"name": "us-east-1"},
+            "nodePool": {"name": "h100"},
+            "replicas": replicas,
+            "engines": [
+                {"members": [{"role": "Standalone", "devices": [{"name": "g", "count": devices}]}]}
+            ],
+        },
+    }
+
+
+def test_a_model_that_no_longer_fits_anywhere_keeps_answering_where_it_was():
+    mine = _replica(
+        "llama-3-1-8b-us-east-1", "ml-team", "llama-3-1-8b", 3, 1, "2026-12-01T00:00:00Z"
+    )
+    older = _replica(
+        "big-us-east-1", "other", "big", replicas=16, devices=8, created="2026-11-01T00:00:00Z"
+    )
+    req = _request(with_required=True, observed_replica=mine)
+    ic = yaml.safe_load((REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml").read_text())
+    req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(ic)
+    for mr in (mine, older):
+        req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(mr)
+    rsp = _run(req)
+    assert list(rsp.desired.resources) == ["modelreplica-us-east-1"]
+    spec = resource.struct_to_dict(rsp.desired.resources["modelreplica-us-east-1"].resource)["spec"]
+    assert spec["replicas"] == 0
+    assert spec["unavailable"]["reason"] == "Unplaceable"
+    assert spec["unavailable"]["message"].startswith(
+        "needs 1 free NVIDIA H100 80GB HBM3 per replica"
+    )
+    warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+    assert any(
+        "moving 3 replicas off us-east-1/h100: no longer fits beside older" in w for w in warnings
+    )
