@@ -213,7 +213,12 @@ def _replica(name, namespace, deployment, *, replicas, devices, created):
 
 def test_a_model_that_no_longer_fits_anywhere_keeps_answering_where_it_was():
     mine = _replica(
-        "llama-3-1-8b-us-east-1", "ml-team", "llama-3-1-8b", 3, 1, "2026-12-01T00:00:00Z"
+        "llama-3-1-8b-us-east-1",
+        "ml-team",
+        "llama-3-1-8b",
+        replicas=3,
+        devices=1,
+        created="2026-12-01T00:00:00Z",
     )
     older = _replica(
         "big-us-east-1", "other", "big", replicas=16, devices=8, created="2026-11-01T00:00:00Z"
