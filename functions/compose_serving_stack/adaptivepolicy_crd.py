@@ -133,6 +133,12 @@ spec:
                         description: Unmanaged nodes matching these labels also count as room.
                         additionalProperties:
                           type: string
+                      backendRef:
+                        type: string
+                        description: >-
+                          The route backendRef (by name) that sends traffic to this member;
+                          the member's name when unset.
+                        maxLength: 253
                 route:
                   type: object
                   description: The HTTPRoute whose backendRefs weights the hub sets.
@@ -249,6 +255,9 @@ spec:
                     desired:
                       type: integer
                       description: Replicas the workload asks for here.
+                    scheduled:
+                      type: integer
+                      description: Replicas on a node here (ready or still loading).
                     needed:
                       type: integer
                       description: Replicas needed beyond what runs.
@@ -309,6 +318,23 @@ spec:
                       description: Members whose copy of the policy differs.
                       items:
                         type: string
+                    held:
+                      type: array
+                      description: Members whose floor is due for release but kept (no usable report).
+                      items:
+                        type: string
+                    calmSince:
+                      type: string
+                      format: date-time
+                      description: Since when no member has been short.
+                    lastTrafficAt:
+                      type: string
+                      format: date-time
+                      description: The last traffic step.
+                    lastReturnAt:
+                      type: string
+                      format: date-time
+                      description: The last step returning traffic home.
                     clusters:
                       type: array
                       description: Per-member floor and weight.
@@ -327,6 +353,33 @@ spec:
                           static:
                             type: boolean
                             description: Whether the floor uses static room.
+                          tier:
+                            type: integer
+                            description: Release order (highest first); -1 is home's own floor.
+                          base:
+                            type: integer
+                            description: Replicas the member ran before the hub first raised its floor.
+                          raisedFrom:
+                            type: integer
+                            description: The floor before its last raise (what a take-back returns to).
+                          raisedAt:
+                            type: string
+                            format: date-time
+                            description: The last raise, until that many replicas are ready.
+                          notReadyWarned:
+                            type: boolean
+                            description: ReplicasNotReady was raised for the last raise.
+                          lastStepAt:
+                            type: string
+                            format: date-time
+                            description: The last floor change here (cooldown).
+                          shortSince:
+                            type: string
+                            format: date-time
+                            description: Since when the member has been short.
+                          steadyWeight:
+                            type: integer
+                            description: Its weight when the fleet left Steady (where traffic returns to).
                           skippedUntil:
                             type: string
                             format: date-time

@@ -142,14 +142,14 @@ class CollectorDestination:
 
 def _ottl_string(value: str) -> str:
     """A double-quoted OTTL string literal of a checked name."""
-    if not _OTTL_SAFE.match(value):
+    if not _OTTL_SAFE.fullmatch(value):
         raise UnsafeValue(f"{value!r} may not enter an OTTL statement")
     return f'"{value}"'
 
 
 def _ottl_unit(unit: str) -> str:
     """A vocabulary unit (ours, UCUM with annotations such as `{token}`) as a literal."""
-    if not _UNIT.match(unit):
+    if not _UNIT.fullmatch(unit):
         raise UnsafeValue(f"unit {unit!r} may not enter an OTTL statement")
     return f'"{unit}"'
 
@@ -428,9 +428,9 @@ def render_cluster_collector_config(
     `mappings` are parsed, accepted MetricMappings (mappings.parse_mappings); the same
     inputs always give the same dict.
     """
-    if not _ENDPOINT.match(destination.endpoint):
+    if not _ENDPOINT.fullmatch(destination.endpoint):
         raise UnsafeValue(f"gateway endpoint {destination.endpoint!r} is not host[:port]")
-    if not _OTTL_SAFE.match(cluster.name):
+    if not _OTTL_SAFE.fullmatch(cluster.name):
         raise UnsafeValue(f"cluster name {cluster.name!r} is not a DNS name")
     if scrape_interval_seconds < 1:
         raise ValueError("scrape_interval_seconds must be at least 1")

@@ -44,7 +44,7 @@ class Cluster:
 def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
     """The InferenceCluster, with the field and the rule for anything unusable."""
     name = str((xr.get("metadata") or {}).get("name") or "")
-    if not _DNS_LABEL.match(name) or len(name) > 63:
+    if not _DNS_LABEL.fullmatch(name) or len(name) > 63:
         raise InvalidCluster("metadata.name", f"{name!r} must be a DNS label (it names resources)")
     spec = xr.get("spec") or {}
     stack = spec.get("stack") or contracts.STACK_STANDARD

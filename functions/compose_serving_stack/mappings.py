@@ -99,7 +99,7 @@ def _string(value: Any, field: str, pattern: re.Pattern[str], max_length: int, w
         raise _Refusal(field, f"must be a string, got {type(value).__name__}")
     if len(value) > max_length:
         raise _Refusal(field, f"is {len(value)} characters; at most {max_length}")
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         # repr() so a newline or a quote in the refused value cannot forge a message.
         raise _Refusal(field, f"{value!r} is not {what} ({pattern.pattern})")
     return value

@@ -1,0 +1,223 @@
+"""The cluster-tier collector config, whole, against readable golden files.
+
+Each case renders `render_cluster_collector_config` (or the node tier) for fixed inputs
+and compares the dict with tests/unit/testdata/collector/<case>.yaml. Regenerate with
+
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_collector.py
+
+and read the diff. tests/collector/test_validate.py runs `otelcol validate` on every
+golden file, and tests/collector/test_live_pipeline.py runs one in the real collector.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from functions.common import contracts, vocabulary
+from functions.compose_serving_stack import collector, mappings
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "testdata" / "collector"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+DESTINATION = collector.CollectorDestination("telemetry.fleet.example.com:4317")
+
+
+def builtin() -> mappings.ParsedMappings:
+    paths = sorted((REPO / "apis" / "metricmappings" / "builtin").glob("*.yaml"))
+    return mappings.parse_mappings([yaml.safe_load(p.read_text()) for p in paths])
+
+
+MILLISECONDS = {
+    "metadata": {"name": "legacy"},
+    "spec": {
+        "engine": "legacy",
+        "metrics": [
+            {"to": "modelplane_time_to_first_token", "from": ["legacy:ttft_ms"], "scale": 0.001},
+            {"to": "modelplane_kv_cache_usage", "from": ["legacy:kv_percent"], "scale": 0.01},
+            {"to": "modelplane_requests_total", "from": ["legacy:finished_total"]},
+        ],
+        "labels": [{"from": "model_id", "to": "model"}],
+    },
+}
+
+
+def _cases() -> dict[str, dict]:
+    standard = collector.CollectorCluster("us-east-1", contracts.STACK_STANDARD)
+    dynamo = collector.CollectorCluster("eu-west-1", contracts.STACK_DYNAMO)
+    return {
+        "builtin-mappings-standard": collector.render_cluster_collector_config(
+            standard, builtin().accepted, DESTINATION
+        ),
+        "builtin-mappings-dynamo": collector.render_cluster_collector_config(
+            dynamo, builtin().accepted, DESTINATION
+        ),
+        "passthrough-only": collector.render_cluster_collector_config(standard, (), DESTINATION),
+        "scaled-mapping": collector.render_cluster_collector_config(
+            standard, mappings.parse_mappings([MILLISECONDS]).accepted, DESTINATION
+        ),
+        "node-tier": collector.render_node_collector_config(standard, DESTINATION),
+    }
+
+
+def golden_configs() -> dict[str, Path]:
+    """Every golden config, for the otelcol tests."""
+    return {p.stem: p for p in sorted(GOLDEN.glob("*.yaml"))}
+
+
+@pytest.mark.parametrize("case", sorted(_cases()))
+def test_config_matches_its_golden_file(case):
+    rendered = _cases()[case]
+    path = GOLDEN / f"{case}.yaml"
+    if UPDATE:
+        path.write_text(yaml.safe_dump(rendered, sort_keys=False, width=120))
+    assert path.exists(), f"no golden file {path}: run with UPDATE_GOLDEN=1"
+    assert yaml.safe_load(path.read_text()) == rendered
+
+
+def test_rendering_is_deterministic_whatever_the_mapping_order():
+    accepted = builtin().accepted
+    a = collector.render_cluster_collector_config(
+        collector.CollectorCluster("c"), accepted, DESTINATION
+    )
+    b = collector.render_cluster_collector_config(
+        collector.CollectorCluster("c"), tuple(reversed(accepted)), DESTINATION
+    )
+    assert a == b
+
+
+def test_each_mapping_is_one_group_gated_on_its_engine():
+    config = _cases()["builtin-mappings-standard"]
+    groups = config["processors"]["transform/normalize"]["metric_statements"]
+    gated = [g for g in groups if "conditions" in g]
+    engines = sorted(m.engine for m in builtin().accepted)
+    # One metric group per mapping, plus one label group for each that renames labels.
+    assert sorted({g["conditions"][0] for g in gated}) == sorted(
+        f'resource.attributes["{contracts.RESOURCE_ATTR_ENGINE}"] == "{e}"' for e in engines
+    )
+    # The last group applies to everything: whatever no mapping renamed.
+    assert groups[-1] == {
+        "statements": ['replace_pattern(metric.name, ":", "_") where IsMatch(metric.name, ":")']
+    }
+
+
+def test_scaling_happens_on_the_source_name_before_the_rename():
+    config = _cases()["scaled-mapping"]
+    statements = config["processors"]["transform/normalize"]["metric_statements"][0]["statements"]
+    scale = statements.index('scale_metric(0.001, "s") where metric.name == "legacy:ttft_ms"')
+    rename = statements.index(
+        'set(metric.name, "modelplane_time_to_first_token") where metric.name == "legacy:ttft_ms"'
+    )
+    assert scale < rename
+    assert 'scale_metric(0.01, "1") where metric.name == "legacy:kv_percent"' in statements
+    # Unscaled entries get no scale_metric at all.
+    assert not [s for s in statements if "scale_metric" in s and "finished_total" in s]
+
+
+def test_cardinality_is_controlled_by_aggregation_never_by_deleting_labels():
+    config = _cases()["builtin-mappings-standard"]
+    processors = config["processors"]
+    transforms = processors["metrics_transform/aggregate"]["transforms"]
+    assert {t["include"] for t in transforms} == set(vocabulary.VOCABULARY_BY_NAME)
+    for t in transforms:
+        (operation,) = t["operations"]
+        assert operation["action"] == "aggregate_labels"
+        assert "pod" not in operation["label_set"]
+        expected = "mean" if t["include"] == "modelplane_kv_cache_usage" else "sum"
+        assert operation["aggregation_type"] == expected
+    text = yaml.safe_dump(processors)
+    assert 'delete_key(datapoint.attributes, "pod' not in text
+    for name in ("attributes", "resource"):
+        assert not [p for p in processors if p == name or p.startswith(f"{name}/delete")]
+    # The per-pod identity moves to labels the aggregation drops; the roll-up keys stay.
+    kept = processors["transform/instance"]["metric_statements"][1]["statements"][0]
+    for attribute in (
+        contracts.RESOURCE_ATTRIBUTE_CLUSTER,
+        contracts.RESOURCE_ATTR_ENGINE,
+        contracts.RESOURCE_ATTR_DEPLOYMENT,
+        contracts.RESOURCE_ATTR_NAMESPACE,
+    ):
+        assert f'"{attribute}"' in kept
+
+
+def test_pipeline_order_limits_memory_first_and_batches_before_aggregating():
+    pipeline = _cases()["builtin-mappings-standard"]["service"]["pipelines"]["metrics"][
+        "processors"
+    ]
+    assert pipeline[0] == "memory_limiter"
+    assert pipeline.index("k8s_attributes") < pipeline.index("transform/normalize")
+    assert (
+        pipeline.index("batch")
+        < pipeline.index("groupbyattrs/compact")
+        < pipeline.index("metrics_transform/aggregate")
+    )
+
+
+def test_discovery_keeps_serving_pods_and_scrapes_the_http_port_only():
+    jobs = _cases()["builtin-mappings-standard"]["receivers"]["prometheus"]["config"][
+        "scrape_configs"
+    ]
+    engines = next(j for j in jobs if j["job_name"] == collector.ENGINES_JOB)
+    assert engines["kubernetes_sd_configs"] == [{"role": "pod"}]
+    assert {
+        "action": "keep",
+        "source_labels": ["__meta_kubernetes_pod_labelpresent_modelplane_ai_serving"],
+        "regex": "true",
+    } in engines["relabel_configs"]
+    assert {
+        "action": "keep",
+        "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+        "regex": contracts.PORT_NAME_HTTP,
+    } in engines["relabel_configs"]
+    names = {j["job_name"] for j in jobs}
+    assert {collector.ENDPOINT_PICKERS_JOB, "envoy-proxies", "leaderworkerset-controller"} <= names
+    dynamo = {
+        j["job_name"]
+        for j in _cases()["builtin-mappings-dynamo"]["receivers"]["prometheus"]["config"][
+            "scrape_configs"
+        ]
+    }
+    assert {"grove-operator", "kai-scheduler", "modelexpress"} <= dynamo
+
+
+def test_k8s_attributes_lifts_the_pod_labels_onto_resource_attributes():
+    extract = _cases()["passthrough-only"]["processors"]["k8s_attributes"]["extract"]["labels"]
+    assert {(e["key"], e["tag_name"]) for e in extract} == {
+        (contracts.LABEL_ENGINE, contracts.RESOURCE_ATTR_ENGINE),
+        (contracts.LABEL_DEPLOYMENT, contracts.RESOURCE_ATTR_DEPLOYMENT),
+        (contracts.LABEL_SERVING, contracts.RESOURCE_ATTR_SERVING),
+    }
+
+
+def test_the_exporter_authenticates_with_a_token_file_never_a_token():
+    config = _cases()["builtin-mappings-standard"]
+    assert config["exporters"][collector.EXPORTER] == {
+        "endpoint": DESTINATION.endpoint,
+        "auth": {"authenticator": collector.AUTHENTICATOR},
+    }
+    assert config["extensions"][collector.AUTHENTICATOR] == {"filename": collector.TOKEN_FILE}
+    assert "token" not in config["extensions"][collector.AUTHENTICATOR]
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["gateway:4317\n", "${env:SECRET}:4317", "gateway:4317 extra", 'a"b:1'],
+)
+def test_an_endpoint_that_could_escape_the_config_is_refused(endpoint):
+    with pytest.raises(collector.UnsafeValue):
+        collector.render_cluster_collector_config(
+            collector.CollectorCluster("c"), (), collector.CollectorDestination(endpoint)
+        )
+
+
+def test_a_mapping_that_skipped_parsing_still_cannot_inject():
+    forged = mappings.MetricMapping(
+        "forged",
+        "vllm",
+        (mappings.MetricRename("modelplane_requests_running", ('x" or true or "',)),),
+    )
+    with pytest.raises(collector.UnsafeValue):
+        collector.render_cluster_collector_config(
+            collector.CollectorCluster("c"), (forged,), DESTINATION
+        )

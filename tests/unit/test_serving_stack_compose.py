@@ -1,0 +1,150 @@
+"""The InferenceCluster plan without gRPC: inputs resolved, decisions typed."""
+
+import importlib
+import os
+
+import pytest
+import yaml
+
+from functions.common import contracts
+from functions.compose_serving_stack import adaptivepolicy_crd, collector_objects, runtime_hosting
+from functions.compose_serving_stack.compose import (
+    DestinationState,
+    GatewayDestination,
+    InvalidCluster,
+    parse_cluster,
+    plan,
+)
+from functions.compose_serving_stack.envelope import Target
+from functions.compose_serving_stack.mappings import ParsedMappings
+from functions.compose_serving_stack.status import (
+    MODE_DISABLED,
+    MODE_PUSH,
+    gateway_address,
+    readiness,
+    unmapped_engine_types,
+)
+from tests.unit.test_collector import REPO
+
+XR = yaml.safe_load((REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml").read_text())
+ACTIVE = GatewayDestination("fleet", "gw.example.com:4317", "crossplane-system", "token", "token")
+
+
+def _plan(destination: DestinationState, *, node_tier=False, peers=("us-east-1", "eu-west-1")):
+    xr = yaml.safe_load(yaml.safe_dump(XR))
+    xr["spec"]["telemetry"] = {"nodeTier": node_tier}
+    return plan(
+        parse_cluster(xr),
+        ParsedMappings((), ()),
+        destination=destination,
+        peers=list(peers),
+        unmapped=["llamacpp"],
+        runtime_image="img:1",
+    )
+
+
+def test_no_destination_plans_no_collector():
+    planned = _plan(DestinationState())
+    assert planned.telemetry.mode == MODE_DISABLED
+    assert planned.collector_keys == []
+    assert not planned.keep_observed_collector
+    assert collector_objects.DEPLOYMENT_KEY not in {c.key for c in planned.composed}
+
+
+def test_an_invalid_destination_keeps_the_running_collector():
+    planned = _plan(DestinationState(problem="TelemetryDestination fleet is invalid: x"))
+    assert planned.keep_observed_collector
+    assert planned.telemetry.mode == MODE_PUSH
+    assert "keeps its last config" in planned.telemetry.reason
+
+
+def test_a_destination_plans_the_collector_and_the_node_tier_only_when_asked():
+    keys = {c.key for c in _plan(DestinationState(ACTIVE)).composed}
+    assert {collector_objects.DEPLOYMENT_KEY, "collector-token", "collector-config"} <= keys
+    assert "node-collector-daemonset" not in keys
+    assert "node-collector-daemonset" in {
+        c.key for c in _plan(DestinationState(ACTIVE), node_tier=True).composed
+    }
+
+
+def test_peers_exclude_the_cluster_itself():
+    profiles = [
+        c.resource["spec"]["forProvider"]["manifest"]["metadata"]["name"]
+        for c in _plan(DestinationState()).composed
+        if c.resource["spec"]["forProvider"].get("manifest", {}).get("kind") == "ClusterProfile"
+    ]
+    assert profiles == ["eu-west-1"]
+
+
+def test_composed_keys_are_unique():
+    keys = [c.key for c in _plan(DestinationState(ACTIVE), node_tier=True).composed]
+    assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"metadata": {"name": "Bad_Name"}}, "metadata.name"),
+        ({"spec": {"stack": "Other"}}, "spec.stack"),
+        ({"spec": {"providerConfigRef": {}}}, "spec.providerConfigRef.name"),
+        (
+            {"spec": {"providerConfigRef": {"name": "x", "kind": "Secret"}}},
+            "spec.providerConfigRef.kind",
+        ),
+    ],
+)
+def test_an_unusable_cluster_names_the_field(change, field):
+    xr = yaml.safe_load(yaml.safe_dump(XR))
+    for part, values in change.items():
+        xr[part].update(values)
+    with pytest.raises(InvalidCluster) as err:
+        parse_cluster(xr)
+    assert err.value.field == field
+
+
+def test_unmapped_engine_types_count_only_this_clusters_replicas():
+    replicas = [
+        {"spec": {"cluster": {"name": "a"}, "engines": [{"type": "vllm"}, {"type": "tgi"}]}},
+        {"spec": {"cluster": {"name": "b"}, "engines": [{"type": "other"}]}},
+        {"spec": {"cluster": {"name": "a"}, "engines": [{"type": "tgi"}, {"type": "llamacpp"}]}},
+    ]
+    assert unmapped_engine_types(replicas, "a", {"vllm"}) == ("llamacpp", "tgi")
+
+
+def test_readiness_names_what_is_not_ready():
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    waiting = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    assert readiness("X", ["a"], {"a": ready}, "w").status is True
+    cond = readiness("X", ["a", "b", "c"], {"a": ready, "b": waiting}, "w")
+    assert cond.status is False
+    assert "b" in cond.message
+    assert "c" in cond.message
+
+
+def test_gateway_address_comes_from_the_observed_gateway():
+    observed = {
+        "status": {"atProvider": {"manifest": {"status": {"addresses": [{"value": "10.0.0.7"}]}}}}
+    }
+    assert gateway_address(observed) == "10.0.0.7"
+    assert gateway_address(None) == ""
+
+
+def test_the_embedded_crd_is_the_apis_file():
+    # One source: apis/adaptivepolicies/definition.yaml. UPDATE_GOLDEN=1 rewrites the copy.
+    source = REPO / "apis" / "adaptivepolicies" / "definition.yaml"
+    copy = REPO / "functions" / "compose_serving_stack" / "adaptivepolicy_crd.py"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        text = copy.read_text()
+        head, _, rest = text.partition('CRD_YAML: Final = r"""\n')
+        _, _, tail = rest.partition('"""\n')
+        copy.write_text(f'{head}CRD_YAML: Final = r"""\n{source.read_text()}"""\n{tail}')
+        importlib.reload(adaptivepolicy_crd)
+    assert adaptivepolicy_crd.crd() == yaml.safe_load(source.read_text())
+
+
+def test_the_runtime_uses_the_shared_names():
+    composed = runtime_hosting.runtime_hosting(Target("a", "a"), "img", [])
+    manifests = [c.resource["spec"]["forProvider"]["manifest"] for c in composed]
+    service = next(m for m in manifests if m["kind"] == "Service")
+    assert service["metadata"]["name"] == contracts.SCALER_SERVICE_NAME
+    assert service["metadata"]["namespace"] == contracts.SYSTEM_NAMESPACE
