@@ -17,6 +17,7 @@ protobuf Structs is the costliest part of a large request.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final, Generic, TypeVar
@@ -141,7 +142,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 # One malformed cluster must not stop every model in the fleet: it offers
                 # no room, and the warning says which field is wrong.
                 response.warning(rsp, f"{name}: ignoring {err}")
-        holdings = self._holdings(req, observed_own)
+        holdings = self._holdings(req, observed_own, deployment)
         own = [
             h
             for h in holdings
@@ -233,10 +234,19 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         return rsp
 
     def _holdings(
-        self, req: fnv1.RunFunctionRequest, observed_own: dict[str, struct_pb2.Struct]
+        self,
+        req: fnv1.RunFunctionRequest,
+        observed_own: dict[str, struct_pb2.Struct],
+        deployment: Deployment,
     ) -> list[Holding]:
-        """Every ModelReplica; our own as observed (the composed copy is authoritative)."""
-        mine = [self.holdings(s) for s in observed_own.values()]
+        """Every ModelReplica; our own as observed (the composed copy is authoritative,
+        and it is ours whatever its fields say)."""
+        mine = [
+            dataclasses.replace(
+                self.holdings(s), namespace=deployment.namespace, deployment=deployment.name
+            )
+            for s in observed_own.values()
+        ]
         ids = {(h.namespace, h.name) for h in mine}
         listed = (
             self.holdings(i.resource) for i in req.required_resources[REQUIRED_REPLICAS].items
