@@ -13,7 +13,12 @@ from typing import Any
 
 from functions.common import contracts
 from functions.common.health import HealthRecord
-from functions.compose_model_deployment.cel_env import DeviceProfile, qualify
+from functions.compose_model_deployment.cel_env import (
+    DeviceProfile,
+    Semver,
+    parse_quantity,
+    qualify,
+)
 from functions.runtime import parking
 
 
@@ -328,10 +333,24 @@ def read_cluster(ic: dict) -> Cluster:
             (kind, value), *_ = typed.items() if typed else (("string", ""),)
             if kind == "int":
                 value = _int(value, f"{path}.devices.attributes.{attr}.int")
+            elif kind == "version":
+                try:
+                    Semver(str(value))
+                except ValueError:
+                    raise InputError(
+                        f"{path}.devices.attributes.{attr}.version",
+                        f"{value!r} is not a semantic version (MAJOR.MINOR.PATCH)",
+                    ) from None
             attributes.append((qualify(attr, driver), kind, value))
-        capacity = tuple(
-            (qualify(k, driver), str(v)) for k, v in sorted((devices.get("capacity") or {}).items())
-        )
+        capacity = []
+        for k, v in sorted((devices.get("capacity") or {}).items()):
+            try:
+                parse_quantity(str(v))
+            except ValueError:
+                raise InputError(
+                    f"{path}.devices.capacity.{k}", f"{v!r} is not a resource quantity"
+                ) from None
+            capacity.append((qualify(k, driver), str(v)))
         nodes = _int(raw.get("nodes"), f"{path}.nodes", default=0)
         max_nodes = _int(raw.get("maxNodes"), f"{path}.maxNodes", default=nodes)
         pools.append(
@@ -341,7 +360,7 @@ def read_cluster(ic: dict) -> Cluster:
                 node_selector=dict(raw.get("nodeSelector") or {}),
                 driver=driver,
                 per_node=_int(devices.get("perNode"), f"{path}.devices.perNode", default=1),
-                profile=DeviceProfile(driver, tuple(attributes), capacity),
+                profile=DeviceProfile(driver, tuple(attributes), tuple(capacity)),
                 fabrics=tuple(
                     Fabric(str(f.get("name", "")), _int(f.get("nodes"), f"{path}.fabrics.nodes"))
                     for f in raw.get("fabrics") or []

@@ -11,6 +11,7 @@ resource/v1 CELDeviceSelector) or the Kubernetes CEL quantity/semver libraries:
   an ordering between a string and an int has no overload: an error.
 """
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -25,7 +26,7 @@ from functions.compose_model_deployment.cel_env import (
     evaluate,
     parse_quantity,
 )
-from functions.compose_model_deployment.model import read_cluster
+from functions.compose_model_deployment.model import InputError, read_cluster
 
 H100 = DeviceProfile(
     "gpu.nvidia.com",
@@ -229,3 +230,28 @@ def test_compare_to_is_antisymmetric_and_agrees_with_value(a, sa, b, sb):
     assert forward == -backward
     va, vb = a * _SUFFIXES[sa], b * _SUFFIXES[sb]
     assert forward == (va > vb) - (va < vb)
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        (
+            {"attributes": {"cudaComputeCapability": {"version": "9.0"}}},
+            "devices.attributes.cudaComputeCapability.version: '9.0' is not a semantic version",
+        ),
+        ({"capacity": {"memory": "80 GiB"}}, "devices.capacity.memory: '80 GiB' is not a resource"),
+    ],
+)
+def test_a_pool_whose_devices_cannot_be_read_names_the_field(devices, message):
+    ic = {
+        "metadata": {"name": "c"},
+        "spec": {
+            "nodePools": [
+                {"name": "p", "nodes": 1, "devices": {"driver": "d", "perNode": 1, **devices}}
+            ]
+        },
+    }
+    with pytest.raises(
+        InputError, match=re.escape(f"InferenceCluster c: spec.nodePools[0].{message}")
+    ):
+        read_cluster(ic)
