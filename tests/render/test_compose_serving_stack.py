@@ -22,6 +22,8 @@ import render
 from functions.common import conditions, contracts
 from functions.compose_serving_stack import collector, collector_objects, mappings
 from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH
+from tests.conftest import require_tool
+from tests.schemas.test_composed_manifests import core_schemas, crossplane_validate
 
 REPO = render.REPO
 TESTDATA = Path(__file__).parent / "testdata" / "serving_stack"
@@ -283,3 +285,33 @@ def test_each_stack_gets_its_substrate(rendered):
         for c in _composed(documents).values():
             # A cluster-scoped XR composing namespaced resources must name a namespace.
             assert c["metadata"].get("namespace"), c["metadata"]["name"]
+
+
+def test_composed_manifests_match_the_published_schemas(rendered, tmp_path):
+    """Objects (and the Gateway API kinds inside them) against their CRDs with `crossplane
+    beta validate`; core kinds against Kubernetes' OpenAPI document, strictly. Kinds whose
+    schemas the schemas tool does not fetch (provider-helm's Release, ClusterProfile, KAI's
+    Queue) are left out and named here."""
+    schemas = require_tool("schemas").resolve()
+    core = core_schemas(schemas / "openapi")
+    unchecked = {"Release", "ClusterProfile", "Queue"}
+    objects, custom, seen = [], [], set()
+    for documents in rendered.values():
+        for c in _composed(documents).values():
+            if c["kind"] != "Object":
+                seen.add(c["kind"])
+                continue
+            objects.append(c)
+            manifest = _manifest(c)
+            seen.add(manifest["kind"])
+            if core.knows(manifest):
+                assert core.errors(manifest) == [], (manifest["kind"], manifest["metadata"]["name"])
+            elif manifest["kind"] not in unchecked:
+                custom.append(manifest)
+    assert {"Gateway", "GatewayClass"} <= {m["kind"] for m in custom}
+    assert unchecked <= seen
+    files = [tmp_path / "objects.yaml", tmp_path / "custom.yaml"]
+    files[0].write_text(yaml.safe_dump_all(objects))
+    files[1].write_text(yaml.safe_dump_all(custom))
+    done = crossplane_validate(schemas, files)
+    assert done.returncode == 0, done.stdout + done.stderr
