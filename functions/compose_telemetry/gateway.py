@@ -70,8 +70,15 @@ class Listen:
     health_port: int = HEALTH_PORT
     telemetry_port: int = TELEMETRY_PORT
     snapshot_port: int = rollup.SNAPSHOT_PORT
+    snapshot_scrape_interval: str = rollup.SNAPSHOT_SCRAPE_INTERVAL
     token_file: str = f"{TOKEN_DIR}/{TELEMETRY_TOKEN_SECRET_KEY}"
     exporter_tls_dir: str = EXPORTER_TLS_DIR
+    # TLS served by the collector itself. In a cluster the endpoint clusters push to is
+    # expected to be TLS-terminated in front of the Service (a bearer token over gRPC
+    # needs TLS: the collector's client refuses to send it in plain text); the live test,
+    # with nothing in front, serves TLS here.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
 
 def header_env(index: int) -> str:
@@ -120,12 +127,14 @@ def render_gateway_config(
 ) -> dict[str, Any]:
     """The gateway collector's config for this destination."""
     exporter_id = EXPORTER_IDS[destination.exporter.type]
-    auth = {"authenticator": "bearertokenauth"}
+    server: dict[str, Any] = {"auth": {"authenticator": "bearertokenauth"}}
+    if listen.tls_cert_file and listen.tls_key_file:
+        server["tls"] = {"cert_file": listen.tls_cert_file, "key_file": listen.tls_key_file}
     receivers: dict[str, Any] = {
         "otlp": {
             "protocols": {
-                "grpc": {"endpoint": f"{listen.host}:{listen.grpc_port}", "auth": auth},
-                "http": {"endpoint": f"{listen.host}:{listen.http_port}", "auth": auth},
+                "grpc": {"endpoint": f"{listen.host}:{listen.grpc_port}", **server},
+                "http": {"endpoint": f"{listen.host}:{listen.http_port}", **server},
             }
         }
     }
@@ -146,14 +155,11 @@ def render_gateway_config(
         }
     }
     if destination.rollup_enabled:
-        receivers[rollup.RECEIVER_SNAPSHOT] = rollup.snapshot_receiver()
-        receivers[rollup.RECEIVER_SNAPSHOT]["config"]["scrape_configs"][0]["static_configs"] = [
-            {"targets": [f"127.0.0.1:{listen.snapshot_port}"]}
-        ]
+        receivers[rollup.RECEIVER_SNAPSHOT] = rollup.snapshot_receiver(
+            listen.snapshot_port, listen.snapshot_scrape_interval
+        )
         processors.update(rollup.processors())
-        snapshot = rollup.snapshot_exporter()
-        snapshot["endpoint"] = f"127.0.0.1:{listen.snapshot_port}"
-        exporters[rollup.EXPORTER_SNAPSHOT] = snapshot
+        exporters[rollup.EXPORTER_SNAPSHOT] = rollup.snapshot_exporter(listen.snapshot_port)
         pipelines["metrics/snapshot"] = {
             "receivers": ["otlp"],
             "processors": ["memory_limiter", *rollup.snapshot_pipeline_processors()],

@@ -10,17 +10,22 @@ cumulative total. Two facts shape the pipeline:
    `prometheus` exporter, bound to loopback, with an expiry so a vanished source drops
    out — and scrapes that snapshot back with a `prometheus` receiver. Each scrape is one
    consistent view of every source at one timestamp.
-2. A sum of cumulative counters is not a counter: when one cluster's engine restarts, the
-   sum drops and every reader treats the whole fleet as reset. So the snapshot's
-   counters and histograms are turned into per-source deltas first
-   (`cumulative_to_delta`, which sees each source's own resets), the source attributes
-   are stripped, the deltas are summed (`aggregate_on_attributes`, histograms bucket by
-   bucket), and `delta_to_cumulative` accumulates the fleet series. Gauges are summed
-   as they are.
+2. A sum of cumulative counters is not a counter: when one cluster's engine restarts, its
+   total drops and a reader of the sum treats the whole fleet as reset. So before the
+   snapshot each source's counters and histograms are made monotonic on their own:
+   `cumulative_to_delta` (a stream per source *and start time*, so an engine restart,
+   which publishes a new start time as `_created`, is a new stream; a cluster collector
+   restart keeps the engine's start time and is the same stream continuing) followed by
+   `delta_to_cumulative` (a stream per source, whatever the start time). After the
+   snapshot the same pair runs across sources: per-source deltas, source attributes
+   stripped, deltas summed (`aggregate_on_attributes`, histograms bucket by bucket),
+   accumulated into the fleet series. Gauges are summed as they are.
 
-The snapshot carries start times through (OpenMetrics `_created`), so an engine restart
-is a new stream whose counts are added in full, while a cluster *collector* restart keeps
-the engine's start time and is the same stream continuing — nothing is counted twice.
+Fleet counters are therefore "counted since this gateway replica first saw each source":
+read them with rate()/increase(), never as absolute totals. A source already counting
+when a replica first sees it adds only what it counts from then on (the first point is a
+baseline, `initial_value: auto`), which is what keeps a cluster that reconnects to the
+other replica from being counted twice.
 
 Each gateway replica rolls up the clusters connected to it and stamps its own name
 (`modelplane.gateway`), so two replicas never overwrite one another's fleet series;
@@ -39,6 +44,7 @@ from typing import Any, Final
 
 from functions.common.contracts import (
     FLEET_SCOPE,
+    RESOURCE_ATTR_SERVING,
     RESOURCE_ATTRIBUTE_CLUSTER,
     RESOURCE_ATTRIBUTE_SCOPE,
 )
@@ -62,6 +68,8 @@ FLEET_SCOPE_NAME: Final = "modelplane.fleet"
 RECEIVER_SNAPSHOT: Final = "prometheus/fleet"
 EXPORTER_SNAPSHOT: Final = "prometheus/fleet"
 FILTER_VOCABULARY: Final = "filter/vocabulary"
+SOURCE_TO_DELTA: Final = "cumulative_to_delta/sources"
+SOURCE_TO_CUMULATIVE: Final = "delta_to_cumulative/sources"
 TRANSFORM_SNAPSHOT: Final = "transform/snapshot"
 CUMULATIVE_TO_DELTA: Final = "cumulative_to_delta/fleet"
 TRANSFORM_STRIP: Final = "transform/fleet_strip"
@@ -69,16 +77,33 @@ GROUP_FLEET: Final = "groupbyattrs/fleet"
 TRANSFORM_AGGREGATE: Final = "transform/fleet_sum"
 DELTA_TO_CUMULATIVE: Final = "delta_to_cumulative/fleet"
 
+
+def prometheus_label(attribute: str) -> str:
+    """An attribute name as Prometheus shows it (the exporters' underscore escaping)."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in attribute)
+
+
+# What identifies a source rather than describing what it measures: dropped from the
+# fleet series (as attributes, and as the labels the snapshot turned resource attributes
+# into). The ModelReplica (`serving`) is one deployment on one cluster, so it is the
+# cluster dimension too. Everything else (engine, deployment, namespace, model, ...) is
+# kept.
+_SOURCE_ATTRIBUTES: Final = (
+    RESOURCE_ATTRIBUTE_CLUSTER,
+    RESOURCE_ATTR_SERVING,
+    "service.name",
+    "service.namespace",
+    "service.instance.id",
+)
+SOURCE_LABELS: Final = frozenset(
+    {*_SOURCE_ATTRIBUTES, "job", "instance"} | {prometheus_label(a) for a in _SOURCE_ATTRIBUTES}
+)
+
 # The SLO histograms and the destination field that sets each one's target.
 SLO_HISTOGRAMS: Final = {
     "time_to_first_token": "modelplane_time_to_first_token",
     "time_per_output_token": "modelplane_time_per_output_token",
 }
-
-
-def prometheus_label(attribute: str) -> str:
-    """An attribute name as Prometheus shows it (the exporters' underscore escaping)."""
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in attribute)
 
 
 def vocabulary_regex() -> str:
@@ -89,41 +114,38 @@ def vocabulary_regex() -> str:
 def processors() -> dict[str, Any]:
     """The roll-up's processors, by component id."""
     units = [
-        f'set(unit, "{m.unit}") where name == "{m.name}"'
+        f'set(metric.unit, "{m.unit}") where metric.name == "{m.name}"'
         for m in sorted(VOCABULARY, key=lambda m: m.name)
     ]
-    cluster_label = prometheus_label(RESOURCE_ATTRIBUTE_CLUSTER)
+    source_labels = "^(" + "|".join(sorted(SOURCE_LABELS)) + ")$"
     return {
         FILTER_VOCABULARY: {
             "error_mode": "ignore",
-            "metrics": {"metric": [f'not IsMatch(name, "{vocabulary_regex()}")']},
+            "metrics": {"metric": [f'not IsMatch(metric.name, "{vocabulary_regex()}")']},
         },
+        SOURCE_TO_DELTA: {
+            # auto: a source already counting before this replica saw it (it started
+            # earlier, or its cluster just moved here from the other replica) adds only
+            # what it counts from now on, so no count is added twice; a source that
+            # starts later (an engine restart: a new start time) adds everything.
+            "initial_value": "auto",
+            "max_staleness": STATE_STALENESS,
+        },
+        SOURCE_TO_CUMULATIVE: {"max_stale": STATE_STALENESS},
         TRANSFORM_SNAPSHOT: {
             "error_mode": "ignore",
             "metric_statements": [
                 {
-                    # The snapshot keys series by job and instance: make the instance name
-                    # the source (cluster + original job + instance) so two clusters'
-                    # identically named targets stay two series.
-                    "context": "resource",
-                    "statements": [
-                        'set(attributes["service.instance.id"], Concat(['
-                        f'attributes["{RESOURCE_ATTRIBUTE_CLUSTER}"], '
-                        'attributes["service.namespace"], attributes["service.name"], '
-                        'attributes["service.instance.id"]], "/"))',
-                    ],
-                },
-                {
                     # Units would otherwise become OpenMetrics name suffixes in the
                     # snapshot; the fleet side sets them back from the vocabulary.
                     "context": "metric",
-                    "statements": ['set(unit, "")'],
+                    "statements": ['set(metric.unit, "")'],
                 },
             ],
         },
         CUMULATIVE_TO_DELTA: {
-            # keep: a source first seen (a new cluster, or an engine restarted with a new
-            # start time) contributes everything it counted.
+            # keep: the snapshot's per-source totals are already this replica's own
+            # (see SOURCE_TO_DELTA); the first sight of one is all of it.
             "initial_value": "keep",
             "max_staleness": STATE_STALENESS,
         },
@@ -133,27 +155,31 @@ def processors() -> dict[str, Any]:
                 {
                     "context": "resource",
                     "statements": [
-                        'delete_matching_keys(attributes, ".*")',
-                        f'set(attributes["{RESOURCE_ATTRIBUTE_SCOPE}"], "{FLEET_SCOPE}")',
-                        f'set(attributes["{RESOURCE_ATTRIBUTE_GATEWAY}"], '
+                        'delete_matching_keys(resource.attributes, ".*")',
+                        f'set(resource.attributes["{RESOURCE_ATTRIBUTE_SCOPE}"], "{FLEET_SCOPE}")',
+                        f'set(resource.attributes["{RESOURCE_ATTRIBUTE_GATEWAY}"], '
                         f'"${{env:{POD_NAME_ENV}}}")',
                     ],
                 },
                 {
                     "context": "scope",
-                    "statements": [f'set(name, "{FLEET_SCOPE_NAME}")', 'set(version, "")'],
+                    "statements": [
+                        f'set(scope.name, "{FLEET_SCOPE_NAME}")',
+                        'set(scope.version, "")',
+                    ],
                 },
                 {
                     "context": "datapoint",
                     "statements": [
-                        # The cluster dimension, wherever the cluster tier put it.
-                        f'delete_key(attributes, "{RESOURCE_ATTRIBUTE_CLUSTER}")',
-                        f'delete_key(attributes, "{cluster_label}")',
+                        # The cluster dimension and the per-source identity, whether the
+                        # cluster tier put them on the resource (they arrive here as
+                        # labels) or on the data points.
+                        f'delete_matching_keys(datapoint.attributes, "{source_labels}")',
                         # Every source's delta covers its own interval; one start per
                         # scrape lets the sum merge them and keeps delta_to_cumulative's
                         # order checks satisfied.
-                        "set(start_time_unix_nano, time_unix_nano - 1) where "
-                        "metric.aggregation_temporality == AGGREGATION_TEMPORALITY_DELTA",
+                        "set(datapoint.start_time_unix_nano, datapoint.time_unix_nano - 1) "
+                        "where metric.aggregation_temporality == AGGREGATION_TEMPORALITY_DELTA",
                     ],
                 },
             ],
@@ -172,36 +198,41 @@ def processors() -> dict[str, Any]:
     }
 
 
-def snapshot_receiver() -> dict[str, Any]:
+def snapshot_receiver(
+    port: int = SNAPSHOT_PORT, interval: str = SNAPSHOT_SCRAPE_INTERVAL
+) -> dict[str, Any]:
     return {
         "config": {
             "scrape_configs": [
                 {
                     "job_name": "modelplane-fleet-snapshot",
-                    "scrape_interval": SNAPSHOT_SCRAPE_INTERVAL,
+                    "scrape_interval": interval,
                     # Keep each source's job and instance: they are what keeps sources apart.
                     "honor_labels": True,
-                    "static_configs": [{"targets": [f"127.0.0.1:{SNAPSHOT_PORT}"]}],
+                    "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
                 }
             ]
         }
     }
 
 
-def snapshot_exporter() -> dict[str, Any]:
+def snapshot_exporter(port: int = SNAPSHOT_PORT) -> dict[str, Any]:
     return {
-        "endpoint": f"127.0.0.1:{SNAPSHOT_PORT}",
+        "endpoint": f"127.0.0.1:{port}",
         "metric_expiration": SNAPSHOT_EXPIRATION,
         # OpenMetrics carries each series' start time as _created, which is how the fleet
         # side tells an engine restart (new start) from a collector restart (same start).
         "enable_open_metrics": True,
         "translation_strategy": "UnderscoreEscapingWithoutSuffixes",
         "without_scope_info": True,
+        # Every resource attribute becomes a label, so two sources that differ in any of
+        # them (cluster, namespace, deployment, ...) stay two series in the snapshot.
+        "resource_to_telemetry_conversion": {"enabled": True},
     }
 
 
 def snapshot_pipeline_processors() -> list[str]:
-    return [FILTER_VOCABULARY, TRANSFORM_SNAPSHOT]
+    return [FILTER_VOCABULARY, SOURCE_TO_DELTA, SOURCE_TO_CUMULATIVE, TRANSFORM_SNAPSHOT]
 
 
 def fleet_pipeline_processors() -> list[str]:

@@ -12,7 +12,7 @@ def test_every_vocabulary_metric_is_rolled_up_and_nothing_else():
     condition = rollup.processors()[rollup.FILTER_VOCABULARY]["metrics"]["metric"][0]
     for metric in VOCABULARY:
         assert f"|{metric.name}|" in condition.replace("^(", "|").replace(")$", "|")
-    assert condition.startswith("not IsMatch(name, ")
+    assert condition.startswith("not IsMatch(metric.name, ")
 
 
 def test_every_vocabulary_metric_gets_its_unit_back_on_the_fleet_side():
@@ -20,7 +20,9 @@ def test_every_vocabulary_metric_gets_its_unit_back_on_the_fleet_side():
         "statements"
     ]
     for metric in VOCABULARY:
-        assert f'set(unit, "{metric.unit}") where name == "{metric.name}"' in statements
+        assert (
+            f'set(metric.unit, "{metric.unit}") where metric.name == "{metric.name}"' in statements
+        )
 
 
 def test_the_fleet_pipeline_turns_cumulatives_to_deltas_before_it_sums_them():
@@ -31,8 +33,29 @@ def test_the_fleet_pipeline_turns_cumulatives_to_deltas_before_it_sums_them():
     assert order[-1] == rollup.DELTA_TO_CUMULATIVE
 
 
-def test_a_new_source_contributes_everything_it_counted():
+def test_a_source_seen_mid_count_adds_only_its_increments_and_a_new_one_everything():
+    # auto: a baseline for a source that started before this replica saw it (so a
+    # cluster moving between replicas is not counted twice); everything for a source that
+    # starts later (an engine restart).
+    assert rollup.processors()[rollup.SOURCE_TO_DELTA]["initial_value"] == "auto"
+    # After the snapshot, per-source totals are already this replica's own.
     assert rollup.processors()[rollup.CUMULATIVE_TO_DELTA]["initial_value"] == "keep"
+
+
+def test_each_source_is_made_monotonic_before_the_snapshot():
+    assert rollup.snapshot_pipeline_processors() == [
+        rollup.FILTER_VOCABULARY,
+        rollup.SOURCE_TO_DELTA,
+        rollup.SOURCE_TO_CUMULATIVE,
+        rollup.TRANSFORM_SNAPSHOT,
+    ]
+
+
+def test_the_fleet_series_drop_the_cluster_and_every_per_source_label():
+    for label in ("modelplane.cluster", "modelplane_cluster", "modelplane_serving", "job"):
+        assert label in rollup.SOURCE_LABELS
+    for kept in ("modelplane_engine", "modelplane_deployment", "model", "le"):
+        assert kept not in rollup.SOURCE_LABELS
 
 
 def test_the_snapshot_stays_on_loopback():

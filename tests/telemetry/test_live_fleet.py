@@ -1,0 +1,528 @@
+"""A live fleet: two cluster-tier collectors push to the rendered gateway, which rolls the
+fleet up and remote-writes into a real Prometheus; PromQL checks what users rely on.
+
+    engine page A ──▶ cluster collector A ─┐ OTLP + bearer token
+                                           ├──▶ gateway ──▶ Prometheus (remote-write receiver)
+    engine page B ──▶ cluster collector B ─┘
+
+Real parts: the collector from hack/tools.sh (three processes), Prometheus (Debian's
+package, loopback only, temporary storage, started and stopped here), the gateway config
+from compose-telemetry and the cluster-tier configs from compose-serving-stack's
+`render_cluster_collector_config` with the built-in vLLM MetricMapping.
+
+What the test substitutes, because there is no Kubernetes here (TEST-SIDE, marked
+`# test substitution` below): the cluster collectors' Kubernetes pod discovery is
+replaced by a static scrape of this process's fake engine page, and the `k8s_attributes`
+processor by a `resource` processor that sets the same attributes (engine, deployment,
+serving, namespace, pod name) k8sattributes would lift from the pod. Everything after
+that — the mapping's renames, the cluster's aggregation, the push, the whole gateway —
+runs as rendered.
+
+The engines are prometheus_client registries served over HTTP, with vLLM's metric names
+(`vllm:*`) and `_created` series as vLLM (which uses prometheus_client) publishes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import prometheus_client
+import pytest
+import yaml
+
+from functions.common import contracts
+from functions.compose_serving_stack.collector import (
+    ENGINES_JOB,
+    CollectorCluster,
+    CollectorDestination,
+    render_cluster_collector_config,
+)
+from functions.compose_serving_stack.mappings import parse_mappings
+from functions.compose_telemetry import gateway, rollup
+from functions.compose_telemetry.destination import parse_destination
+from tests.conftest import REPO, require_tool
+
+TOKEN = "fleet-token-for-the-live-test"
+TTFT = "modelplane_time_to_first_token"
+TOKENS = "modelplane_generation_tokens_total"
+RUNNING = "modelplane_requests_running"
+# vLLM's own time-to-first-token buckets (0.5 among them, the SLO target below).
+VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5)
+MODEL = "llama-3-1-8b"
+SETTLE_SECONDS = 90  # upper bound for a change to reach Prometheus; typically ~15 s
+FLEET = 'modelplane_scope="fleet"'
+CLUSTER_LABEL = rollup.prometheus_label(contracts.RESOURCE_ATTRIBUTE_CLUSTER)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- A fake engine ------------------------------------------------------------------------
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, *_args) -> None:
+        pass
+
+
+class FakeEngine:
+    """One vLLM pod's /metrics page. `restart()` is the engine process restarting: every
+    counter starts again from zero with a new creation time."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self.restart()
+        self._server = make_server("127.0.0.1", self.port, self._app, handler_class=_Quiet)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def restart(self) -> None:
+        registry = prometheus_client.CollectorRegistry()
+        labels = ["model_name"]
+        running = prometheus_client.Gauge(
+            "vllm:num_requests_running", "Running", labels, registry=registry
+        )
+        ttft = prometheus_client.Histogram(
+            "vllm:time_to_first_token_seconds",
+            "TTFT",
+            labels,
+            buckets=VLLM_TTFT_BUCKETS,
+            registry=registry,
+        )
+        tokens = prometheus_client.Counter(
+            "vllm:generation_tokens", "Generated", labels, registry=registry
+        )
+        with self._lock:
+            self.registry = registry
+            self.running = running.labels(MODEL)
+            self.ttft = ttft.labels(MODEL)
+            self.tokens = tokens.labels(MODEL)
+            self.app = prometheus_client.make_wsgi_app(registry)
+
+    def _app(self, environ, start_response):
+        with self._lock:
+            app = self.app
+        return app(environ, start_response)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+# --- Processes ----------------------------------------------------------------------------
+
+
+@dataclass
+class Process:
+    name: str
+    args: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    popen: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.popen = subprocess.Popen(
+            self.args,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=os.environ | self.env,
+            start_new_session=True,
+        )
+
+    def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float, logs: Callable[[], str]):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+            if check():
+                return
+        time.sleep(1)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{logs()}")
+
+
+def http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as answer:
+        return answer.status == 200
+
+
+# --- The fleet ------------------------------------------------------------------------------
+
+
+@dataclass
+class Fleet:
+    workdir: Path
+    prometheus_port: int
+    engines: dict[str, FakeEngine]
+    collectors: dict[str, Process]
+    gateway: Process
+    prometheus: Process
+    listen: gateway.Listen
+
+    def snapshot(self) -> str:
+        """The gateway's in-memory snapshot of every source, as the roll-up scrapes it."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.listen.snapshot_port}/metrics",
+            headers={"Accept": "application/openmetrics-text;version=1.0.0"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.read().decode()
+        except OSError as err:
+            return f"(no snapshot: {err})"
+
+    def logs(self) -> str:
+        parts = [f"--- gateway snapshot\n{self.snapshot()}"]
+        for process in [self.gateway, *self.collectors.values(), self.prometheus]:
+            text = process.log.read_text(errors="replace") if process.log.exists() else ""
+            parts.append(
+                f"--- {process.name} (last 40 lines)\n" + "\n".join(text.splitlines()[-40:])
+            )
+        return "\n".join(parts)
+
+    def query(self, promql: str, at: float | None = None) -> list[dict]:
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/query?" + urllib.parse.urlencode(
+            params
+        )
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            body = json.load(answer)
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def value(self, promql: str, at: float | None = None) -> float | None:
+        result = self.query(promql, at)
+        if not result:
+            return None
+        assert len(result) == 1, f"{promql} returned {len(result)} series: {result}"
+        return float(result[0]["value"][1])
+
+    def settle(self, what: str, promql: str, expected: float) -> None:
+        wait_for(
+            f"{what}: {promql} == {expected} (last {self.value(promql)!r})",
+            lambda: self.value(promql) == expected,
+            SETTLE_SECONDS,
+            self.logs,
+        )
+
+
+def write_yaml(path: Path, document: dict) -> Path:
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def gateway_destination(prometheus_port: int) -> dict:
+    return {
+        "metadata": {"name": "fleet", "creationTimestamp": "2026-11-02T09:00:00Z"},
+        "spec": {
+            "gateway": {
+                "providerConfigRef": {"name": "control-plane"},
+                "endpoint": "127.0.0.1:4317",
+                "tokenSecretRef": {"name": "t", "namespace": "crossplane-system", "key": "token"},
+            },
+            "exporter": {
+                "type": "PrometheusRemoteWrite",
+                "endpoint": f"http://127.0.0.1:{prometheus_port}/api/v1/write",
+                "tls": {"insecure": True},
+            },
+            "slo": {"timeToFirstToken": 0.5},
+        },
+    }
+
+
+def self_signed_certificate(workdir: Path) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.fail("openssl is needed to make the gateway's test certificate")
+    cert, key = workdir / "gateway.crt", workdir / "gateway.key"
+    subprocess.run(
+        [
+            openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=modelplane-telemetry-gateway",
+            "-addext", "subjectAltName=IP:127.0.0.1",
+            "-keyout", str(key), "-out", str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def cluster_collector_config(
+    name: str, engine: FakeEngine, listen: gateway.Listen, token: Path, ca: Path
+) -> dict:
+    vllm = yaml.safe_load((REPO / "apis/metricmappings/builtin/vllm.yaml").read_text())
+    config = render_cluster_collector_config(
+        CollectorCluster(name),
+        parse_mappings([vllm]).accepted,
+        CollectorDestination(endpoint=f"127.0.0.1:{listen.grpc_port}", token_file=str(token)),
+        scrape_interval_seconds=2,
+    )
+    # test substitution: a static scrape of the fake engine instead of pod discovery.
+    config["receivers"]["prometheus"]["config"]["scrape_configs"] = [
+        {
+            "job_name": ENGINES_JOB,
+            "scrape_interval": "2s",
+            "static_configs": [{"targets": [f"127.0.0.1:{engine.port}"]}],
+        }
+    ]
+    # test substitution: the attributes k8s_attributes would lift from the pod.
+    processors = config["service"]["pipelines"]["metrics"]["processors"]
+    processors[processors.index("k8s_attributes")] = "resource/pod"
+    del config["processors"]["k8s_attributes"]
+    config["processors"]["resource/pod"] = {
+        "attributes": [
+            {"key": key, "value": value, "action": "upsert"}
+            for key, value in (
+                (contracts.RESOURCE_ATTR_ENGINE, "vllm"),
+                (contracts.RESOURCE_ATTR_DEPLOYMENT, MODEL),
+                (contracts.RESOURCE_ATTR_SERVING, f"{MODEL}-{name}"),
+                (contracts.RESOURCE_ATTR_NAMESPACE, "ml-team"),
+                ("k8s.pod.name", f"{MODEL}-{name}-0"),
+            )
+        ]
+    }
+    # test substitution: trust the test's self-signed gateway certificate (in a fleet the
+    # endpoint presents a certificate the cluster already trusts).
+    config["exporters"]["otlp_grpc/gateway"]["tls"] = {"ca_file": str(ca)}
+    # test substitution: several collectors share this host, so give each its own ports.
+    config["extensions"]["health_check"]["endpoint"] = f"127.0.0.1:{free_port()}"
+    config["service"]["telemetry"] = {"metrics": {"level": "none"}}
+    return config
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> Iterator[Fleet]:
+    otelcol = require_tool("otelcol")
+    prometheus_binary = require_tool("prometheus")
+    workdir = tmp_path_factory.mktemp("fleet")
+    token = workdir / "token"
+    token.write_text(TOKEN)
+    cert, key = self_signed_certificate(workdir)
+    processes: list[Process] = []
+    engines: dict[str, FakeEngine] = {}
+    try:
+        prometheus_port = free_port()
+        prometheus_config = write_yaml(workdir / "prometheus.yml", {"global": {}})
+        prometheus = Process(
+            "prometheus",
+            [
+                str(prometheus_binary),
+                f"--config.file={prometheus_config}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prometheus_port}",
+                "--web.enable-remote-write-receiver",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            workdir / "prometheus.log",
+        )
+        processes.append(prometheus)
+        prometheus.start()
+
+        listen = gateway.Listen(
+            host="127.0.0.1",
+            grpc_port=free_port(),
+            http_port=free_port(),
+            health_port=free_port(),
+            telemetry_port=free_port(),
+            snapshot_port=free_port(),
+            snapshot_scrape_interval="2s",
+            token_file=str(token),
+            tls_cert_file=str(cert),
+            tls_key_file=str(key),
+        )
+        gateway_config = gateway.render_gateway_config(
+            parse_destination(gateway_destination(prometheus_port)), listen
+        )
+        gateway_process = Process(
+            "gateway",
+            [str(otelcol), f"--config={write_yaml(workdir / 'gateway.yaml', gateway_config)}"],
+            workdir / "gateway.log",
+            env={rollup.POD_NAME_ENV: "gateway-0"},
+        )
+        processes.append(gateway_process)
+
+        collectors: dict[str, Process] = {}
+        fleet = Fleet(
+            workdir, prometheus_port, engines, collectors, gateway_process, prometheus, listen
+        )
+        wait_for(
+            "Prometheus to be ready",
+            lambda: http_ok(f"http://127.0.0.1:{prometheus_port}/-/ready"),
+            60,
+            fleet.logs,
+        )
+        gateway_process.start()
+        wait_for(
+            "the gateway to be healthy",
+            lambda: http_ok(f"http://127.0.0.1:{listen.health_port}/"),
+            60,
+            fleet.logs,
+        )
+        # The engines start after the gateway, so everything they count is new to it
+        # (a source the gateway first sees mid-count contributes only its increments).
+        for name in ("a", "b"):
+            engines[name] = FakeEngine()
+            config = cluster_collector_config(name, engines[name], listen, token, cert)
+            collectors[name] = Process(
+                f"collector-{name}",
+                [str(otelcol), f"--config={write_yaml(workdir / f'cluster-{name}.yaml', config)}"],
+                workdir / f"collector-{name}.log",
+            )
+            processes.append(collectors[name])
+        yield fleet
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        for engine in engines.values():
+            engine.close()
+        shutil.rmtree(workdir / "tsdb", ignore_errors=True)
+
+
+def post_otlp(listen: gateway.Listen, authorization: str | None) -> int:
+    context = ssl.create_default_context(cafile=listen.tls_cert_file)
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{listen.http_port}/v1/metrics",
+        data=b"{}",
+        headers={"Content-Type": "application/json"}
+        | ({"Authorization": authorization} if authorization else {}),
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as answer:
+            return answer.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+# --- The checks, in the order a fleet lives them -------------------------------------------
+
+
+def test_the_gateway_refuses_a_push_without_the_fleet_token(fleet):
+    assert post_otlp(fleet.listen, None) == 401
+    assert post_otlp(fleet.listen, "Bearer not-the-token") == 401
+    assert post_otlp(fleet.listen, f"Bearer {TOKEN}") == 200
+
+
+def test_fleet_series_are_the_sum_of_the_clusters(fleet):
+    a, b = fleet.engines["a"], fleet.engines["b"]
+    a.running.set(3)
+    b.running.set(5)
+    a.tokens.inc(100)
+    b.tokens.inc(250)
+    for seconds in (0.1, 0.3, 0.7, 1.2):
+        a.ttft.observe(seconds)
+    for seconds in (0.2, 0.4, 0.45, 2.0, 0.6):
+        b.ttft.observe(seconds)
+    for collector in fleet.collectors.values():
+        collector.start()
+
+    fleet.settle("fleet running requests", rollup.fleet_value_query(RUNNING), 8)
+    fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 350)
+    fleet.settle("fleet TTFT count", f"sum({TTFT}_count{{{FLEET}}})", 9)
+    # Per-cluster series stay beside the fleet series.
+    assert fleet.value(f'sum({RUNNING}{{{CLUSTER_LABEL}="a"}})') == 3
+    assert fleet.value(f'sum({RUNNING}{{{CLUSTER_LABEL}="b"}})') == 5
+    # Fleet series carry no cluster and keep what describes the metric.
+    fleet_series = fleet.query(f"{RUNNING}{{{FLEET}}}")
+    assert all(CLUSTER_LABEL not in s["metric"] for s in fleet_series)
+    assert {s["metric"].get("model") for s in fleet_series} == {MODEL}
+
+
+def test_a_merged_histogram_is_the_bucket_by_bucket_sum(fleet):
+    fleet.settle("fleet TTFT count", f"sum({TTFT}_count{{{FLEET}}})", 9)
+    per_cluster = {
+        s["metric"]["le"]: float(s["value"][1])
+        for s in fleet.query(f'sum by (le) ({TTFT}_bucket{{modelplane_scope=""}})')
+    }
+    fleet_buckets = {
+        s["metric"]["le"]: float(s["value"][1])
+        for s in fleet.query(f"sum by (le) ({TTFT}_bucket{{{FLEET}}})")
+    }
+    assert fleet_buckets == per_cluster
+    # And the values the test's observations imply, not just agreement.
+    assert fleet_buckets["0.5"] == 5
+    assert fleet_buckets["0.25"] == 2
+    assert fleet_buckets["+Inf"] == 9
+    assert fleet.value(f"sum({TTFT}_sum{{{FLEET}}})") == pytest.approx(2.3 + 3.65)
+
+
+def test_slo_attainment_is_the_exact_fraction_of_the_window(fleet):
+    fleet.settle("fleet TTFT count", f"sum({TTFT}_count{{{FLEET}}})", 9)
+    time.sleep(5)  # a few fleet samples at the settled value open the window
+    start = time.time()
+    a, b = fleet.engines["a"], fleet.engines["b"]
+    for seconds in (0.2, 0.9):
+        a.ttft.observe(seconds)
+    for seconds in (0.3, 0.35, 3.0, 0.5):
+        b.ttft.observe(seconds)
+    fleet.settle("fleet TTFT count", f"sum({TTFT}_count{{{FLEET}}})", 15)
+    end = time.time()
+    window = f"{int(end - start) + 5}s"
+    query = rollup.attainment_query(TTFT, 0.5, window=window)
+    # 4 of the 6 new observations are at or under 0.5 s (le is inclusive).
+    assert fleet.value(query, at=end) == pytest.approx(4 / 6, rel=1e-9)
+    assert fleet.value(rollup.quantile_query(TTFT, 0.5, window=window), at=end) is not None
+
+
+def test_a_cluster_collector_restart_counts_nothing_twice(fleet):
+    fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 350)
+    collector = fleet.collectors["a"]
+    collector.stop()
+    time.sleep(3)
+    collector.start()
+    fleet.engines["a"].tokens.inc(10)
+    fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 360)
+    # Stays there: the restarted collector's first push is not added again.
+    time.sleep(10)
+    assert fleet.value(rollup.fleet_value_query(TOKENS)) == 360
+    assert fleet.value(f"sum({TTFT}_count{{{FLEET}}})") == 15
+
+
+def test_an_engine_restart_keeps_the_fleet_counter_monotonic(fleet):
+    fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 360)
+    engine = fleet.engines["b"]
+    engine.restart()
+    engine.tokens.inc(40)
+    engine.running.set(2)
+    # The cluster's own series reset to 40; the fleet adds the 40 new tokens to what the
+    # fleet had counted, instead of dropping by the 250 the old process had counted.
+    fleet.settle("cluster b's tokens", f'sum({TOKENS}{{{CLUSTER_LABEL}="b"}})', 40)
+    fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 400)
+    fleet.settle("fleet running requests", rollup.fleet_value_query(RUNNING), 5)
