@@ -60,6 +60,8 @@ SERVICE_ACCOUNT_CA_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/
 HEALTH_PORT: Final = 13133
 
 DEFAULT_SCRAPE_INTERVAL_SECONDS: Final = 30
+# Scratch resource attributes marking which of a target's source names a scrape has.
+PRESENT_MARKER: Final = "modelplane.mapping.present"
 
 # Component ids in the rendered config (a key rename is a config change, keep them).
 RECEIVER: Final = "prometheus"
@@ -168,27 +170,50 @@ def prometheus_label(kubernetes_label: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", kubernetes_label)
 
 
-def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
-    """The transform processor groups of one MetricMapping: metrics, then labels.
+def _present_marker(target: str, index: int) -> str:
+    return f"resource.attributes[{_ottl_string(f'{PRESENT_MARKER}.{target}.{index}')}]"
 
-    Scaling matches the engine's own names, before the rename, so a scale never
-    applies to a metric another engine already named the same.
+
+def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
+    """The transform processor groups of one MetricMapping: markers, metrics, labels.
+
+    Several `from` names for one target are one metric across engine releases, and some
+    releases expose the old name beside the new one. Only the first name present in a
+    scrape is renamed (the others pass through under their own names), so a release
+    that exposes both is not counted twice. A first group marks, on the scrape's
+    resource (one per pod and scrape), which names are present; the rename group reads
+    the marks; transform/instance drops them with every other per-scrape attribute.
+
+    Scaling matches the engine's own name under the same condition as the rename, so a
+    scale never applies to a metric that is not renamed, or to one another engine
+    already named the same.
     """
     condition = _engine_condition(mapping.engine)
+    markers: list[str] = []
     metric_statements: list[str] = []
     for rename in mapping.metrics:
         unit = vocabulary.VOCABULARY_BY_NAME[rename.target].unit
-        where = _any_name(rename.sources)
-        if rename.scale != 1.0:
-            metric_statements.append(
-                f"scale_metric({rename.scale_literal}, {_ottl_unit(unit)}) where {where}"
-            )
         target = _ottl_string(rename.target)
-        metric_statements.append(f"set(metric.name, {target}) where {where}")
+        for index, source in enumerate(rename.sources):
+            name_is = f"metric.name == {_ottl_string(source)}"
+            if index < len(rename.sources) - 1:
+                markers.append(
+                    f"set({_present_marker(rename.target, index)}, true) where {name_is}"
+                )
+            earlier_absent = [f"{_present_marker(rename.target, j)} == nil" for j in range(index)]
+            where = " and ".join([name_is, *earlier_absent])
+            if rename.scale != 1.0:
+                metric_statements.append(
+                    f"scale_metric({rename.scale_literal}, {_ottl_unit(unit)}) where {where}"
+                )
+            metric_statements.append(f"set(metric.name, {target}) where {where}")
         metric_statements.append(
             f"set(metric.unit, {_ottl_unit(unit)}) where metric.name == {target}"
         )
-    groups: list[dict[str, Any]] = [{"conditions": [condition], "statements": metric_statements}]
+    groups: list[dict[str, Any]] = []
+    if markers:
+        groups.append({"conditions": [condition], "statements": markers})
+    groups.append({"conditions": [condition], "statements": metric_statements})
     if mapping.labels:
         label_statements: list[str] = []
         for label in mapping.labels:

@@ -77,7 +77,17 @@ class Pod:
     extra_ports: dict[str, int] = field(default_factory=dict)
 
 
-def vllm_page(running: float, kv: float, success_stop: float, ttft_per_bucket: list[int]) -> str:
+def vllm_page(
+    running: float,
+    kv: float,
+    success_stop: float,
+    ttft_per_bucket: list[int],
+    *,
+    release: str = "0.9",
+    prefix_hits: float = 0,
+) -> str:
+    """A vLLM V1 page. Release 0.8 names the KV-cache gauge and the prefix-cache counter
+    gpu_*; 0.9 renamed them and still serves the old names beside the new ones."""
     base = {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "engine": "0"}
     lines: list[str] = []
     lines += gauge(
@@ -86,8 +96,27 @@ def vllm_page(running: float, kv: float, success_stop: float, ttft_per_bucket: l
     lines += gauge(
         "vllm:num_requests_waiting", "Number of requests waiting to be processed.", base, 1
     )
+    if release != "0.8":
+        lines += gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", base, kv
+        )
+        lines += counter(
+            "vllm:prefix_cache_hits_total",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            [(base, prefix_hits)],
+        )
     lines += gauge(
-        "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", base, kv
+        "vllm:gpu_cache_usage_perc",
+        "GPU KV-cache usage. 1 means 100 percent usage."
+        "DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+        base,
+        kv,
+    )
+    lines += counter(
+        "vllm:gpu_prefix_cache_hits_total",
+        "GPU prefix cache hits, in terms of number of cached tokens. "
+        "DEPRECATED: Use vllm:prefix_cache_hits instead.",
+        [(base, prefix_hits)],
     )
     lines += counter(
         "vllm:request_success_total",
@@ -163,6 +192,7 @@ def fleet_pods() -> list[Pod]:
     """Two vLLM pods of one deployment, one SGLang pod, one legacy and one llama.cpp pod,
     plus a vLLM pod without the serving label (must never be scraped)."""
     return [
+        # A rolling upgrade: pod a still runs vLLM 0.8, pod b runs 0.9.
         Pod(
             "llama-8b-a",
             "uid-vllm-a",
@@ -170,7 +200,9 @@ def fleet_pods() -> list[Pod]:
             "vllm",
             "llama-8b",
             "llama-8b-us-east-1",
-            vllm_page(3, 0.25, 10, [0, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0]),
+            vllm_page(
+                3, 0.25, 10, [0, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0], release="0.8", prefix_hits=40
+            ),
         ),
         Pod(
             "llama-8b-b",
@@ -179,7 +211,7 @@ def fleet_pods() -> list[Pod]:
             "vllm",
             "llama-8b",
             "llama-8b-us-east-1",
-            vllm_page(5, 0.75, 20, [0, 1, 1, 0, 0, 4, 0, 0, 0, 0, 0, 0, 1]),
+            vllm_page(5, 0.75, 20, [0, 1, 1, 0, 0, 4, 0, 0, 0, 0, 0, 0, 1], prefix_hits=60),
         ),
         Pod("qwen-a", "uid-sglang-a", "ml-team", "sglang", "qwen", "qwen-us-east-1", sglang_page()),
         Pod("legacy-a", "uid-legacy-a", "ml-team", "legacy", "old", "old-us-east-1", legacy_page()),

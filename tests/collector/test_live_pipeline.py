@@ -138,8 +138,9 @@ def test_mapped_engines_arrive_under_vocabulary_names_only(exported):
             p.metric for p in points if p.resource.get(contracts.RESOURCE_ATTR_ENGINE) == engine
         }
         assert expected <= seen, (engine, expected - seen)
-    # No source name a mapping renames survives, in either spelling.
-    sources = {s for m in _builtin().accepted for r in m.metrics for s in r.sources}
+    # No engine's current name survives, in either spelling (an older name survives only
+    # beside the current one on the same pod: see the next test).
+    sources = {r.sources[0] for m in _builtin().accepted for r in m.metrics}
     assert not names & (sources | {s.replace(":", "_") for s in sources})
     # Units become the vocabulary's.
     for p in points:
@@ -173,6 +174,19 @@ def test_two_pods_of_one_deployment_merge_into_one_series(exported):
             assert not INSTANCE_LABELS & set(p.attributes), p
             # vLLM's engine-core index is aggregated away too.
             assert set(p.attributes) <= {"model", "finish_reason"}, p
+
+
+def test_a_release_serving_old_and_new_names_is_counted_once(exported):
+    _, points, _ = exported
+    # Pod a (vLLM 0.8) has only gpu_prefix_cache_hits (40); pod b (0.9) has the new name
+    # and the old one beside it (60 each). The deployment sees 100, not 160.
+    hits = _of(points, "modelplane_prefix_cache_hits_total", "llama-8b")
+    assert 100.0 in {p.value for p in hits}
+    assert not [p for p in hits if p.value > 100.0]
+    # Pod b's old name is not renamed; it passes through under its own name, per pod.
+    old = [p for p in points if p.metric == "vllm_gpu_prefix_cache_hits_total"]
+    assert {p.attributes["pod"] for p in old} == {"llama-8b-b"}
+    assert not [k for p in points for k in p.resource if k.startswith(collector.PRESENT_MARKER)]
 
 
 def test_histograms_keep_their_buckets_and_merge_bucket_by_bucket(exported):
