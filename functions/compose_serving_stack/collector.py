@@ -110,6 +110,7 @@ MEAN_AGGREGATED: Final = frozenset({"modelplane_kv_cache_usage"})
 
 ENGINES_JOB: Final = "modelplane-engines"
 ENDPOINT_PICKERS_JOB: Final = "modelplane-endpoint-pickers"
+ENDPOINT_PICKER_IMAGE: Final = r".*/gateway-api-inference-extension/epp(@|:).*"
 
 _OTTL_SAFE = re.compile(r"^[A-Za-z0-9_:./-]+$")
 _UNIT = re.compile(r"^[A-Za-z0-9{}/_.]+$")
@@ -371,7 +372,13 @@ def _engine_jobs(interval: int) -> list[dict[str, Any]]:
         **common,
         **_token_auth(),
         "relabel_configs": [
-            _keep_label_present(contracts.LABEL_SERVING),
+            # The Inference Extension's endpoint picker, whoever composed it: by its image,
+            # since its pods carry only their own app label.
+            {
+                "action": "keep",
+                "source_labels": ["__meta_kubernetes_pod_container_image"],
+                "regex": ENDPOINT_PICKER_IMAGE,
+            },
             {
                 "action": "keep",
                 "source_labels": ["__meta_kubernetes_pod_container_port_name"],
