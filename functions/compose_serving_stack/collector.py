@@ -60,6 +60,9 @@ SERVICE_ACCOUNT_CA_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/
 HEALTH_PORT: Final = 13133
 
 DEFAULT_SCRAPE_INTERVAL_SECONDS: Final = 30
+# Data points that close a batch early: far above one interval's scrape of a large
+# cluster (1,000 pods x 300 series), so the timeout closes it.
+BATCH_TRIGGER_POINTS: Final = 1_000_000
 # Scratch resource attributes marking which of a target's source names a scrape has.
 PRESENT_MARKER: Final = "modelplane.mapping.present"
 
@@ -502,9 +505,11 @@ def render_cluster_collector_config(
             },
             "transform/normalize": _normalize_processor(mappings),
             "transform/instance": _instance_processor(),
+            # The timeout, not the size, should close a batch: one scrape of every pod
+            # per batch is what lets their points merge. memory_limiter bounds it.
             "batch": {
                 "timeout": _interval(scrape_interval_seconds),
-                "send_batch_size": 65536,
+                "send_batch_size": BATCH_TRIGGER_POINTS,
             },
             "transform/align": _align_processor(),
             "groupbyattrs/compact": {},
