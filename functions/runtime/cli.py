@@ -1,33 +1,213 @@
 """`modelplane-runtime`: the entry point of the agent and the scaler.
 
-Both components arrive with the runtime issues (#7 election and scaler, #8 reports and
-hub decisions); until then every subcommand says so and exits non-zero, so a manifest
-that runs one by mistake fails loudly instead of idling.
+One function per subcommand; shared options are decorators, so a subcommand another
+part of the runtime grows (the agent's reports and hub decisions) adds its options and
+its loop without touching the others.
+
+    modelplane-runtime agent --cluster us-east-1 --member us-east-1=in-cluster \\
+        --member eu-west-1=/etc/modelplane/members/eu-west-1/kubeconfig ...
+    modelplane-runtime scaler --cluster us-east-1 [--tls-cert-dir /tls]
 """
 
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
 import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import click
 
-_PENDING = {
-    "agent": "the member agent (reports, election, hub decisions) arrives with issues #7 and #8",
-    "scaler": "the KEDA external-push scaler arrives with issue #7",
-}
+from functions.common.contracts import METRICS_PORT, SCALER_PORT
+from functions.runtime.election_core import (
+    DEFAULT_LEASE_DURATION,
+    DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD,
+    Timings,
+)
+
+IN_CLUSTER = "in-cluster"
+
+log = logging.getLogger("modelplane.runtime")
 
 
 @click.group(help="The modelplane fleet runtime.")
-def main() -> None:
-    pass
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def main(log_level: str) -> None:
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
 
 
-def _pending(name: str) -> click.Command:
-    @click.command(name=name, help=_PENDING[name])
-    def command() -> None:
-        click.echo(f"modelplane-runtime {name}: not available yet: {_PENDING[name]}", err=True)
-        sys.exit(2)
-
-    return command
+# --- shared options ----------------------------------------------------------------
 
 
-for _name in _PENDING:
-    main.add_command(_pending(_name))
+def cluster_option(command: Callable) -> Callable:
+    return click.option(
+        "--cluster",
+        required=True,
+        envvar="MODELPLANE_CLUSTER",
+        help="This member's name (its InferenceCluster).",
+    )(command)
+
+
+def metrics_option(command: Callable) -> Callable:
+    return click.option(
+        "--metrics-port",
+        type=int,
+        default=METRICS_PORT,
+        show_default=True,
+        help="Serve Prometheus metrics on this port (0: none).",
+    )(command)
+
+
+def parse_member(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
+    members: dict[str, str] = {}
+    for value in values:
+        name, sep, source = value.partition("=")
+        if not sep or not name or not source:
+            raise click.BadParameter(
+                f"{value!r}: expected NAME=KUBECONFIG_PATH or NAME={IN_CLUSTER}"
+            )
+        if name in members:
+            raise click.BadParameter(f"{value!r}: member {name!r} is given twice")
+        members[name] = source
+    return members
+
+
+def client_for(source: str):
+    """A Kubernetes client from a kubeconfig path, or this pod's own service account."""
+    from functions.runtime.kube import in_cluster_client, kubeconfig_client  # noqa: PLC0415
+
+    return in_cluster_client() if source == IN_CLUSTER else kubeconfig_client(source)
+
+
+def wait_for_shutdown() -> None:
+    """Block the main thread until SIGTERM or SIGINT."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+
+
+# --- agent ---------------------------------------------------------------------------
+
+
+def election_agent(
+    cluster: str,
+    pod: str,
+    members: dict[str, str],
+    timings: Timings,
+    metrics,
+):
+    """The agent's election part, built from the command line's member list."""
+    from functions.runtime.election import Agent  # noqa: PLC0415
+
+    if cluster not in members:
+        raise click.BadParameter(
+            f"this member {cluster!r} must be one of the --member entries "
+            f"({', '.join(sorted(members)) or 'none given'})",
+            param_hint="--member",
+        )
+    clients = {name: client_for(source) for name, source in sorted(members.items())}
+    return Agent(cluster, pod, clients[cluster], clients, timings=timings, metrics=metrics)
+
+
+@main.command(help="Run the member agent: one replica per member takes part in the hub election.")
+@cluster_option
+@click.option(
+    "--pod",
+    envvar="POD_NAME",
+    default=socket.gethostname,
+    show_default="hostname",
+    help="This replica's pod name; the holder identity is <cluster>/<pod>.",
+)
+@click.option(
+    "--member",
+    "members",
+    multiple=True,
+    callback=parse_member,
+    required=True,
+    help=f"A configured member as NAME=KUBECONFIG or NAME={IN_CLUSTER}; repeat for "
+    "every member, this one included. A majority of these must be reachable.",
+)
+@click.option("--lease-duration", type=float, default=DEFAULT_LEASE_DURATION, show_default=True)
+@click.option("--renew-deadline", type=float, default=DEFAULT_RENEW_DEADLINE, show_default=True)
+@click.option("--retry-period", type=float, default=DEFAULT_RETRY_PERIOD, show_default=True)
+@metrics_option
+def agent(*, cluster, pod, members, lease_duration, renew_deadline, retry_period, metrics_port):
+    from functions.runtime.metrics import serve_prometheus  # noqa: PLC0415
+
+    try:
+        timings = Timings(lease_duration, renew_deadline, retry_period)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--lease-duration") from error
+    metrics = serve_prometheus(metrics_port) if metrics_port else None
+    election = election_agent(cluster, pod, members, timings, metrics).start()
+    wait_for_shutdown()
+    log.info("agent %s: shutting down, releasing its Leases", election.identity)
+    election.stop(release=True)
+
+
+# --- scaler --------------------------------------------------------------------------
+
+
+@main.command(help="Serve the hub's floors to KEDA (external-push).")
+@cluster_option
+@click.option(
+    "--kubeconfig",
+    default=IN_CLUSTER,
+    show_default=True,
+    help=f"This member's API server: a kubeconfig path or {IN_CLUSTER}.",
+)
+@click.option("--listen", default=f"0.0.0.0:{SCALER_PORT}", show_default=True)
+@click.option(
+    "--tls-cert-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="tls.crt and tls.key to serve TLS; with ca.crt, client certificates "
+    "signed by it are required (the trigger's TriggerAuthentication).",
+)
+@click.option(
+    "--recheck",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds between an open stream's re-checks when nothing changes.",
+)
+@metrics_option
+def scaler(*, cluster, kubeconfig, listen, tls_cert_dir, recheck, metrics_port):
+    from functions.runtime import scaler as floor_scaler  # noqa: PLC0415
+    from functions.runtime.metrics import serve_prometheus  # noqa: PLC0415
+
+    if metrics_port:
+        serve_prometheus(metrics_port)
+    cache = floor_scaler.MemberCache(client_for(kubeconfig)).start()
+    credentials = floor_scaler.tls_credentials(tls_cert_dir) if tls_cert_dir else None
+    server, port = floor_scaler.serve(
+        floor_scaler.FloorScaler(cache, cluster, recheck=recheck), listen, credentials
+    )
+    log.info(
+        "scaler for %s listening on %s (port %d, %s)",
+        cluster,
+        listen,
+        port,
+        "TLS" if credentials else "plaintext",
+    )
+    wait_for_shutdown()
+    server.stop(grace=5).wait()
+    cache.stop()
+
+
+if __name__ == "__main__":
+    main(prog_name=os.path.basename(sys.argv[0]))

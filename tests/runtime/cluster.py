@@ -79,9 +79,15 @@ class Member:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
 
+    @property
+    def ca_file(self) -> Path:
+        """The API server's self-signed serving certificate (with its CA), valid for
+        127.0.0.1."""
+        return self.workdir / "certs" / "apiserver.crt"
+
     def client(self) -> client.ApiClient:
-        """A new client for this member (an admin token; the cert is self-signed)."""
-        return token_client(self.server, self.token)
+        """A new client for this member, with an admin token."""
+        return token_client(self.server, self.token, str(self.ca_file))
 
     # --- processes ----------------------------------------------------------------
 

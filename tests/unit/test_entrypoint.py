@@ -41,9 +41,14 @@ def test_entrypoint_names_the_components_when_none_is_given():
     assert "runtime" in done.stderr
 
 
-def test_runtime_commands_that_do_not_exist_yet_fail_loudly():
+def test_runtime_commands_say_what_they_need():
     done = subprocess.run(
         [*ENTRYPOINT, "runtime", "agent"], capture_output=True, text=True, check=False
     )
     assert done.returncode == 2
-    assert "not available yet" in done.stderr
+    assert "Missing option '--cluster'" in done.stderr
+    done = subprocess.run(
+        [*ENTRYPOINT, "runtime", "scaler", "--help"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "external-push" in done.stdout
