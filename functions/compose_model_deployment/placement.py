@@ -427,12 +427,11 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
             elif result.mismatch:
                 mismatches.append(result.mismatch)
     if not matching:
-        first = min(mismatches, key=lambda m: (not m.missing_name, not m.error, m.path))
-        return (
-            f"no node pool on the {len(selected)} selected clusters has matching devices: "
-            + describe_mismatch(first, list(profiles)),
-            None,
-        )
+        reason = f"no node pool on the {len(selected)} selected clusters has matching devices"
+        if mismatches:
+            first = min(mismatches, key=lambda m: (not m.missing_name, not m.error, m.path))
+            reason += ": " + describe_mismatch(first, list(profiles))
+        return reason, None
     structural = [(c, p, _structural_problem(p, footprint)) for c, p in matching]
     sized = [(c, p) for c, p, problem in structural if not problem]
     if not sized:
@@ -449,7 +448,6 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
             f"({c.name}/{p.name} {taint})",
             None,
         )
-    label = schedulable[0][1].device_label
     if footprint.multi_node:
         nodes = max(footprint.gangs)
         best = max(
@@ -461,7 +459,7 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
         )
         block, fabric = room_of(*best).largest_block()
         where = f"{best[0].name}/{best[1].name}" + (f" {fabric}" if fabric else "")
-        per_node = best[1].per_node
+        per_node, label = best[1].per_node, best[1].device_label
         return (
             f"needs {nodes} free whole nodes ({nodes * per_node} {label}) on one fabric; "
             f"largest free block: {where} {block}",
@@ -473,7 +471,7 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
         key=lambda cp: (room_of(*cp).free_devices(), _reverse(cp[0].name + "/" + cp[1].name)),
     )
     return (
-        f"needs {devices} free {label} per replica"
+        f"needs {devices} free {best[1].device_label} per replica"
         + (f" ({len(footprint.pods)} pods)" if len(footprint.pods) > 1 else "")
         + f"; most free: {best[0].name}/{best[1].name} {room_of(*best).free_devices()}",
         (best[0].name, best[1].name),
