@@ -13,7 +13,8 @@ Peers are reached with a kubeconfig the platform team provides per member on the
 plane (Secret PEER_SECRET_PREFIX + member, key `kubeconfig`, in the composed namespace,
 built for that member's `modelplane-peer` ServiceAccount). It is copied to each other
 member by provider-kubernetes `references`, so no credential passes through this
-function; each ClusterProfile names its copy.
+function; each ClusterProfile names its copy, and the agent gets each mounted as a file
+(`--member NAME=PATH`), so it needs no RBAC on Secrets at all.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ CLUSTER_MANAGER: Final = "modelplane"
 LABEL_CLUSTER_MANAGER: Final = "x-k8s.io/cluster-manager"
 PEER_SECRET_PREFIX: Final = "modelplane-peer-"
 PEER_SECRET_KEY: Final = "kubeconfig"
+PEER_MOUNT_ROOT: Final = "/etc/modelplane/peers"
 # The ClusterProfile annotation naming the Secret (in its namespace) with the peer's kubeconfig.
 ANNOTATION_CREDENTIALS: Final = "modelplane.ai/credentials-secret"
 
@@ -46,6 +48,14 @@ AUTOSCALING_RESOURCES: Final = ["adaptivepolicies"]
 
 def peer_secret_name(member: str) -> str:
     return f"{PEER_SECRET_PREFIX}{member}"
+
+
+def peer_mount_dir(member: str) -> str:
+    return f"{PEER_MOUNT_ROOT}/{member}"
+
+
+def peer_kubeconfig_path(member: str) -> str:
+    return f"{peer_mount_dir(member)}/{PEER_SECRET_KEY}"
 
 
 def _labels(component: str) -> dict[str, str]:
@@ -117,17 +127,13 @@ WRITE_STATUS: Final = ["get", "update", "patch"]
 LEASE_VERBS: Final = ["get", "list", "watch", "create", "update", "patch"]
 
 
-def _rbac(target: Target, peers: Sequence[str]) -> list[Composed]:
+def _rbac(target: Target) -> list[Composed]:
     autoscaling = contracts.AUTOSCALING_GROUP
-    peer_secrets = [peer_secret_name(p) for p in peers]
     agent_namespaced = [
         _rule(["coordination.k8s.io"], ["leases"], LEASE_VERBS),
         _rule(["multicluster.x-k8s.io"], ["clusterprofiles"], READ),
         _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
     ]
-    if peer_secrets:
-        # Only the peer kubeconfigs, by name: never every Secret in the namespace.
-        agent_namespaced.append(_rule([""], ["secrets"], ["get", "watch"], peer_secrets))
     return [
         *_role(target, AGENT, agent_namespaced, cluster=False),
         *_role(
@@ -193,7 +199,10 @@ def _deployment(
     command: str,
     replicas: int,
     ports: list[dict[str, Any]],
+    extra_args: Sequence[str] = (),
+    volumes: Sequence[tuple[str, str]] = (),
 ) -> Composed:
+    """`volumes` are (Secret name, mount path) pairs, mounted read-only."""
     labels = _labels(name)
     return object_(
         target,
@@ -218,13 +227,21 @@ def _deployment(
                                 "labelSelector": {"matchLabels": labels},
                             }
                         ],
+                        "volumes": [
+                            {"name": secret, "secret": {"secretName": secret}}
+                            for secret, _ in volumes
+                        ],
                         "containers": [
                             {
                                 "name": name.removeprefix("modelplane-"),
                                 "image": image,
-                                "args": ["runtime", command],
+                                "args": ["runtime", command, *extra_args],
                                 "env": _pod_env(target.cluster),
                                 "ports": ports,
+                                "volumeMounts": [
+                                    {"name": secret, "mountPath": path, "readOnly": True}
+                                    for secret, path in volumes
+                                ],
                                 "securityContext": {
                                     "allowPrivilegeEscalation": False,
                                     "readOnlyRootFilesystem": True,
@@ -297,13 +314,24 @@ def runtime_hosting(target: Target, image: str, peers: Sequence[str]) -> list[Co
         _service_account(target, AGENT),
         _service_account(target, SCALER),
         _service_account(target, PEER),
-        *_rbac(target, ordered_peers),
+        *_rbac(target),
         _deployment(
             target,
             AGENT,
             image,
             command="agent",
             replicas=AGENT_REPLICAS,
+            # Every configured member, this one included: the hub needs a majority of them.
+            extra_args=[
+                "--member",
+                f"{target.cluster}=in-cluster",
+                *(
+                    arg
+                    for peer in ordered_peers
+                    for arg in ("--member", f"{peer}={peer_kubeconfig_path(peer)}")
+                ),
+            ],
+            volumes=[(peer_secret_name(p), peer_mount_dir(p)) for p in ordered_peers],
             ports=[{"name": "metrics", "containerPort": contracts.METRICS_PORT}],
         ),
         _deployment(
