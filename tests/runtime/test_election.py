@@ -42,10 +42,14 @@ def test_one_hub_is_elected_and_every_member_names_it(agents, size):
         hub = _one_hub(group, FAST.lease_duration)
         term = hub.hub_term()
         assert wait_for(lambda: all(a.observed_hub() == hub.identity for a in group.running), 3)
+        # A candidate that lost the start-up race releases what it got; the hub takes
+        # those records over in its next rounds.
+        assert wait_for(
+            lambda: all(_lease(m).spec.holder_identity == hub.identity for m in group.members), 3
+        )
     assert sampler.max_simultaneous == 1
     for member in group.members:
         lease = _lease(member)
-        assert lease.spec.holder_identity == hub.identity
         assert lease.metadata.annotations[ANNOTATION_FENCING_TOKEN] == term.fencing_token
     assert hub.identity == f"{hub.cluster}/agent-0"
 
