@@ -32,6 +32,7 @@ from functions.compose_serving_stack.mappings import parse_mappings
 from functions.compose_serving_stack.status import (
     Condition,
     gateway_address,
+    is_ready,
     mappings_condition,
     readiness,
     unmapped_engine_types,
@@ -51,6 +52,7 @@ REQUIRED_REPLICAS: Final = "model-replicas"
 REASON_COMPOSED: Final = "Composed"
 REASON_WAITING: Final = "WaitingForInputs"
 REASON_DISABLED: Final = "TelemetryDisabled"
+REASON_DESTINATION_INVALID: Final = "TelemetryDestinationInvalid"
 
 # The runtime's image: the repository's one image (Dockerfile). A DeploymentRuntimeConfig
 # sets the variable to the tag the function itself runs from.
@@ -190,6 +192,13 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 [collector_objects.DEPLOYMENT_KEY],
                 observed,
                 "collector",
+            )
+        elif decided.keep_observed_collector:
+            collector_ready = Condition(
+                conditions.COLLECTOR_READY,
+                is_ready(observed.get(collector_objects.DEPLOYMENT_KEY)),
+                REASON_DESTINATION_INVALID,
+                decided.telemetry.reason,
             )
         else:
             collector_ready = Condition(

@@ -323,3 +323,26 @@ def test_composed_manifests_match_the_published_schemas(rendered, tmp_path):
     files[1].write_text(yaml.safe_dump_all(custom))
     done = crossplane_validate(schemas, files)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_invalid_destination_keeps_the_running_collector(function_servers, rendered, tmp_path):
+    # The collector composed while the destination was valid is observed; then the
+    # destination breaks. The collector keeps running its last config; status says why.
+    observed = tmp_path / "observed.yaml"
+    running = [d for d in rendered["with-destination"][1:] if d.get("kind") != "Result"]
+    observed.write_text(yaml.safe_dump_all(running))
+    required = tmp_path / "required"
+    required.mkdir()
+    for i, path in enumerate([*BUILTIN, INPUTS / "destination-invalid.yaml"]):
+        shutil.copy(path, required / f"{i:02d}-{path.name}")
+    result = render.render(function_servers, US_EAST, required=required, observed=observed)
+    assert result.returncode == 0, result.stderr
+    composed = _composed(result.documents)
+    kept = _manifest(composed["collector-config"])["data"][collector_objects.CONFIG_KEY]
+    before = _manifest(_composed(rendered["with-destination"])["collector-config"])
+    assert kept == before["data"][collector_objects.CONFIG_KEY]
+    assert collector_objects.DEPLOYMENT_KEY in composed
+    ready = _condition(result.documents, conditions.COLLECTOR_READY)
+    assert ready["reason"] == "TelemetryDestinationInvalid"
+    assert "spec.gateway.endpoint" in ready["message"]
+    assert "keeps its last config" in result.documents[0]["status"]["telemetry"]["reason"]
