@@ -158,7 +158,7 @@ def render_gateway_config(
         receivers[rollup.RECEIVER_SNAPSHOT] = rollup.snapshot_receiver(
             listen.snapshot_port, listen.snapshot_scrape_interval
         )
-        processors.update(rollup.processors())
+        processors.update(rollup.processors(destination.slo))
         exporters[rollup.EXPORTER_SNAPSHOT] = rollup.snapshot_exporter(listen.snapshot_port)
         pipelines["metrics/snapshot"] = {
             "receivers": ["otlp"],

@@ -32,9 +32,13 @@ Each gateway replica rolls up the clusters connected to it and stamps its own na
 read-time queries sum over replicas (`sum without (modelplane_gateway)` or any `sum by`).
 
 SLO targets: attainment is exact only when the target is a bucket boundary the engine
-recorded. The gateway cannot invent a boundary the engine did not record, so the read-time
-query matches `le` exactly and returns no data (rather than an interpolated guess) for an
-engine whose buckets lack the target.
+recorded. The gateway cannot invent a boundary the engine did not record (nor can any
+re-bucketing after the fact: the counts between two recorded boundaries are gone). What it
+does: the read-time query matches `le` exactly, so it returns no data rather than an
+interpolated guess, and every fleet histogram whose buckets lack the target carries
+`modelplane_slo_boundary="missing"`, so the engines and models to fix (a MetricMapping
+cannot add buckets either: the engine's own histogram configuration must) are one query
+away.
 """
 
 from __future__ import annotations
@@ -99,6 +103,9 @@ SOURCE_LABELS: Final = frozenset(
     {*_SOURCE_ATTRIBUTES, "job", "instance"} | {prometheus_label(a) for a in _SOURCE_ATTRIBUTES}
 )
 
+SLO_BOUNDARY_LABEL: Final = "modelplane_slo_boundary"
+SLO_BOUNDARY_MISSING: Final = "missing"
+
 # The SLO histograms and the destination field that sets each one's target.
 SLO_HISTOGRAMS: Final = {
     "time_to_first_token": "modelplane_time_to_first_token",
@@ -111,8 +118,36 @@ def vocabulary_regex() -> str:
     return "^(" + "|".join(sorted(m.name for m in VOCABULARY)) + ")$"
 
 
-def processors() -> dict[str, Any]:
+def ottl_float(value: float) -> str:
+    """A float as an OTTL float literal (always with a decimal point)."""
+    text = le_label(value)
+    return text if "." in text else f"{text}.0"
+
+
+def slo_boundary_statements(slo: SloTargets) -> list[str]:
+    """Mark fleet histograms whose buckets lack the SLO target as a boundary.
+
+    The gateway cannot add a boundary an engine did not record; it can say so. The mark
+    is a label on the fleet series (`modelplane_slo_boundary="missing"`), so an operator
+    finds every engine and model whose attainment query has no data, and series with
+    and without the boundary are never merged into one histogram.
+    """
+    statements = []
+    for field, histogram in SLO_HISTOGRAMS.items():
+        target = getattr(slo, field)
+        if target is None:
+            continue
+        statements.append(
+            f'set(datapoint.attributes["{SLO_BOUNDARY_LABEL}"], "{SLO_BOUNDARY_MISSING}") '
+            f'where metric.name == "{histogram}" and '
+            f"not ContainsValue(datapoint.explicit_bounds, {ottl_float(target)})"
+        )
+    return statements
+
+
+def processors(slo: SloTargets | None = None) -> dict[str, Any]:
     """The roll-up's processors, by component id."""
+    slo = slo or SloTargets()
     units = [
         f'set(metric.unit, "{m.unit}") where metric.name == "{m.name}"'
         for m in sorted(VOCABULARY, key=lambda m: m.name)
@@ -180,6 +215,7 @@ def processors() -> dict[str, Any]:
                         # order checks satisfied.
                         "set(datapoint.start_time_unix_nano, datapoint.time_unix_nano - 1) "
                         "where metric.aggregation_temporality == AGGREGATION_TEMPORALITY_DELTA",
+                        *slo_boundary_statements(slo),
                     ],
                 },
             ],

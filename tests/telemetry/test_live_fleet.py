@@ -64,6 +64,10 @@ TOKENS = "modelplane_generation_tokens_total"
 RUNNING = "modelplane_requests_running"
 # vLLM's own time-to-first-token buckets (0.5 among them, the SLO target below).
 VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5)
+# Time per output token deliberately without 0.05, the SLO target below: the gateway
+# cannot add that boundary, and must say so.
+TPOT_BUCKETS_WITHOUT_TARGET = (0.01, 0.025, 0.075, 0.1, 0.5)
+TPOT = "modelplane_time_per_output_token"
 MODEL = "llama-3-1-8b"
 SETTLE_SECONDS = 90  # upper bound for a change to reach Prometheus; typically ~15 s
 FLEET = 'modelplane_scope="fleet"'
@@ -109,6 +113,13 @@ class FakeEngine:
             buckets=VLLM_TTFT_BUCKETS,
             registry=registry,
         )
+        tpot = prometheus_client.Histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "TPOT",
+            labels,
+            buckets=TPOT_BUCKETS_WITHOUT_TARGET,
+            registry=registry,
+        )
         tokens = prometheus_client.Counter(
             "vllm:generation_tokens", "Generated", labels, registry=registry
         )
@@ -116,6 +127,7 @@ class FakeEngine:
             self.registry = registry
             self.running = running.labels(MODEL)
             self.ttft = ttft.labels(MODEL)
+            self.tpot = tpot.labels(MODEL)
             self.tokens = tokens.labels(MODEL)
             self.app = prometheus_client.make_wsgi_app(registry)
 
@@ -261,7 +273,7 @@ def gateway_destination(prometheus_port: int) -> dict:
                 "endpoint": f"http://127.0.0.1:{prometheus_port}/api/v1/write",
                 "tls": {"insecure": True},
             },
-            "slo": {"timeToFirstToken": 0.5},
+            "slo": {"timeToFirstToken": 0.5, "timePerOutputToken": 0.05},
         },
     }
 
@@ -499,6 +511,19 @@ def test_slo_attainment_is_the_exact_fraction_of_the_window(fleet):
     # 4 of the 6 new observations are at or under 0.5 s (le is inclusive).
     assert fleet.value(query, at=end) == pytest.approx(4 / 6, rel=1e-9)
     assert fleet.value(rollup.quantile_query(TTFT, 0.5, window=window), at=end) is not None
+
+
+def test_histograms_without_the_slo_boundary_are_marked_and_get_no_attainment(fleet):
+    fleet.engines["a"].tpot.observe(0.02)
+    fleet.engines["b"].tpot.observe(0.09)
+    fleet.settle("fleet TPOT count", f"sum({TPOT}_count{{{FLEET}}})", 2)
+    marked = fleet.query(f"{TPOT}_count{{{FLEET}}}")
+    assert {s["metric"].get(rollup.SLO_BOUNDARY_LABEL) for s in marked} == {"missing"}
+    # The TTFT histograms record the 0.5 s target and are not marked.
+    ttft = fleet.query(f"{TTFT}_count{{{FLEET}}}")
+    assert {s["metric"].get(rollup.SLO_BOUNDARY_LABEL) for s in ttft} == {None}
+    # No boundary, no answer: the attainment query returns nothing rather than a guess.
+    assert fleet.query(rollup.attainment_query(TPOT, 0.05)) == []
 
 
 def test_a_cluster_collector_restart_counts_nothing_twice(fleet):

@@ -102,3 +102,16 @@ def test_slo_queries_cover_only_the_targets_set():
     assert list(queries) == ["modelplane_time_to_first_token"]
     assert 'le="0.5"' in queries["modelplane_time_to_first_token"]
     assert rollup.slo_queries(SloTargets()) == {}
+
+
+def test_histograms_without_the_slo_boundary_are_marked_not_merged():
+    statements = rollup.slo_boundary_statements(
+        SloTargets(time_to_first_token=0.5, time_per_output_token=1.0)
+    )
+    assert statements == [
+        'set(datapoint.attributes["modelplane_slo_boundary"], "missing") where metric.name == '
+        '"modelplane_time_to_first_token" and not ContainsValue(datapoint.explicit_bounds, 0.5)',
+        'set(datapoint.attributes["modelplane_slo_boundary"], "missing") where metric.name == '
+        '"modelplane_time_per_output_token" and not ContainsValue(datapoint.explicit_bounds, 1.0)',
+    ]
+    assert rollup.slo_boundary_statements(SloTargets()) == []
