@@ -15,7 +15,7 @@ import re
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from functions.compose_model_deployment import cel_env
@@ -212,11 +212,13 @@ def test_each_selector_and_profile_pair_is_evaluated_once(monkeypatch):
 _SUFFIXES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
 
+@settings(deadline=None)
 @given(st.integers(min_value=0, max_value=10**6), st.sampled_from(sorted(_SUFFIXES)))
 def test_quantities_parse_to_their_exact_value(number, suffix):
     assert parse_quantity(f"{number}{suffix}") == Fraction(number * _SUFFIXES[suffix])
 
 
+@settings(deadline=None)
 @given(
     st.integers(min_value=0, max_value=10**4),
     st.sampled_from(sorted(_SUFFIXES)),

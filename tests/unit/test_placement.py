@@ -432,7 +432,7 @@ def _own_footprint(dep):
     return Footprint(pods=(first.devices_per_pod,))
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_never_places_more_than_capacity(scenario):
     dep, fleet, holdings = scenario
@@ -451,7 +451,7 @@ def test_never_places_more_than_capacity(scenario):
     assert plan.placed + plan.unplaceable == dep.replicas
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.integers(min_value=0, max_value=6),
     st.integers(min_value=0, max_value=8),
@@ -468,7 +468,7 @@ def test_never_places_into_capacity_older_holders_use(nodes, held_nodes, devices
     assert plan.placed == min(replicas, free_nodes * (8 // devices))
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_never_uses_two_pools_on_one_cluster(scenario):
     dep, fleet, holdings = scenario
@@ -477,7 +477,7 @@ def test_never_uses_two_pools_on_one_cluster(scenario):
     assert len(clusters) == len(set(clusters))
 
 
-@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.randoms(use_true_random=False))
 def test_same_input_gives_the_same_plan_in_any_order(scenario, rnd):
     dep, fleet, holdings = scenario
@@ -488,7 +488,7 @@ def test_same_input_gives_the_same_plan_in_any_order(scenario, rnd):
     assert place(dep, shuffled_fleet, shuffled_holdings, dep.replicas) == first
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_existing_placements_are_kept_when_they_fit(scenario):
     dep, fleet, holdings = scenario
@@ -560,3 +560,29 @@ def test_the_member_limit_is_the_adaptive_policys_schema_limit():
     crd = yaml.safe_load((REPO / "apis" / "adaptivepolicies" / "definition.yaml").read_text())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["properties"]["clusters"]["maxItems"] == contracts.ADAPTIVE_POLICY_MAX_CLUSTERS
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.builds(lambda k: Footprint(pods=(k,)), st.sampled_from([1, 3, 4, 8, 9])),
+            st.builds(lambda n: Footprint(gangs=(n,)), st.integers(1, 5)),
+            st.builds(lambda k: Footprint(pods=(k, k)), st.sampled_from([2, 4])),
+        ),
+        max_size=30,
+    )
+)
+def test_a_replica_that_does_not_fit_takes_nothing(footprints):
+    room = PoolRoom(cluster("a", pool(nodes=5, fabrics=[("x", 2), ("y", 2)], max_nodes=6)).pools[0])
+    for footprint in footprints:
+        before = (dict(room.fabric_free), room.loose, list(room.partial))
+        free = room.free_devices()
+        if room.take(footprint):
+            assert room.free_devices() == free - _devices(footprint, room.per_node)
+        else:
+            assert (dict(room.fabric_free), room.loose, list(room.partial)) == before
+
+
+def _devices(footprint, per_node):
+    return sum(footprint.pods) + sum(footprint.gangs) * per_node
