@@ -8,6 +8,7 @@ refused, not that its cache was still empty.
 from __future__ import annotations
 
 import queue
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -25,7 +26,14 @@ from functions.common.contracts import (
 from functions.runtime.election_core import LeaseRecord
 from functions.runtime.kube import lease_body
 from functions.runtime.proto import stubs
-from functions.runtime.scaler import METRIC_NAME, FloorScaler, MemberCache, serve, wait_synced
+from functions.runtime.scaler import (
+    METRIC_NAME,
+    FloorScaler,
+    MemberCache,
+    serve,
+    tls_credentials,
+    wait_synced,
+)
 from tests.runtime.conftest import POLICY_NAMESPACE, POLICY_PLURAL, measured, wait_for
 
 pb, pb_grpc = stubs()
@@ -300,3 +308,91 @@ def test_unavailable_only_while_its_own_cache_cannot_be_read(fleet):
         assert scaler.floor() == 0  # no policy yet: no influence, not an error
     finally:
         scaler.close()
+
+
+def _openssl(*args: str, cwd) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _certificates(directory):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, all from it."""
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        cwd=directory,
+    )
+    for name, extension in (("tls", "subjectAltName=IP:127.0.0.1"), ("client", "")):
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            cwd=directory,
+        )
+        extra = []
+        if extension:
+            (directory / f"{name}.ext").write_text(extension + "\n")
+            extra = ["-extfile", f"{name}.ext"]
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            f"{name}.crt",
+            *extra,
+            cwd=directory,
+        )
+
+
+def test_tls_with_client_certificates_from_the_trigger_authentication(fleet, tmp_path):
+    _certificates(tmp_path)
+    cache = MemberCache(fleet.members[0].client()).start()
+    server, port = serve(FloorScaler(cache, "member-0"), "127.0.0.1:0", tls_credentials(tmp_path))
+    try:
+        assert wait_synced(cache, 10)
+        ca = (tmp_path / "ca.crt").read_bytes()
+        ref = pb.ScaledObjectRef(name=POLICY, namespace=POLICY_NAMESPACE)
+        trusted = grpc.ssl_channel_credentials(
+            root_certificates=ca,
+            private_key=(tmp_path / "client.key").read_bytes(),
+            certificate_chain=(tmp_path / "client.crt").read_bytes(),
+        )
+        with grpc.secure_channel(f"127.0.0.1:{port}", trusted) as channel:
+            assert pb_grpc.ExternalScalerStub(channel).IsActive(ref, timeout=5).result is False
+        anonymous = grpc.ssl_channel_credentials(root_certificates=ca)
+        with (
+            grpc.secure_channel(f"127.0.0.1:{port}", anonymous) as channel,
+            pytest.raises(grpc.RpcError) as refused,
+        ):
+            pb_grpc.ExternalScalerStub(channel).IsActive(ref, timeout=5)
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel, pytest.raises(grpc.RpcError):
+            pb_grpc.ExternalScalerStub(channel).IsActive(ref, timeout=5)
+    finally:
+        server.stop(grace=None)
+        cache.stop()
