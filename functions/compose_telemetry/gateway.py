@@ -113,7 +113,7 @@ def render_exporter(exporter: Exporter, listen: Listen = Listen()) -> dict[str, 
     if exporter.type is ExporterType.PROMETHEUS_REMOTE_WRITE:
         # Resource attributes (the cluster, the fleet scope) become labels, and names stay
         # the vocabulary's: no unit suffixes added on the way into Prometheus.
-        config["resource_to_telemetry_conversion"] = {"enabled": True}
+        config["resource_constant_labels"] = {"included": ["*"]}
         config["translation_strategy"] = "UnderscoreEscapingWithoutSuffixes"
         config["target_info"] = {"enabled": False}
     else:

@@ -263,7 +263,7 @@ def snapshot_exporter(port: int = SNAPSHOT_PORT) -> dict[str, Any]:
         "without_scope_info": True,
         # Every resource attribute becomes a label, so two sources that differ in any of
         # them (cluster, namespace, deployment, ...) stay two series in the snapshot.
-        "resource_to_telemetry_conversion": {"enabled": True},
+        "resource_constant_labels": {"included": ["*"]},
     }
 
 

@@ -129,3 +129,93 @@ def test_invalid_mappings_say_why(function_servers, name, message):
     assert valid["status"] == "False"
     assert message in valid["message"]
     assert composed(result) == []
+
+
+def _observed(objects: list[dict], ready: bool) -> list[dict]:
+    observed = []
+    for obj in objects:
+        copy = {k: v for k, v in obj.items() if k in ("apiVersion", "kind", "metadata", "spec")}
+        copy["status"] = {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "Available" if ready else "Creating",
+                    "lastTransitionTime": "2026-11-02T09:05:00Z",
+                }
+            ]
+        }
+        observed.append(copy)
+    return observed
+
+
+def test_gateway_ready_follows_the_observed_objects(function_servers, tmp_path):
+    first = render.render(
+        function_servers, TESTDATA / "fleet.yaml", required=TESTDATA / "destinations.yaml"
+    )
+    assert first.returncode == 0, first.stderr
+    objects = composed(first)
+
+    ready = tmp_path / "ready.yaml"
+    ready.write_text(yaml.safe_dump_all(_observed(objects, ready=True)))
+    result = render.render(
+        function_servers,
+        TESTDATA / "fleet.yaml",
+        required=TESTDATA / "destinations.yaml",
+        observed=ready,
+    )
+    assert result.returncode == 0, result.stderr
+    composite = result.documents[0]
+    assert condition(composite, conditions.GATEWAY_READY)["status"] == "True"
+    assert condition(composite, "Ready")["status"] == "True"
+
+    not_ready = _observed(objects, ready=True)
+    deployment = next(
+        o for o in not_ready if o["spec"]["forProvider"]["manifest"]["kind"] == "Deployment"
+    )
+    deployment["status"]["conditions"][0]["status"] = "False"
+    path = tmp_path / "not-ready.yaml"
+    path.write_text(yaml.safe_dump_all(not_ready))
+    result = render.render(
+        function_servers,
+        TESTDATA / "fleet.yaml",
+        required=TESTDATA / "destinations.yaml",
+        observed=path,
+    )
+    gateway_ready = condition(result.documents[0], conditions.GATEWAY_READY)
+    assert gateway_ready["status"] == "False"
+    assert "gateway-deployment" in gateway_ready["message"]
+
+
+def test_a_destination_that_loses_keeps_what_it_composed_before(function_servers, tmp_path):
+    # `another` composed a gateway before `fleet` (older) was restored from a backup:
+    # it now reports Conflict but does not delete a gateway clusters may be pushing to.
+    first = render.render(function_servers, TESTDATA / "second.yaml")
+    assert first.returncode == 0, first.stderr
+    previously = composed(first)
+    assert previously
+    observed = tmp_path / "observed.yaml"
+    observed.write_text(yaml.safe_dump_all(_observed(previously, ready=True)))
+    result = render.render(
+        function_servers,
+        TESTDATA / "second.yaml",
+        required=TESTDATA / "destinations.yaml",
+        observed=observed,
+    )
+    assert result.returncode == 0, result.stderr
+    assert condition(result.documents[0], conditions.CONFLICT)["status"] == "True"
+    kept = {
+        o["metadata"]["annotations"]["crossplane.io/composition-resource-name"]
+        for o in composed(result)
+    }
+    assert kept == {
+        o["metadata"]["annotations"]["crossplane.io/composition-resource-name"] for o in previously
+    }
+    by_key = {
+        o["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: o
+        for o in composed(result)
+    }
+    for before in previously:
+        key = before["metadata"]["annotations"]["crossplane.io/composition-resource-name"]
+        assert by_key[key]["spec"] == before["spec"]
+    assert "kept the" in condition(result.documents[0], conditions.CONFLICT)["message"]
