@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from functions.compose_telemetry import gateway
 from functions.compose_telemetry.destination import (
     DestinationIdentity,
     ExporterType,
@@ -211,3 +212,34 @@ def test_every_destination_agrees_on_the_winner_whatever_order_it_sees(destinati
     shuffled = list(destinations)
     rng.shuffle(shuffled)
     assert active_destination(shuffled) == active_destination(destinations)
+
+
+endpoint_text = st.text(
+    alphabet=st.characters(codec="ascii", exclude_categories=("Cc",)) | st.sampled_from("\n\t "),
+    max_size=40,
+)
+
+
+@given(
+    st.sampled_from(["OTLPGRPC", "OTLPHTTP", "PrometheusRemoteWrite"]),
+    st.one_of(endpoint_text, endpoint_text.map(lambda t: "https://" + t)),
+    st.text(max_size=20),
+)
+def test_whatever_a_user_writes_the_config_keeps_its_shape(kind, endpoint, header):
+    """A string that gets past parsing cannot change the structure of the gateway config
+    or expand an environment variable in it."""
+    exporter = {
+        "type": kind,
+        "endpoint": endpoint,
+        "tls": {"insecure": True},
+        "headers": [{"name": header, "secretKeyRef": TOKEN}],
+    }
+    try:
+        parsed = parse_destination(xr(exporter))
+    except InvalidDestination:
+        return
+    config = gateway.render_exporter(parsed.exporter)
+    assert config["endpoint"] == endpoint
+    assert "${" not in endpoint
+    assert list(config["headers"]) == [header]
+    assert config["headers"][header] == "${env:MODELPLANE_EXPORTER_HEADER_0}"
