@@ -35,6 +35,7 @@ from functions.common.contracts import (
 )
 from functions.runtime.hub import ACTIONS, Decision
 from functions.runtime.policy import INTENT_TTL_SECONDS, Policy, rfc3339
+from functions.runtime.rest import kube_request
 
 FIELD_MANAGER: Final = "modelplane-hub"
 GATEWAY_GROUP: Final = "gateway.networking.k8s.io"
@@ -55,19 +56,7 @@ class LeaseCopy:
 
 
 def _call(api: ApiClient, path: str, method: str, *, body=None, content_type=None, query=None):
-    headers = {"Accept": "application/json"}
-    if content_type:
-        headers["Content-Type"] = content_type
-    return api.call_api(
-        path,
-        method,
-        query_params=query or [],
-        header_params=headers,
-        body=body,
-        response_type="object",
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
-    )
+    return kube_request(api, method, path, query=query, body=body, content_type=content_type)
 
 
 def _lease_from_object(lease: dict) -> LeaseCopy:

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP
-from functions.runtime.acting import Actor, policy_path
+from functions.runtime.acting import Actor, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
 from functions.runtime.hub import PHASE_ESCALATED, FleetStatus, HubState, plan
@@ -41,6 +41,7 @@ from functions.runtime.report import (
     compute_report,
     read_member_inputs,
 )
+from functions.runtime.rest import kube_request
 
 HEALTH_INTERVAL_SECONDS: Final = 30.0
 REASON_INVALID_SPEC: Final = "InvalidSpec"
@@ -90,18 +91,7 @@ class ElectionRole:
 
 
 def _call(api: ApiClient, path: str, method: str, *, body=None, content_type=None):
-    headers = {"Accept": "application/json"}
-    if content_type:
-        headers["Content-Type"] = content_type
-    return api.call_api(
-        path,
-        method,
-        header_params=headers,
-        body=body,
-        response_type="object",
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
-    )
+    return kube_request(api, method, path, body=body, content_type=content_type)
 
 
 def merged_conditions(existing: list[dict], condition: Condition, now: float, generation) -> list:
@@ -250,6 +240,32 @@ class Agent:
         report = (obj.get("status") or {}).get("report")
         return Report.from_status(report) if report and report.get("time") else None
 
+    def _route_weights(self, policy: Policy) -> dict[str, int] | None:
+        """The live weights on this member's route, by member (reading is not acting)."""
+        route = policy.spec.route
+        try:
+            obj = _call(
+                self.local, route_path(route.namespace or policy.namespace, route.name), "GET"
+            )
+        except ApiException:
+            return None
+        by_backend = {c.backend_name: c.name for c in policy.spec.clusters}
+        weights: dict[str, int] = {}
+        for rule in (obj.get("spec") or {}).get("rules") or []:
+            for ref in rule.get("backendRefs") or []:
+                member = by_backend.get(ref.get("name"))
+                if member is not None:
+                    weights[member] = weights.get(member, 0) + int(ref.get("weight", 1))
+        total = sum(weights.values())
+        if not total:
+            return None
+        # As shares of 100, the unit the hub steps in.
+        shares = {m: w * 100 // total for m, w in weights.items()}
+        leftover = 100 - sum(shares.values())
+        for m in sorted(shares, key=lambda m: -weights[m])[:leftover]:
+            shares[m] += 1
+        return shares
+
     def hub_step(self, now: float) -> None:
         if not self.role.leading():
             self.metrics.not_hub()
@@ -283,7 +299,11 @@ class Agent:
                 self.metrics.step_error(policy.key)
                 log.info("report of %s for %s not read: %s", member, policy.key, err.reason)
         fleet = FleetStatus.from_status((obj.get("status") or {}).get("fleet"))
-        state = HubState(self.role.identity, reports, fleet)
+        route_weights = None
+        remembered = {c.name for c in fleet.clusters if c.weight is not None}
+        if policy.spec.route is not None and not remembered >= set(policy.spec.cluster_names):
+            route_weights = self._route_weights(policy)
+        state = HubState(self.role.identity, reports, fleet, route_weights)
         decision = plan(state, policy.spec, now)
 
         applied, error = False, None

@@ -33,6 +33,7 @@ from functions.common.health import (
     health_record_name,
 )
 from functions.runtime.policy import parse_time, rfc3339
+from functions.runtime.rest import APPLY_PATCH, kube_request
 
 ANNOTATION_COUNTED: Final = "modelplane.ai/health-counted"
 UNSCHEDULABLE_AFTER_SECONDS: Final = 900.0
@@ -309,17 +310,12 @@ class HealthAgent:
             if unchanged:
                 continue
             body = record_object(namespace, replica, tally)
-            self.core.api_client.call_api(
-                f"/api/v1/namespaces/{namespace}/configmaps/{body['metadata']['name']}",
+            kube_request(
+                api,
                 "PATCH",
-                query_params=[("fieldManager", self.FIELD_MANAGER), ("force", "true")],
-                header_params={
-                    "Content-Type": "application/apply-patch+yaml",
-                    "Accept": "application/json",
-                },
+                f"/api/v1/namespaces/{namespace}/configmaps/{body['metadata']['name']}",
+                query=[("fieldManager", self.FIELD_MANAGER), ("force", "true")],
                 body=body,
-                response_type="object",
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
+                content_type=APPLY_PATCH,
             )
         return out

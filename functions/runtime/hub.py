@@ -196,7 +196,7 @@ class HubState:
     hub: str  # <cluster>/<pod> of this hub
     reports: dict[str, Report | None]  # every configured member's last report, None if absent
     fleet: FleetStatus = field(default_factory=FleetStatus)
-    # The route's live weights by member (auto mode); None: continue from status.fleet.
+    # The route's live weights by member, where the hub's memory has none yet.
     route_weights: dict[str, int] | None = None
 
 
@@ -323,14 +323,16 @@ class _Step:
         )
 
     def _init_weights(self) -> None:
+        """Weights come from the hub's memory; the first step takes the route's live ones
+        (equal shares when the route has none to read)."""
         if self.spec.route is None:
+            return
+        if all(c.weight is not None for c in self.clusters.values()):
             return
         live = self.state.route_weights
         if live is not None:
             for name, c in self.clusters.items():
                 self.clusters[name] = replace(c, weight=int(live.get(name, 0)))
-            return
-        if all(c.weight is not None for c in self.clusters.values()):
             return
         names = sorted(self.clusters)
         share, extra = divmod(100, len(names))

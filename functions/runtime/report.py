@@ -605,15 +605,9 @@ def query_prometheus(base_url: str, query: str, timeout: float = 5.0) -> SignalR
 
 
 def _get(api, path: str, query=None) -> dict:
-    return api.call_api(
-        path,
-        "GET",
-        query_params=query or [],
-        header_params={"Accept": "application/json"},
-        response_type="object",
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
-    )
+    from functions.runtime.rest import kube_request  # noqa: PLC0415 (the shell's only client use)
+
+    return kube_request(api, "GET", path, query=query)
 
 
 def read_member_inputs(

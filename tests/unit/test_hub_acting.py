@@ -27,20 +27,39 @@ ROUTE_PATH = "/apis/gateway.networking.k8s.io/v1/namespaces/ml/httproutes/llm"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/modelplane-system/leases/modelplane-hub"
 
 
+class FakeResponse:
+    def __init__(self, body: dict):
+        self.status = 200
+        self.reason = "OK"
+        self.data = json.dumps(body).encode()
+        self.headers = {}
+
+    def read(self):
+        return self.data
+
+    def getheaders(self):
+        return self.headers
+
+
 class FakeApi:
-    """Answers GETs from `objects` by path and records every write."""
+    """Stands in for kubernetes.client.ApiClient at its two request methods: answers GETs
+    from `objects` by path and records every write."""
 
     def __init__(self, objects: dict[str, dict]):
         self.objects = objects
         self.writes: list[tuple[str, str, dict, list]] = []
 
-    def call_api(self, path, method, query_params=None, header_params=None, body=None, **_):
+    def param_serialize(self, method, resource_path, query_params=None, body=None, **_):
+        return method, (resource_path, list(query_params or [])), {}, body, []
+
+    def call_api(self, method, url, header_params=None, body=None, **_):
+        path, query = url
         if method == "GET":
             if path.endswith("/adaptivepolicies"):
-                return {"items": [copy.deepcopy(self.objects[POLICY_PATH])]}
-            return copy.deepcopy(self.objects[path])
-        self.writes.append((method, path, body, list(query_params or [])))
-        return {}
+                return FakeResponse({"items": [copy.deepcopy(self.objects[POLICY_PATH])]})
+            return FakeResponse(copy.deepcopy(self.objects[path]))
+        self.writes.append((method, path, body, query))
+        return FakeResponse({})
 
     def sanitize_for_serialization(self, obj):
         return obj
