@@ -1,0 +1,203 @@
+"""The PrometheusRule the package ships, checked by the real Prometheus tooling: every
+rule parses (`promtool check rules`), every alert fires on the series the agents export
+and stays quiet when it should (`promtool test rules`), and every metric a rule names is
+one the runtime exports.
+
+promtool comes with the pinned Prometheus (Debian's package, linked by hack/tools.sh).
+"""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from functions.runtime import metrics as election_metrics
+from functions.runtime.hub_metrics import HUB_METRICS
+from tests.conftest import REPO, require_tool
+
+RULE = REPO / "package" / "prometheusrule.yaml"
+
+
+@pytest.fixture(scope="module")
+def promtool() -> Path:
+    prometheus = require_tool("prometheus")
+    path = Path(os.path.realpath(prometheus)).parent / "promtool"
+    if not path.exists():
+        pytest.fail(f"promtool is not next to {os.path.realpath(prometheus)}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def rule_file(tmp_path_factory) -> Path:
+    rule = yaml.safe_load(RULE.read_text())
+    assert rule["kind"] == "PrometheusRule"
+    path = tmp_path_factory.mktemp("rules") / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    return path
+
+
+def test_every_rule_parses(promtool, rule_file):
+    done = subprocess.run(
+        [str(promtool), "check", "rules", str(rule_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 5 rules found" in done.stdout
+
+
+def test_rules_name_only_metrics_the_runtime_exports():
+    exported = set(HUB_METRICS) | {election_metrics.HUB_LEADING, election_metrics.FLEET_MEMBERS}
+    rule = yaml.safe_load(RULE.read_text())
+    named = set()
+    for group in rule["spec"]["groups"]:
+        for r in group["rules"]:
+            named |= set(re.findall(r"\b(?:plumb|modelplane)_[a-z_]+", r["expr"]))
+    assert named
+    assert named <= exported, named - exported
+
+
+ALERT_TESTS = {
+    "rule_files": ["rules.yaml"],
+    "evaluation_interval": "1m",
+    "tests": [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": 'plumb_hub_leading{instance="a"}', "values": "0x10"},
+                {"series": 'plumb_hub_leading{instance="b"}', "values": "0x10"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": "PlumbNoHub", "exp_alerts": []},
+                {
+                    "eval_time": "6m",
+                    "alertname": "PlumbNoHub",
+                    "exp_alerts": [{"exp_labels": {"severity": "critical"}}],
+                },
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": 'plumb_hub_leading{instance="a"}', "values": "0x10"},
+                {"series": 'plumb_hub_leading{instance="b"}', "values": "1x10"},
+            ],
+            "alert_rule_test": [{"eval_time": "8m", "alertname": "PlumbNoHub", "exp_alerts": []}],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": 'plumb_hub_step_errors_total{policy="ml/llm"}', "values": "0+1x20"},
+                {"series": 'plumb_hub_step_errors_total{policy="ml/quiet"}', "values": "0+0x20"},
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "12m",
+                    "alertname": "PlumbHubStepErrors",
+                    "exp_alerts": [{"exp_labels": {"severity": "warning", "policy": "ml/llm"}}],
+                }
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": 'plumb_fleet_escalated{policy="ml/llm"}', "values": "1x40"},
+                {"series": 'plumb_fleet_escalated{policy="ml/blip"}', "values": "1x20 0 1x19"},
+            ],
+            "alert_rule_test": [
+                # Escalated since the series began 25 minutes ago: not yet.
+                {"eval_time": "25m", "alertname": "PlumbEscalatedTooLong", "exp_alerts": []},
+                {
+                    "eval_time": "35m",
+                    "alertname": "PlumbEscalatedTooLong",
+                    "exp_alerts": [{"exp_labels": {"severity": "warning", "policy": "ml/llm"}}],
+                },
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": 'plumb_fleet_members_out_of_sync{policy="ml/llm"}', "values": "1x40"}
+            ],
+            "alert_rule_test": [
+                {"eval_time": "20m", "alertname": "PlumbMembersOutOfSync", "exp_alerts": []},
+                {
+                    "eval_time": "32m",
+                    "alertname": "PlumbMembersOutOfSync",
+                    "exp_alerts": [{"exp_labels": {"severity": "warning", "policy": "ml/llm"}}],
+                },
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": 'modelplane_model_consecutive_start_failures{namespace="ml",'
+                    'model_replica="kev-east"}',
+                    "values": "0 1 2 3x10",
+                },
+                {
+                    "series": 'modelplane_model_consecutive_start_failures{namespace="ml",'
+                    'model_replica="llm-east"}',
+                    "values": "0x12",
+                },
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "9m",
+                    "alertname": "ModelStartFailures",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {
+                                "severity": "warning",
+                                "namespace": "ml",
+                                "model_replica": "kev-east",
+                            }
+                        }
+                    ],
+                }
+            ],
+        },
+    ],
+}
+
+
+def render(template: str, labels: dict, value: str) -> str:
+    text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
+    return text.replace("{{ $value }}", value)
+
+
+def with_annotations(tests: dict) -> dict:
+    """Fill each expected alert's annotations from the rule, as Prometheus renders them."""
+    rules = {
+        r["alert"]: r
+        for group in yaml.safe_load(RULE.read_text())["spec"]["groups"]
+        for r in group["rules"]
+    }
+    values = {"ModelStartFailures": "3"}
+    for case in tests["tests"]:
+        for check in case["alert_rule_test"]:
+            for alert in check["exp_alerts"]:
+                labels = alert["exp_labels"]
+                alert["exp_annotations"] = {
+                    key: render(text, labels, values.get(check["alertname"], ""))
+                    for key, text in rules[check["alertname"]].get("annotations", {}).items()
+                }
+    return tests
+
+
+def test_alerts_fire_on_the_exported_series_and_stay_quiet_otherwise(promtool, rule_file):
+    tests = rule_file.parent / "tests.yaml"
+    tests.write_text(yaml.safe_dump(with_annotations(ALERT_TESTS)))
+    done = subprocess.run(
+        [str(promtool), "test", "rules", str(tests)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=rule_file.parent,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

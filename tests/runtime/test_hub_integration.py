@@ -1,0 +1,742 @@
+"""Reports, hub decisions, scaler floors and route weights on real API servers (3
+members) with a real Prometheus per member scraping engine pages whose load the test
+controls.
+
+No kubelet, scheduler or KEDA runs, so a small "world" thread plays them for each member:
+it asks the scaler's own decision (`scaler_core.served_floor`, from the member's policy
+copy and hub Lease) for the floor, scales the Deployment to max(own need, floor) through
+its scale subresource, creates its Pods bound to the member's one GPU Node while they
+fit (unschedulable otherwise), marks them Ready a moment later through the status
+subresource, and publishes each member's share of the load — split by the weights on
+the real HTTPRoute the hub writes — on an engine page Prometheus scrapes.
+
+Timings are scaled down (after 3 s, cooldown 2 s, calmFor 6 s, stepPercent 50, reports
+every second, hub step every half second, outcome checkpoints at 1/3/8 s); the hub and
+the decision log are the production code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import io
+import json
+import math
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from opentelemetry.sdk.metrics import MeterProvider
+
+from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
+from functions.common.health import health_record_name
+from functions.runtime.acting import FIELD_MANAGER, Actor
+from functions.runtime.agent import Agent, AgentConfig, ElectionRole
+from functions.runtime.decision_log import DecisionLog
+from functions.runtime.health_agent import HealthAgent
+from functions.runtime.hub_metrics import HubMetrics
+from functions.runtime.rest import APPLY_PATCH, kube_request
+from functions.runtime.scaler_core import HubLeaseCopy, served_floor
+from tests.conftest import require_tool
+from tests.runtime.cluster import free_port
+from tests.runtime.conftest import POLICY_NAMESPACE, measured, wait_for
+
+NS = POLICY_NAMESPACE
+GPU = "nvidia.com/gpu"
+CAPACITY = 10.0  # demand one replica serves
+COMPOSITION_MANAGER = "crossplane-kubernetes-provider"  # as the Composition would apply
+ROUTE = "llm"
+LOAD_SECONDS = 1.0  # a new pod turns ready this long after it is bound
+
+ESCALATION = {
+    "step": 2,
+    "after": "3s",
+    "earlyAfter": "2s",
+    "readyTimeout": "60s",
+    "calmFor": "6s",
+    "cooldown": "2s",
+}
+
+
+def policy(names: list[str]) -> dict:
+    return {
+        "apiVersion": "autoscaling.modelplane.ai/v1alpha1",
+        "kind": "AdaptivePolicy",
+        "metadata": {"name": "llm", "namespace": NS},
+        "spec": {
+            "mode": "auto",
+            "workload": {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "llm"},
+            "clusters": [
+                {"name": n, "maxReplicas": 6, "nodeSelector": {"fleet.example/gpu": "yes"}}
+                for n in names
+            ],
+            "route": {"name": ROUTE},
+            "signals": {
+                "demand": "sum(engine_demand)",
+                "pressure": "sum(engine_demand) / clamp_min(sum(engine_ready_replicas), 1)",
+            },
+            "capacity": {"replicaCapacity": CAPACITY},
+            "escalation": ESCALATION,
+            "traffic": {"stepPercent": 50},
+        },
+    }
+
+
+def route_object(names: list[str], weights: dict[str, int] | None = None) -> dict:
+    refs = []
+    for n in names:
+        ref = {"name": n, "port": 8000}
+        if weights is not None:
+            ref["weight"] = weights[n]
+        refs.append(ref)
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": ROUTE, "namespace": NS, "labels": {"app": "llm"}},
+        "spec": {
+            "parentRefs": [{"name": "inference", "namespace": "modelplane-system"}],
+            "rules": [{"backendRefs": refs}],
+        },
+    }
+
+
+def apply(api: client.ApiClient, path: str, body: dict, manager: str, force: bool = False):
+    query = [("fieldManager", manager)] + ([("force", "true")] if force else [])
+    return kube_request(api, "PATCH", path, query=query, body=body, content_type=APPLY_PATCH)
+
+
+def get(api: client.ApiClient, path: str) -> dict:
+    return kube_request(api, "GET", path)
+
+
+ROUTE_PATH = f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{ROUTE}"
+POLICY_PATH = f"/apis/autoscaling.modelplane.ai/v1alpha1/namespaces/{NS}/adaptivepolicies/llm"
+
+
+def install_crds(api: client.ApiClient) -> None:
+    crds = require_tool("schemas") / "crds"
+    extensions = client.ApiextensionsV1Api(api)
+    for name in ("gateway.networking.k8s.io_httproutes.yaml", "keda.sh_scaledobjects.yaml"):
+        crd = yaml.safe_load((crds / name).read_text())
+        with contextlib.suppress(ApiException):
+            extensions.create_custom_resource_definition(crd)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            got = extensions.read_custom_resource_definition(crd["metadata"]["name"])
+            if any(
+                c.type == "Established" and c.status == "True"
+                for c in (got.status.conditions or [])
+            ):
+                break
+            time.sleep(0.05)
+
+
+# --- the test's stand-ins for kubelet, KEDA and the load --------------------------------
+
+
+class EnginePage(http.server.ThreadingHTTPServer):
+    """One member's engines as Prometheus scrapes them: its demand and ready replicas."""
+
+    def __init__(self):
+        self.demand = 0.0
+        self.ready = 0
+
+        page = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = (
+                    "# TYPE engine_demand gauge\n"
+                    f"engine_demand {page.demand}\n"
+                    "# TYPE engine_ready_replicas gauge\n"
+                    f"engine_ready_replicas {page.ready}\n"
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server_address[1]}"
+
+
+class Prometheus:
+    def __init__(self, binary: Path, target: str, workdir: Path):
+        self.port = free_port()
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "scrape_configs": [
+                        {"job_name": "engines", "static_configs": [{"targets": [target]}]}
+                    ],
+                }
+            )
+        )
+        self.process = subprocess.Popen(
+            [
+                str(binary),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(self.url + "/-/ready", timeout=1) as r,
+        ):
+            return r.status == 200
+        return False
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+class World:
+    """Kubelet, KEDA and the users, for every member, every 0.2 s."""
+
+    def __init__(self, members, gpus: dict[str, int], pages: dict[str, EnginePage]):
+        self.members = members
+        self.apis = {m.name: m.client() for m in members}
+        self.core = {n: client.CoreV1Api(a) for n, a in self.apis.items()}
+        self.apps = {n: client.AppsV1Api(a) for n, a in self.apis.items()}
+        self.gpus = gpus
+        self.pages = pages
+        self.total_demand = 0.0
+        self.served: dict[str, list[tuple[float, int]]] = {n: [] for n in self.apis}
+        self._bound_at: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._serial = 0
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+
+    def weights(self) -> dict[str, int]:
+        home = self.members[0].name
+        route = get(self.apis[home], ROUTE_PATH)
+        refs = route["spec"]["rules"][0]["backendRefs"]
+        return {r["name"]: int(r.get("weight", 1)) for r in refs}
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception as err:  # keep playing; the assertions will tell
+                print("world tick failed:", err)
+            self._stop.wait(0.2)
+
+    def tick(self):
+        weights = self.weights()
+        total_weight = sum(weights.values()) or 1
+        now = datetime.now(UTC)
+        for name, api in self.apis.items():
+            demand = self.total_demand * weights.get(name, 0) / total_weight
+            copy = get(api, POLICY_PATH)
+            try:
+                lease = client.CoordinationV1Api(api).read_namespaced_lease(
+                    "modelplane-hub", "modelplane-system"
+                )
+                holder = HubLeaseCopy(
+                    lease.spec.holder_identity or "",
+                    (lease.metadata.annotations or {}).get("modelplane.ai/fencing-token", ""),
+                )
+            except ApiException:
+                holder = None
+            floor = served_floor(copy, holder, name, now).floor
+            self.served[name].append((time.monotonic(), floor))
+            # Its own autoscaler: what the load needs, on the GPUs it has (at least one
+            # replica where there is a GPU at all).
+            own = min(max(math.ceil(demand / CAPACITY - 1e-9), 1), self.gpus[name])
+            desired = max(own, floor)
+            self.apps[name].patch_namespaced_deployment_scale(
+                "llm", NS, {"spec": {"replicas": desired}}
+            )
+            self._pods(name, desired)
+            ready = self._ready_pods(name)
+            self.pages[name].demand = demand
+            self.pages[name].ready = ready
+
+    def _pods(self, name: str, desired: int):
+        core = self.core[name]
+        pods = sorted(
+            core.list_namespaced_pod(NS, label_selector="app=llm").items,
+            key=lambda p: p.metadata.name,
+        )
+        bound = sum(1 for p in pods if p.spec.node_name)
+        for pod in pods[desired:]:
+            core.delete_namespaced_pod(pod.metadata.name, NS, grace_period_seconds=0)
+        for _ in range(len(pods), desired):
+            self._serial += 1
+            fits = bound < self.gpus[name]
+            body = {
+                "metadata": {"name": f"llm-{self._serial:05d}", "labels": {"app": "llm"}},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "engine:test",
+                            "resources": {"requests": {GPU: "1"}, "limits": {GPU: "1"}},
+                        }
+                    ],
+                    "nodeSelector": {"fleet.example/gpu": "yes"},
+                },
+            }
+            if fits:
+                body["spec"]["nodeName"] = f"{name}-gpu"
+                bound += 1
+            created = core.create_namespaced_pod(NS, body)
+            if fits:
+                self._bound_at[f"{name}/{created.metadata.name}"] = time.monotonic()
+            else:
+                core.patch_namespaced_pod_status(
+                    created.metadata.name,
+                    NS,
+                    {
+                        "status": {
+                            "phase": "Pending",
+                            "conditions": [
+                                {
+                                    "type": "PodScheduled",
+                                    "status": "False",
+                                    "reason": "Unschedulable",
+                                    "message": "0/1 nodes are available: 1 Insufficient GPU.",
+                                }
+                            ],
+                        }
+                    },
+                )
+
+    def _ready_pods(self, name: str) -> int:
+        core = self.core[name]
+        ready = 0
+        for pod in core.list_namespaced_pod(NS, label_selector="app=llm").items:
+            is_ready = any(
+                c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])
+            )
+            bound = self._bound_at.get(f"{name}/{pod.metadata.name}")
+            if not is_ready and bound is not None and time.monotonic() - bound >= LOAD_SECONDS:
+                core.patch_namespaced_pod_status(
+                    pod.metadata.name,
+                    NS,
+                    {
+                        "status": {
+                            "phase": "Running",
+                            "conditions": [
+                                {"type": "PodScheduled", "status": "True"},
+                                {"type": "Ready", "status": "True"},
+                            ],
+                        }
+                    },
+                )
+                is_ready = True
+            ready += int(is_ready)
+        return ready
+
+
+def setup_member(api: client.ApiClient, name: str, names: list[str], gpus: int) -> None:
+    install_crds(api)
+    core = client.CoreV1Api(api)
+    with contextlib.suppress(ApiException):
+        core.create_namespaced_service_account(NS, {"metadata": {"name": "default"}})
+    for pod in core.list_namespaced_pod(NS).items:
+        core.delete_namespaced_pod(pod.metadata.name, NS, grace_period_seconds=0)
+    node = f"{name}-gpu"
+    with contextlib.suppress(ApiException):
+        core.delete_node(node)
+    core.create_node({"metadata": {"name": node, "labels": {"fleet.example/gpu": "yes"}}})
+    # Admission taints a new Node not-ready; the node lifecycle controller (absent here)
+    # lifts it once the kubelet reports Ready.
+    core.patch_node(node, {"spec": {"taints": None}})
+    core.patch_node_status(
+        node,
+        {
+            "status": {
+                "allocatable": {GPU: str(gpus), "cpu": "64", "pods": "110"},
+                "capacity": {GPU: str(gpus), "cpu": "64", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            }
+        },
+    )
+    apps = client.AppsV1Api(api)
+    with contextlib.suppress(ApiException):
+        apps.delete_namespaced_deployment("llm", NS)
+    apps.create_namespaced_deployment(
+        NS,
+        {
+            "metadata": {"name": "llm"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "llm"}},
+                "template": {
+                    "metadata": {"labels": {"app": "llm"}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "engine",
+                                "image": "engine:test",
+                                "resources": {"requests": {GPU: "1"}, "limits": {GPU: "1"}},
+                            }
+                        ],
+                        "nodeSelector": {"fleet.example/gpu": "yes"},
+                    },
+                },
+            },
+        },
+    )
+    custom = client.CustomObjectsApi(api)
+    with contextlib.suppress(ApiException):
+        custom.delete_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", "llm")
+    custom.create_namespaced_custom_object(
+        "keda.sh",
+        "v1alpha1",
+        NS,
+        "scaledobjects",
+        {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {"name": "llm"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
+                "triggers": [{"type": "external-push", "metadata": {"scalerAddress": "x:1"}}],
+            },
+        },
+    )
+    with contextlib.suppress(ApiException):
+        custom.delete_namespaced_custom_object(
+            "gateway.networking.k8s.io", "v1", NS, "httproutes", ROUTE
+        )
+    weights = {n: (100 if i == 0 else 0) for i, n in enumerate(names)}
+    apply(api, ROUTE_PATH, route_object(names, weights), COMPOSITION_MANAGER)
+    custom.create_namespaced_custom_object(
+        "autoscaling.modelplane.ai", "v1alpha1", NS, "adaptivepolicies", policy(names)
+    )
+
+
+def managers(obj: dict) -> dict[str, str]:
+    """Field manager -> the fields it owns under spec, as one JSON string (for `in`)."""
+    return {
+        m["manager"]: json.dumps(m.get("fieldsV1", {}).get("f:spec", {}))
+        for m in obj["metadata"]["managedFields"]
+    }
+
+
+def test_route_weights_are_owned_by_the_hub_and_the_rest_by_the_composition(fleet):
+    member = fleet.members[0]
+    api = member.client()
+    install_crds(api)
+    names = ["member-0", "member-1"]
+    with contextlib.suppress(ApiException):
+        client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            "gateway.networking.k8s.io", "v1", NS, "httproutes", ROUTE
+        )
+    apply(api, ROUTE_PATH, route_object(names), COMPOSITION_MANAGER)
+
+    actor = Actor({member.name: api}, member.name, "member-0/agent-0", lambda: "t")
+    assert actor.write_route_weights(member.name, NS, ROUTE, {"member-0": 70, "member-1": 30})
+    route = get(api, ROUTE_PATH)
+    assert [r["weight"] for r in route["spec"]["rules"][0]["backendRefs"]] == [70, 30]
+    owners = managers(route)
+    assert "f:rules" in owners[FIELD_MANAGER]
+    assert "f:parentRefs" not in owners[FIELD_MANAGER]
+    assert "f:parentRefs" in owners[COMPOSITION_MANAGER]
+    assert "f:rules" not in owners[COMPOSITION_MANAGER]
+
+    # The Composition keeps applying what it owns (here a new parentRef and label): the
+    # weights stay, and the hub keeps the rules.
+    desired = route_object(names)
+    desired["metadata"]["labels"]["tier"] = "gold"
+    desired["spec"]["parentRefs"].append({"name": "internal", "namespace": "modelplane-system"})
+    del desired["spec"]["rules"]
+    apply(api, ROUTE_PATH, desired, COMPOSITION_MANAGER)
+    route = get(api, ROUTE_PATH)
+    assert [r["weight"] for r in route["spec"]["rules"][0]["backendRefs"]] == [70, 30]
+    assert len(route["spec"]["parentRefs"]) == 2
+
+    # Re-applying the same weights changes nothing (no new resourceVersion: no churn).
+    version = route["metadata"]["resourceVersion"]
+    actor.write_route_weights(member.name, NS, ROUTE, {"member-0": 70, "member-1": 30})
+    assert get(api, ROUTE_PATH)["metadata"]["resourceVersion"] == version
+
+    # A Composition that re-applies the rules (without force) is told who owns them,
+    # instead of silently flipping the weights back.
+    with pytest.raises(ApiException) as conflict:
+        apply(api, ROUTE_PATH, route_object(names), COMPOSITION_MANAGER)
+    assert conflict.value.status == 409
+    assert FIELD_MANAGER in conflict.value.body
+    api.close()
+
+
+def outcome_complete(lines: list[dict], decision_id: str) -> bool:
+    outs = [x for x in lines if x["kind"] == "outcome" and x["decisionId"] == decision_id]
+    return [o["afterSeconds"] for o in outs] == [1, 3, 8]
+
+
+@dataclass
+class Running:
+    members: list
+    names: list[str]
+    world: World
+    elections: object
+    logs: dict[str, io.StringIO]
+
+    def lines(self) -> list[dict]:
+        return [
+            json.loads(x)
+            for log in self.logs.values()
+            for x in log.getvalue().splitlines()
+            if x.strip()
+        ]
+
+    def summary(self) -> str:
+        """The decisions, one line each, for an assertion message."""
+        decisions = [
+            f"{x['time']} {x['hub']} {x['action']} applied={x['applied']} {x['message']}"
+            f" error={x['error']}"
+            for x in self.lines()
+            if x["kind"] == "decision"
+        ]
+        reports = [f"{n}: {json.dumps(self.status(n).get('report'))}" for n in self.names]
+        reports += [
+            f"{n} fleet: {json.dumps(self.status(n).get('fleet'))}"
+            for n in self.names
+            if self.status(n).get("fleet")
+        ]
+        return "\n".join(decisions + reports)
+
+    def status(self, member: str) -> dict:
+        return get(self.world.apis[member], POLICY_PATH).get("status") or {}
+
+
+@pytest.fixture
+def running(fleet, agents, tmp_path):
+    """3 members with a workload, a route, a policy, Prometheus, the world, and agents."""
+    members = fleet.members[:3]
+    names = [m.name for m in members]
+    gpus = {"member-0": 3, "member-1": 8, "member-2": 0}
+    for m in members:
+        api = m.client()
+        setup_member(api, m.name, names, gpus[m.name])
+        api.close()
+    prometheus_bin = require_tool("prometheus")
+    pages = {n: EnginePage() for n in names}
+    proms = {
+        n: Prometheus(prometheus_bin, pages[n].address, Path(tempfile.mkdtemp(dir=tmp_path)))
+        for n in names
+    }
+    world = World(members, gpus, pages)
+    world.total_demand = 20.0
+    elections = agents(3)
+    threads, stops, logs = [], [], {}
+    try:
+        assert wait_for(lambda: all(p.ready() for p in proms.values()), 30), "no Prometheus"
+        world.start()
+        for election in elections.start_all():
+            member = next(m for m in members if m.name == election.cluster)
+            logs[member.name] = io.StringIO()
+            agent = Agent(
+                AgentConfig(
+                    cluster=member.name,
+                    prometheus_url=proms[member.name].url,
+                    report_interval=1.0,
+                    hub_interval=0.5,
+                    health_interval=3600,
+                ),
+                {m.name: m.client() for m in members},
+                ElectionRole(election),
+                HubMetrics(MeterProvider().get_meter("test")),
+                DecisionLog(logs[member.name], checkpoints=(1, 3, 8)),
+            )
+            stop = threading.Event()
+            thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+            thread.start()
+            threads.append(thread)
+            stops.append(stop)
+        yield Running(members, names, world, elections, logs)
+    finally:
+        for stop in stops:
+            stop.set()
+        for thread in threads:
+            thread.join(5)
+        world.stop()
+        for p in proms.values():
+            p.stop()
+        for page in pages.values():
+            page.shutdown()
+
+
+def test_a_burst_borrows_capacity_and_traffic_and_calm_returns_them(running):
+    world, names, lines = running.world, running.names, running.lines
+    why = running.summary
+
+    # Settle: a hub, and every member reporting.
+    assert wait_for(running.elections.hubs, 15), "no hub"
+    assert wait_for(lambda: all(running.status(n).get("report") for n in names), 15), (
+        "members do not report"
+    )
+    time.sleep(2)
+
+    # The burst: home (member-0, 3 GPUs) now needs 7 replicas.
+    burst_at = time.monotonic()
+    world.total_demand = 70.0
+
+    def helper_served_at() -> float | None:
+        return next((t for t, f in world.served["member-1"] if t > burst_at and f > 0), None)
+
+    assert wait_for(helper_served_at, 30), why()
+    raised_after = measured(
+        "burst to the helper's scaler serving a floor", helper_served_at() - burst_at
+    )
+    # Within after + cooldown, plus a report, a scrape, a hub step and a world tick.
+    assert raised_after <= 3 + 2 + 3, why()
+    assert not any(f > 0 for t, f in world.served["member-2"] if t > burst_at)  # no room
+
+    assert wait_for(lambda: world.weights()["member-1"] > 0, 30), why()
+    measured("burst to the first traffic shift", time.monotonic() - burst_at)
+
+    # Calm: the burst ends; traffic returns and the floors go, in that order.
+    calm_at = time.monotonic()
+    world.total_demand = 20.0
+    home_weights = {"member-0": 100, "member-1": 0, "member-2": 0}
+    assert wait_for(lambda: world.weights() == home_weights, 60), why()
+    assert wait_for(
+        lambda: (running.status("member-1").get("intent") or {}).get("floor") == 0, 30
+    ), why()
+    assert wait_for(
+        lambda: any((running.status(n).get("fleet") or {}).get("phase") == "Steady" for n in names),
+        30,
+    ), why()
+    measured("calm to traffic home and floors released", time.monotonic() - calm_at)
+
+    decided = [x for x in lines() if x["kind"] == "decision"]
+    actions = [(x["action"], x["message"]) for x in decided]
+    assert any("AddCapacity" in a for a, _ in actions), why()
+    returns = [i for i, (_, m) in enumerate(actions) if "back home" in m]
+    releases = [i for i, (a, _) in enumerate(actions) if "ReleaseCapacity" in a]
+    assert returns, why()
+    assert releases, why()
+    # Traffic goes home before the floor does (the last return and the release may share
+    # a step: the floor goes once the share is back).
+    assert returns[0] <= releases[0], why()
+    if returns[-1] == releases[0]:
+        message = actions[releases[0]][1]
+        assert message.index("back home") < message.index("on member-1"), message
+    assert all(x["applied"] for x in decided if "AddCapacity" in x["action"]), decided
+
+    # The decision log: outcome lines at every checkpoint, and how long the raised
+    # floor took to be ready.
+    add = next(x for x in decided if "AddCapacity" in x["action"])  # asserted above
+    assert wait_for(lambda: outcome_complete(lines(), add["decisionId"]), 15), why()
+    final = next(
+        x
+        for x in lines()
+        if x["kind"] == "outcome" and x["decisionId"] == add["decisionId"] and x["final"]
+    )
+    assert "member-1" in final["readyAfterSeconds"], final
+    assert set(final["clusters"]) == set(names)
+    assert final["followedBy"]
+
+
+def test_the_health_record_counts_start_failures_from_real_pods(fleet):
+    member = fleet.members[2]
+    api = member.client()
+    core = client.CoreV1Api(api)
+    with contextlib.suppress(ApiException):
+        core.create_namespaced_service_account(NS, {"metadata": {"name": "default"}})
+    for pod in core.list_namespaced_pod(NS).items:
+        core.delete_namespaced_pod(pod.metadata.name, NS, grace_period_seconds=0)
+    with contextlib.suppress(ApiException):
+        core.delete_namespaced_config_map(health_record_name("kev-east"), NS)
+    core.create_namespaced_pod(
+        NS,
+        {
+            "metadata": {
+                "name": "kev-0",
+                "labels": {LABEL_SERVING: "kev-east"},
+                "annotations": {ANNOTATION_DEFINITION_HASH: "d1"},
+            },
+            "spec": {
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "engine", "image": "engine:test"}],
+            },
+        },
+    )
+    crash = {"exitCode": 1, "reason": "Error", "message": "unknown model architecture"}
+
+    def crashed(restarts: int) -> None:
+        core.patch_namespaced_pod_status(
+            "kev-0",
+            NS,
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "False"}],
+                    "containerStatuses": [
+                        {
+                            "name": "engine",
+                            "image": "engine:test",
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": restarts,
+                            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                            "lastState": {"terminated": crash},
+                        }
+                    ],
+                }
+            },
+        )
+
+    agent = HealthAgent(core, NS)
+    crashed(2)
+    agent.sync(time.time())
+    agent.sync(time.time())  # a second poll counts nothing new
+    record = core.read_namespaced_config_map(health_record_name("kev-east"), NS)
+    assert record.data == {
+        "definitionHash": "d1",
+        "consecutiveStartFailures": "2",
+        "lastError": "container engine exited 1 (Error) before ready: unknown model architecture",
+        "observedAt": record.data["observedAt"],
+    }
+    crashed(3)
+    agent.sync(time.time())
+    record = core.read_namespaced_config_map(health_record_name("kev-east"), NS)
+    assert record.data["consecutiveStartFailures"] == "3"
+    owners = {m.manager for m in record.metadata.managed_fields}
+    assert owners == {HealthAgent.FIELD_MANAGER}
+    api.close()
