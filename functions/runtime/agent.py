@@ -369,3 +369,47 @@ class Agent:
                 except Exception:  # one failing step must not stop the others
                     log.exception("%s step failed", name)
             stop.wait(max(0.05, min(due.values()) - self.clock()))
+
+
+class RunningLoop:
+    """The loop on its own thread; `stop()` returns once the current step is done."""
+
+    def __init__(self, agent: Agent, log_file=None):
+        self.agent = agent
+        self._log_file = log_file
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=agent.run, args=(self._stop,), daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._log_file is not None:
+            self._log_file.close()
+
+
+def start_loop(
+    election,
+    members: dict[str, ApiClient],
+    prometheus_url: str | None,
+    decision_log: str,
+    runtime_metrics=None,
+) -> RunningLoop:
+    """The agent's reports, hub steps and health records beside a running election agent
+    (functions/runtime/election.py), on the runtime's metrics when they are served."""
+    import sys  # noqa: PLC0415
+
+    from opentelemetry.metrics import NoOpMeterProvider  # noqa: PLC0415
+
+    from functions.runtime.metrics import METER_NAME  # noqa: PLC0415
+
+    provider = runtime_metrics.provider if runtime_metrics is not None else NoOpMeterProvider()
+    log_file = None if decision_log == "-" else open(decision_log, "a", encoding="utf-8")  # noqa: SIM115
+    agent = Agent(
+        AgentConfig(cluster=election.cluster, prometheus_url=prometheus_url),
+        members,
+        ElectionRole(election),
+        HubMetrics(provider.get_meter(METER_NAME)),
+        DecisionLog(log_file or sys.stdout),
+    )
+    return RunningLoop(agent, log_file)

@@ -145,8 +145,31 @@ def election_agent(
 @click.option("--lease-duration", type=float, default=DEFAULT_LEASE_DURATION, show_default=True)
 @click.option("--renew-deadline", type=float, default=DEFAULT_RENEW_DEADLINE, show_default=True)
 @click.option("--retry-period", type=float, default=DEFAULT_RETRY_PERIOD, show_default=True)
+@click.option(
+    "--prometheus-url",
+    envvar="MODELPLANE_PROMETHEUS_URL",
+    help="This member's Prometheus, where the policies' signals are queried.",
+)
+@click.option(
+    "--decision-log",
+    default="-",
+    show_default=True,
+    help="Append hub decisions here, one JSON line each ('-': stdout).",
+)
 @metrics_option
-def agent(*, cluster, pod, members, lease_duration, renew_deadline, retry_period, metrics_port):
+def agent(
+    *,
+    cluster,
+    pod,
+    members,
+    lease_duration,
+    renew_deadline,
+    retry_period,
+    prometheus_url,
+    decision_log,
+    metrics_port,
+):
+    from functions.runtime.agent import start_loop  # noqa: PLC0415
     from functions.runtime.metrics import serve_prometheus  # noqa: PLC0415
 
     try:
@@ -155,7 +178,10 @@ def agent(*, cluster, pod, members, lease_duration, renew_deadline, retry_period
         raise click.BadParameter(str(error), param_hint="--lease-duration") from error
     metrics = serve_prometheus(metrics_port) if metrics_port else None
     election = election_agent(cluster, pod, members, timings, metrics).start()
+    clients = {name: client_for(source) for name, source in sorted(members.items())}
+    loop = start_loop(election, clients, prometheus_url, decision_log, metrics)
     wait_for_shutdown()
+    loop.stop()
     log.info("agent %s: shutting down, releasing its Leases", election.identity)
     election.stop(release=True)
 
