@@ -22,6 +22,7 @@ import http.server
 import io
 import json
 import math
+import signal
 import subprocess
 import tempfile
 import threading
@@ -740,3 +741,76 @@ def test_the_health_record_counts_start_failures_from_real_pods(fleet):
     owners = {m.manager for m in record.metadata.managed_fields}
     assert owners == {HealthAgent.FIELD_MANAGER}
     api.close()
+
+
+def test_the_shipped_agent_command_reports_and_logs_decisions(fleet, tmp_path):
+    """`modelplane runtime agent` as a process: a one-member fleet whose workload has an
+    unschedulable replica and no Prometheus configured."""
+    from tests.runtime.test_cli import ENTRYPOINT, TIMING_FLAGS, _kubeconfig  # noqa: PLC0415
+
+    member = fleet.members[3]
+    api = member.client()
+    setup_member(api, member.name, [member.name], gpus=0)
+    client.CoreV1Api(api).create_namespaced_pod(
+        NS,
+        {
+            "metadata": {"name": "llm-pending", "labels": {"app": "llm"}},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "engine", "image": "engine:test"}],
+            },
+        },
+    )
+    client.CoreV1Api(api).patch_namespaced_pod_status(
+        "llm-pending",
+        NS,
+        {
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+                ],
+            }
+        },
+    )
+    decisions = tmp_path / "decisions.jsonl"
+    process = subprocess.Popen(
+        [
+            *ENTRYPOINT,
+            "agent",
+            f"--cluster={member.name}",
+            "--pod=agent-0",
+            f"--member={member.name}={_kubeconfig(member, tmp_path)}",
+            *TIMING_FLAGS,
+            "--metrics-port=0",
+            f"--decision-log={decisions}",
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        report = wait_for(lambda: (get(api, POLICY_PATH).get("status") or {}).get("report"), 20)
+        assert report, "no report"
+        assert (report["needed"], report["ready"], report["staticRoom"]) == (1, 0, 0)
+        ready = next(
+            c for c in get(api, POLICY_PATH)["status"]["conditions"] if c["type"] == "Ready"
+        )
+        assert (ready["status"], ready["reason"]) == ("False", "ObservationFailed")
+        assert "signals.demand: no --prometheus-url" in ready["message"]
+
+        def logged() -> list[dict]:
+            if not decisions.exists():
+                return []
+            return [json.loads(x) for x in decisions.read_text().splitlines() if x.strip()]
+
+        # Short past earlyAfter (no NodePools) with no other member: escalated, said why.
+        assert wait_for(logged, 20), "no decision line"
+        line = logged()[0]
+        assert (line["action"], line["message"]) == (
+            "Escalate",
+            "1 replicas short and no other cluster has room",
+        )
+        assert line["hub"] == f"{member.name}/agent-0"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
+        api.close()
