@@ -423,8 +423,7 @@ class _Step:
     # step 4
     def candidates(self, due: list[str]) -> list[str]:
         home = max(due, key=lambda n: (self.usable[n].needed, n)) if due else None
-        home_entry = self.spec.cluster(home) if home else None
-        home_region = home_entry.region if home_entry else None
+        home_region = self.usable[home].region if home else None
         found = []
         for name in sorted(self.clusters):
             report, c = self.usable[name], self.clusters[name]
@@ -435,8 +434,7 @@ class _Step:
             static, total = self._room(name)
             if total <= 0:
                 continue
-            region = (self.spec.cluster(name) or home_entry).region
-            same_region = home_region is not None and region == home_region
+            same_region = home_region is not None and report.region == home_region
             found.append(((0, -static) if static > 0 else (1, int(same_region), -total), name))
         return [name for _, name in sorted(found)]
 
@@ -581,6 +579,10 @@ class _Step:
         home = max(below, key=lambda n: (below[n], n))
         move = min(self.spec.traffic.step_percent, above[donor], below[home])
         home_c = self.clusters[home]
+        home_report = self.usable[home]
+        if home_report is not None and self._over_slo(home_report):
+            self.notes.append(f"return held: {home} is over its latency or error SLO")
+            return
         if home_c.tier == HOME_TIER and home_c.raised_at is not None:
             self.notes.append(f"return waits for {home}'s raised floor to become ready")
             return

@@ -35,6 +35,7 @@ from functions.common.contracts import KIND_SCALED_OBJECT
 from functions.runtime.policy import PolicySpec, parse_time, rfc3339, spec_hash
 
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
+REGION_LABEL: Final = "topology.kubernetes.io/region"
 # Launch failures of one NodePool within the recent window that void its headroom.
 RECURRING_LAUNCH_FAILURES: Final = 2
 LAUNCH_FAILURE_WINDOW_SECONDS: Final = 900.0
@@ -252,6 +253,9 @@ class Report:
     pressure: float | None = None
     latency: float | None = None
     error_rate: float | None = None
+    # clusters[].region, else the one region its nodes are labelled with (shared cloud
+    # capacity: the hub looks for NodePool headroom in other regions first).
+    region: str | None = None
 
     def signal(self, name: str) -> float | None:
         return {
@@ -278,6 +282,7 @@ class Report:
             "pressure": self.pressure,
             "latency": self.latency,
             "errorRate": self.error_rate,
+            "region": self.region,
         }
         status.update({k: v for k, v in optional.items() if v is not None})
         return status
@@ -302,6 +307,7 @@ class Report:
             pressure=number("pressure"),
             latency=number("latency"),
             error_rate=number("errorRate"),
+            region=status.get("region") or None,
         )
 
 
@@ -373,13 +379,17 @@ def update_safe_pressure(
     latency: float | None,
     error_rate: float | None,
     spec: PolicySpec,
+    *,
+    short: bool = False,
 ) -> float | None:
     """Raise the safe pressure to what was just served within the SLOs; never lower it.
 
     A sample counts only when every configured SLO has its signal and is met, so a
-    failing latency query never certifies a pressure as safe.
+    failing latency query never certifies a pressure as safe, and only while the member
+    is not short: a saturated member's pressure is what it failed to serve, not what a
+    replica serves safely (without SLOs this is the only test).
     """
-    if pressure is None:
+    if pressure is None or short:
         return previous
     if spec.latency_slo is not None and (latency is None or latency > spec.latency_slo):
         return previous
@@ -428,6 +438,7 @@ def compute_report(
         load_need = math.ceil(demand / spec.capacity.replica_capacity - 1e-9)
         needed = max(needed, load_need - scheduled)
 
+    regions = sorted({n.labels[REGION_LABEL] for n in inputs.nodes if n.labels.get(REGION_LABEL)})
     room, diagnostics = static_room(
         inputs.nodes, inputs.needs, entry.node_pools, entry.node_selector
     )
@@ -440,6 +451,7 @@ def compute_report(
         values.get("latency"),
         values.get("errorRate"),
         spec,
+        short=needed > 0,
     )
     report = Report(
         time=now,
@@ -455,6 +467,7 @@ def compute_report(
         pressure=values.get("pressure"),
         latency=values.get("latency"),
         error_rate=values.get("errorRate"),
+        region=entry.region or (regions[0] if len(regions) == 1 else None),
     )
     if failures:
         condition = Condition(

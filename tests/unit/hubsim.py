@@ -134,6 +134,7 @@ class World:
             demand=served,
             pressure=served / ready if ready else served,
             latency=m.latency,
+            region=self.spec.cluster(m.name).region,
         )
 
     def step(self) -> Decision:

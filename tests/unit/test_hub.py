@@ -104,6 +104,20 @@ def test_static_room_is_preferred_over_nodepool_headroom_elsewhere():
     assert world.fleet.cluster("pools").floor == 2  # the 1 replica spare could not take
 
 
+def test_nodepool_headroom_in_another_region_is_preferred_to_homes_region():
+    # Same-region pools share the cloud capacity home could not get.
+    world = no_route_world(
+        Member("home", own=4),
+        Member("near", own=1, headroom=6),
+        Member("far", own=1, headroom=4),
+        demand=burst(60, 40, 60),  # 2 short
+        near_region="us-east-1",
+        far_region="eu-west-1",
+    )
+    decisions = world.run(until=200)
+    assert [c.cluster for _, c in changes(decisions, ADD_CAPACITY)] == ["far"]
+
+
 def test_waits_after_when_homes_own_nodepools_can_still_help():
     # home has NodePool headroom, but its nodes launch slower than `after`: the hub
     # leaves home alone for 2 minutes, not 30 seconds.
@@ -276,6 +290,13 @@ def test_return_holds_when_home_cannot_take_it_and_has_no_room():
         HubState("home/agent-0", dict(world.last_reports), world.fleet), world.spec, world.now
     )
     assert "above safePressure 5" in last.message
+
+
+def test_no_traffic_returns_to_a_home_over_its_slo():
+    world = recovering_world(Member("home", own=6, latency=3.0), total=50)
+    world.run(until=1300)
+    assert world.fleet.cluster("home").weight == 0
+    assert world.last.message == "return held: home is over its latency or error SLO"
 
 
 # --- release ------------------------------------------------------------------------------

@@ -204,6 +204,27 @@ def test_a_signal_that_is_not_exactly_one_sample_is_ignored_and_named(answer, wh
     assert result.condition.message == f"signals.pressure: {why} (ignored in this report)"
 
 
+def test_a_saturated_members_pressure_is_not_certified_safe():
+    policy = spec(signals={"pressure": "p"})
+    pods = (PodState("a", "n1", True), PodState("b", None, False, unschedulable=True))
+    signals = {"pressure": SignalResult((30.0,))}
+    report = compute_report(inputs(pods=pods, signals=signals), policy, "east", 8.0, NOW).report
+    assert report.safe_pressure == 8.0
+
+
+def test_the_region_is_the_entrys_or_the_one_its_nodes_carry():
+    labelled = (gpu_node("n", labels={"topology.kubernetes.io/region": "us-east-2"}),)
+    assert compute_report(inputs(nodes=labelled), spec(), "east", None, NOW).report.region == (
+        "us-east-2"
+    )
+    entry = spec(
+        clusters=[{"name": "east", "maxReplicas": 8, "region": "eu-west-1"}],
+    )
+    assert compute_report(inputs(nodes=labelled), entry, "east", None, NOW).report.region == (
+        "eu-west-1"
+    )
+
+
 def test_a_good_report_is_observed():
     result = compute_report(inputs(), spec(), "east", None, NOW)
     assert (result.condition.status, result.condition.reason) == ("True", REASON_OBSERVED)
