@@ -282,6 +282,9 @@ spec:
                     errorRate:
                       type: number
                       description: The error-rate signal's value.
+                    region:
+                      type: string
+                      description: clusters[].region, else the one region its nodes are labelled with.
                 intent:
                   type: object
                   description: The hub's instruction to this member; the scaler serves it.

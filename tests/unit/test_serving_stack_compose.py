@@ -139,7 +139,11 @@ def test_the_embedded_crd_is_the_apis_file():
         _, _, tail = rest.partition('"""\n')
         copy.write_text(f'{head}CRD_YAML: Final = r"""\n{source.read_text()}"""\n{tail}')
         importlib.reload(adaptivepolicy_crd)
-    assert adaptivepolicy_crd.crd() == yaml.safe_load(source.read_text())
+    assert adaptivepolicy_crd.crd() == yaml.safe_load(source.read_text()), (
+        "apis/adaptivepolicies/definition.yaml changed; refresh the copy the function image "
+        "carries: UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_serving_stack_compose.py "
+        "-k embedded_crd"
+    )
 
 
 def test_the_runtime_uses_the_shared_names():
