@@ -68,13 +68,13 @@ ESCALATION = {
 }
 
 
-def policy(names: list[str]) -> dict:
+def policy(names: list[str], mode: str = "auto") -> dict:
     return {
         "apiVersion": "autoscaling.modelplane.ai/v1alpha1",
         "kind": "AdaptivePolicy",
         "metadata": {"name": "llm", "namespace": NS},
         "spec": {
-            "mode": "auto",
+            "mode": mode,
             "workload": {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "llm"},
             "clusters": [
                 {"name": n, "maxReplicas": 6, "nodeSelector": {"fleet.example/gpu": "yes"}}
@@ -371,7 +371,9 @@ class World:
         return ready
 
 
-def setup_member(api: client.ApiClient, name: str, names: list[str], gpus: int) -> None:
+def setup_member(
+    api: client.ApiClient, name: str, names: list[str], gpus: int, mode: str = "auto"
+) -> None:
     install_crds(api)
     core = client.CoreV1Api(api)
     with contextlib.suppress(ApiException):
@@ -446,7 +448,7 @@ def setup_member(api: client.ApiClient, name: str, names: list[str], gpus: int) 
     weights = {n: (100 if i == 0 else 0) for i, n in enumerate(names)}
     apply(api, ROUTE_PATH, route_object(names, weights), COMPOSITION_MANAGER)
     custom.create_namespaced_custom_object(
-        "autoscaling.modelplane.ai", "v1alpha1", NS, "adaptivepolicies", policy(names)
+        "autoscaling.modelplane.ai", "v1alpha1", NS, "adaptivepolicies", policy(names, mode)
     )
 
 
@@ -546,14 +548,16 @@ class Running:
 
 
 @pytest.fixture
-def running(fleet, agents, tmp_path):
-    """3 members with a workload, a route, a policy, Prometheus, the world, and agents."""
+def running(request, fleet, agents, tmp_path):
+    """3 members with a workload, a route, a policy (mode: the test's param, auto by
+    default), Prometheus, the world, and agents."""
+    mode = getattr(request, "param", "auto")
     members = fleet.members[:3]
     names = [m.name for m in members]
     gpus = {"member-0": 3, "member-1": 8, "member-2": 0}
     for m in members:
         api = m.client()
-        setup_member(api, m.name, names, gpus[m.name])
+        setup_member(api, m.name, names, gpus[m.name], mode)
         api.close()
     prometheus_bin = require_tool("prometheus")
     pages = {n: EnginePage() for n in names}
@@ -672,6 +676,36 @@ def test_a_burst_borrows_capacity_and_traffic_and_calm_returns_them(running):
     assert "member-1" in final["readyAfterSeconds"], final
     assert set(final["clusters"]) == set(names)
     assert final["followedBy"]
+
+
+@pytest.mark.parametrize("running", ["shadow"], indirect=True)
+def test_shadow_simulates_the_plan_in_status_fleet_and_writes_nothing_else(running):
+    world, names = running.world, running.names
+    assert wait_for(running.elections.hubs, 15), "no hub"
+    assert wait_for(lambda: all(running.status(n).get("report") for n in names), 15)
+    time.sleep(2)
+    burst_at = time.monotonic()
+    world.total_demand = 70.0
+
+    def simulated() -> dict | None:
+        for n in names:
+            fleet = running.status(n).get("fleet") or {}
+            helper = next((c for c in fleet.get("clusters", []) if c["name"] == "member-1"), {})
+            if helper.get("floor", 0) > 0 and (helper.get("weight") or 0) > 0:
+                return fleet
+        return None
+
+    fleet = wait_for(simulated, 30)
+    assert fleet, running.summary()
+    assert fleet["phase"] == "Escalated"
+    # Nothing acted: no intent anywhere, no floor served, the route as it was.
+    assert all("intent" not in running.status(n) for n in names)
+    assert all(f == 0 for n in names for t, f in world.served[n] if t > burst_at)
+    assert world.weights() == {"member-0": 100, "member-1": 0, "member-2": 0}
+    decided = [x for x in running.lines() if x["kind"] == "decision"]
+    assert decided, running.summary()
+    assert all(x["mode"] == "shadow" and x["applied"] is False for x in decided)
+    assert any("AddCapacity" in x["action"] for x in decided)
 
 
 def test_the_health_record_counts_start_failures_from_real_pods(fleet):
