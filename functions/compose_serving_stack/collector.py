@@ -351,15 +351,18 @@ def _token_auth() -> dict[str, Any]:
 
 
 def _engine_jobs(interval: int) -> list[dict[str, Any]]:
-    common = {
-        "scrape_interval": _interval(interval),
-        "scrape_timeout": _interval(min(10, interval)),
-        "metrics_path": "/metrics",
-        "kubernetes_sd_configs": [{"role": "pod"}],
-    }
+    def common() -> dict[str, Any]:
+        # A fresh copy per job: shared lists would print as YAML anchors.
+        return {
+            "scrape_interval": _interval(interval),
+            "scrape_timeout": _interval(min(10, interval)),
+            "metrics_path": "/metrics",
+            "kubernetes_sd_configs": [{"role": "pod"}],
+        }
+
     engines = {
         "job_name": ENGINES_JOB,
-        **common,
+        **common(),
         "relabel_configs": [
             _keep_label_present(contracts.LABEL_SERVING),
             {
@@ -372,7 +375,7 @@ def _engine_jobs(interval: int) -> list[dict[str, Any]]:
     }
     pickers = {
         "job_name": ENDPOINT_PICKERS_JOB,
-        **common,
+        **common(),
         **_token_auth(),
         "relabel_configs": [
             # The Inference Extension's endpoint picker, whoever composed it: by its image,
