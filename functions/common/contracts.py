@@ -143,3 +143,11 @@ KIND_SCALED_OBJECT: Final = "ScaledObject"
 # ModelReplica of an autoscaled deployment carries the full member list, so such a
 # deployment is placed on at most this many clusters.
 ADAPTIVE_POLICY_MAX_CLUSTERS: Final = 100
+
+# --- KAI scheduler (Dynamo stack) --------------------------------------------------------
+
+# compose-serving-stack creates the queues; compose-model-replica labels every Grove pod
+# into the leaf queue. Other tenants' queues on a shared cluster are not ours.
+KAI_QUEUE_LABEL: Final = "kai.scheduler/queue"
+KAI_ROOT_QUEUE: Final = "modelplane-root"
+KAI_QUEUE: Final = "modelplane"

@@ -38,10 +38,10 @@ NAMESPACE_GROVE: Final = "grove-system"
 NAMESPACE_KAI: Final = "kai-scheduler"
 NAMESPACE_MODEL_EXPRESS: Final = "modelexpress-system"
 
-# KAI scheduler queues: every modelplane workload is scheduled in `modelplane`, a child
-# of `modelplane-root`; other tenants' queues on a shared cluster are not ours to export.
-KAI_ROOT_QUEUE: Final = "modelplane-root"
-KAI_QUEUE: Final = "modelplane"
+# KAI scheduler queues (functions/common/contracts.py): every modelplane workload is
+# scheduled in KAI_QUEUE, a child of KAI_ROOT_QUEUE; other tenants' queues are not ours.
+KAI_ROOT_QUEUE: Final = contracts.KAI_ROOT_QUEUE
+KAI_QUEUE: Final = contracts.KAI_QUEUE
 
 # Envoy Gateway's proxies serve Envoy's stats here (the gateway chart's default).
 ENVOY_PROXY_STATS_PORT: Final = 19001

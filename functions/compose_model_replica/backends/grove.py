@@ -11,6 +11,8 @@ built the way Grove documents it (`<group>-<index>-leader-0.<headless service>`)
 from __future__ import annotations
 
 from functions.common.contracts import (
+    KAI_QUEUE,
+    KAI_QUEUE_LABEL,
     LABEL_DEPLOYMENT,
     LABEL_SERVING,
     ROLE_LEADER,
@@ -30,8 +32,6 @@ from functions.compose_model_replica.pods import (
 
 WORKLOAD_KEY = "workload"
 KAI_SCHEDULER = "kai-scheduler"
-KAI_QUEUE_LABEL = "kai.scheduler/queue"
-KAI_QUEUE = "modelplane"
 SCALING_GROUP = "model"
 
 
