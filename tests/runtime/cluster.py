@@ -74,6 +74,7 @@ class Member:
     frozen: bool = False
     launched: float = 0.0
     startup_seconds: float = 0.0  # launch to /readyz of the last API server start
+    starts: list[float] = field(default_factory=list)  # every start's, first one first
 
     @property
     def server(self) -> str:
@@ -165,6 +166,7 @@ class Member:
             ):
                 if answer.status == 200:
                     self.startup_seconds = time.monotonic() - started
+                    self.starts.append(self.startup_seconds)
                     return
             time.sleep(0.05)
         raise RuntimeError(

@@ -93,7 +93,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for fleet in _started:
         terminalreporter.write_sep("-", "runtime fleet start-up (kube-apiserver launch to /readyz)")
         for member in fleet.members:
-            terminalreporter.write_line(f"{member.name}: {member.startup_seconds:.2f}s")
+            restarts = ", ".join(f"{s:.2f}s" for s in member.starts[1:]) or "none"
+            terminalreporter.write_line(
+                f"{member.name}: {member.starts[0]:.2f}s (restarts: {restarts})"
+            )
         terminalreporter.write_line(
             f"{len(fleet.members)} members in parallel: {fleet.startup_seconds:.2f}s "
             f"(CRDs and namespace: {fleet.install_seconds:.2f}s)"
