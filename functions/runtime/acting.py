@@ -159,9 +159,9 @@ class Actor:
             content_type="application/merge-patch+json",
         )
 
-    def write_fleet(self, policy: Policy, fleet: dict) -> None:
+    def write_fleet(self, policy: Policy, fleet: dict, anchor: str | None = None) -> None:
         _call(
-            self.members[self.hub_member],
+            self.members[anchor or self.hub_member],
             policy_path(policy) + "/status",
             "PATCH",
             body={"status": {"fleet": fleet}},
@@ -195,7 +195,16 @@ class Actor:
         )
         return True
 
-    def emit_event(self, policy: Policy, reason: str, type_: str, message: str, now: float):
+    def emit_event(
+        self,
+        policy: Policy,
+        reason: str,
+        type_: str,
+        message: str,
+        now: float,
+        *,
+        anchor: str | None = None,
+    ):
         self._events += 1
         meta_name = f"{policy.name}.{int(now * 1000):x}{self._events:04x}"
         body = {
@@ -218,7 +227,7 @@ class Actor:
         }
         try:
             _call(
-                self.members[self.hub_member],
+                self.members[anchor or self.hub_member],
                 f"/api/v1/namespaces/{policy.namespace}/events",
                 "POST",
                 body=body,
@@ -234,8 +243,10 @@ class Actor:
         decision: Decision,
         policy: Policy,
         now: float,
+        *,
         renew: bool,
         route_members: list[str] | None = None,
+        anchor: str | None = None,
     ) -> ActResult:
         """Auto mode: intents (changed, or all with a floor when `renew`), weights, Events.
 
@@ -271,15 +282,21 @@ class Actor:
                     )
                 except ApiException as err:
                     errors.append(f"{member}: route update failed: {err.status} {err.reason}")
-        self.decision_events(decision, policy, now, failed=bool(errors))
+        self.decision_events(decision, policy, now, failed=bool(errors), anchor=anchor)
         return ActResult(applied=not errors, errors=errors)
 
-    def decision_events(self, decision: Decision, policy: Policy, now: float, failed: bool):
+    def decision_events(
+        self,
+        decision: Decision,
+        policy: Policy,
+        now: float,
+        failed: bool,
+        anchor: str | None = None,
+    ):
         if decision.changes:
             reason = decision.action
             if reason and all(a in ACTIONS for a in [c.action for c in decision.changes]):
-                self.emit_event(
-                    policy, reason, "Warning" if failed else "Normal", decision.message, now
-                )
+                kind = "Warning" if failed else "Normal"
+                self.emit_event(policy, reason, kind, decision.message, now, anchor=anchor)
         for event in decision.events:
-            self.emit_event(policy, event.reason, event.type, event.message, now)
+            self.emit_event(policy, event.reason, event.type, event.message, now, anchor=anchor)

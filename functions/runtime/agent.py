@@ -232,13 +232,30 @@ class Agent:
 
     # --- the hub step ------------------------------------------------------------------
 
-    def _member_report(self, member: str, policy: Policy) -> Report | None:
+    def _member_copy(self, member: str, policy: Policy) -> dict | None:
         api = self.members.get(member)
-        if api is None:
-            return None
-        obj = _call(api, policy_path(policy), "GET")
-        report = (obj.get("status") or {}).get("report")
-        return Report.from_status(report) if report and report.get("time") else None
+        return None if api is None else _call(api, policy_path(policy), "GET")
+
+    def _copies(self) -> list[tuple[str, dict]]:
+        """Every policy any member holds, once, with the member whose copy anchors it:
+        this member's own when it has one, else the first member (by name) that does —
+        the hub need not run the model itself."""
+        found: dict[tuple[str, str], tuple[str, dict]] = {}
+        others = sorted(m for m in self.members if m != self.config.cluster)
+        for member in [self.config.cluster, *others]:
+            try:
+                listed = _call(
+                    self.members[member],
+                    f"/apis/{AUTOSCALING_GROUP}/{API_VERSION}/adaptivepolicies",
+                    "GET",
+                )
+            except ApiException as err:
+                log.info("policies on %s not listed: %s", member, err.reason)
+                continue
+            for obj in listed.get("items") or []:
+                key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+                found.setdefault(key, (member, obj))
+        return [found[k] for k in sorted(found)]
 
     def _route_weights(self, policy: Policy) -> dict[str, int] | None:
         """The live weights on this member's route, by member (reading is not acting)."""
@@ -275,7 +292,7 @@ class Agent:
             self._actor = Actor(
                 self.members, self.config.cluster, self.role.identity, self.role.term
             )
-        for obj in self.policies():
+        for anchor, obj in self._copies():
             try:
                 policy = Policy.from_object(obj)
             except ValidationError:
@@ -284,21 +301,32 @@ class Agent:
                 continue
             self.metrics.serve_policy(policy.key)
             try:
-                self._hub_policy(policy, obj, now)
+                self._hub_policy(policy, anchor, now)
             except ApiException as err:
                 self.metrics.step_error(policy.key)
                 log.warning("hub step for %s failed: %s %s", policy.key, err.status, err.reason)
 
-    def _hub_policy(self, policy: Policy, obj: dict, now: float) -> None:
+    def _hub_policy(self, policy: Policy, anchor: str, now: float) -> None:
         reports: dict[str, Report | None] = {}
-        for member in policy.spec.cluster_names:
+        # The hub's memory is the freshest status.fleet any copy holds: after a failover
+        # the new hub continues from what the old one wrote on its own copy.
+        fleets: list[FleetStatus] = []
+        for member in sorted(set(policy.spec.cluster_names) | {anchor}):
             try:
-                reports[member] = self._member_report(member, policy)
+                copy = self._member_copy(member, policy)
             except ApiException as err:
-                reports[member] = None
+                copy = None
                 self.metrics.step_error(policy.key)
-                log.info("report of %s for %s not read: %s", member, policy.key, err.reason)
-        fleet = FleetStatus.from_status((obj.get("status") or {}).get("fleet"))
+                log.info("copy on %s of %s not read: %s", member, policy.key, err.reason)
+            status = (copy or {}).get("status") or {}
+            if status.get("fleet"):
+                fleets.append(FleetStatus.from_status(status["fleet"]))
+            if member in policy.spec.cluster_names:
+                report = status.get("report")
+                reports[member] = (
+                    Report.from_status(report) if report and report.get("time") else None
+                )
+        fleet = max(fleets, key=lambda f: f.time or 0.0, default=FleetStatus())
         route_weights = None
         remembered = {c.name for c in fleet.clusters if c.weight is not None}
         if policy.spec.route is not None and not remembered >= set(policy.spec.cluster_names):
@@ -310,13 +338,13 @@ class Agent:
         if policy.spec.mode == MODE_AUTO:
             renew = now - self._last_renew.get(policy.key, -1e18) >= INTENT_RENEW_SECONDS
             if decision.changed or renew or decision.events:
-                result = self._actor.act(decision, policy, now, renew=renew)
+                result = self._actor.act(decision, policy, now, renew=renew, anchor=anchor)
                 applied, error = result.applied, result.error
                 for _ in result.errors:
                     self.metrics.step_error(policy.key)
                 if renew:
                     self._last_renew[policy.key] = now
-        self._actor.write_fleet(policy, decision.fleet.to_status())
+        self._actor.write_fleet(policy, decision.fleet.to_status(), anchor)
 
         if decision.changed:
             self.decision_log.record(decision, policy.key, policy.spec.mode, applied, error)

@@ -141,6 +141,7 @@ class FleetStatus:
     calm_since: float | None = None
     last_traffic_at: float | None = None
     last_return_at: float | None = None
+    time: float | None = None  # the step that wrote it: after a failover the freshest wins
 
     def cluster(self, name: str) -> ClusterFleet | None:
         return next((c for c in self.clusters if c.name == name), None)
@@ -157,6 +158,7 @@ class FleetStatus:
             "calmSince": _time(self.calm_since),
             "lastTrafficAt": _time(self.last_traffic_at),
             "lastReturnAt": _time(self.last_return_at),
+            "time": _time(self.time),
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return out
@@ -173,6 +175,7 @@ class FleetStatus:
             calm_since=_seconds(fleet.get("calmSince")),
             last_traffic_at=_seconds(fleet.get("lastTrafficAt")),
             last_return_at=_seconds(fleet.get("lastReturnAt")),
+            time=_seconds(fleet.get("time")),
         )
 
 
@@ -743,6 +746,7 @@ class _Step:
             calm_since=self.calm_since,
             last_traffic_at=self.last_traffic_at,
             last_return_at=self.last_return_at,
+            time=self.now,
         )
         return Decision(
             time=self.now,

@@ -56,7 +56,8 @@ class FakeApi:
         path, query = url
         if method == "GET":
             if path.endswith("/adaptivepolicies"):
-                return FakeResponse({"items": [copy.deepcopy(self.objects[POLICY_PATH])]})
+                held = self.objects.get(POLICY_PATH)
+                return FakeResponse({"items": [copy.deepcopy(held)] if held else []})
             return FakeResponse(copy.deepcopy(self.objects[path]))
         self.writes.append((method, path, body, query))
         return FakeResponse({})
@@ -248,3 +249,52 @@ def test_weighted_rules_change_only_the_named_backends_weights():
     rules = weighted_rules(ROUTE, {"llm-helper": 30, "home": 70})
     assert rules[0]["backendRefs"][1] == {"name": "llm-helper", "port": 8000, "weight": 30}
     assert ROUTE["spec"]["rules"][0]["backendRefs"][1]["weight"] == 0  # not mutated
+
+
+def written_fleet(api: FakeApi) -> dict:
+    return next(
+        b for m, p, b, _ in api.writes if p == POLICY_PATH + "/status" and "fleet" in b["status"]
+    )["status"]["fleet"]
+
+
+def test_a_new_hub_continues_from_the_freshest_fleet_status_on_any_copy():
+    home, helper = fleet("shadow", holder="helper/agent-1")
+    escalated = {
+        "phase": "Escalated",
+        "time": rfc3339(NOW - 10),
+        "clusters": [
+            {"name": "helper", "floor": 6, "tier": 1, "base": 4, "weight": 10, "steadyWeight": 0},
+            {"name": "home", "floor": 0, "weight": 90, "steadyWeight": 100},
+        ],
+    }
+    home.objects[POLICY_PATH]["status"]["fleet"] = escalated  # the old hub's copy
+    helper.objects[POLICY_PATH]["status"]["fleet"] = {"phase": "Steady", "time": rfc3339(NOW - 600)}
+    agent = Agent(
+        AgentConfig(cluster="helper"),
+        {"home": home, "helper": helper},
+        FixedRole("helper/agent-1", True, "t1"),
+        HubMetrics(MeterProvider().get_meter("test")),
+        DecisionLog(io.StringIO()),
+        clock=lambda: NOW,
+    )
+    agent.hub_step(NOW)
+    fleet_status = written_fleet(helper)  # the new hub's own copy
+    assert fleet_status["phase"] == "Escalated"
+    assert {c["name"]: c["floor"] for c in fleet_status["clusters"]}["helper"] >= 6
+    assert fleet_status["time"] == rfc3339(NOW)
+
+
+def test_a_hub_without_its_own_copy_anchors_on_the_first_member_that_has_one():
+    home, helper = fleet("shadow", holder="third/agent-0")
+    third = FakeApi({LEASE_PATH: lease("third/agent-0", "t1")})  # runs no copy of it
+    agent = Agent(
+        AgentConfig(cluster="third"),
+        {"home": home, "helper": helper, "third": third},
+        FixedRole("third/agent-0", True, "t1"),
+        HubMetrics(MeterProvider().get_meter("test")),
+        DecisionLog(io.StringIO()),
+        clock=lambda: NOW,
+    )
+    agent.hub_step(NOW)
+    assert written_fleet(helper)["hub"] == "third/agent-0"  # "helper" sorts first
+    assert third.writes == []
