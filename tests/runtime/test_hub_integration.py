@@ -629,11 +629,27 @@ def test_a_burst_borrows_capacity_and_traffic_and_calm_returns_them(running):
         "burst to the helper's scaler serving a floor", helper_served_at() - burst_at
     )
     # Within after + cooldown, plus a report, a scrape, a hub step and a world tick.
-    assert raised_after <= 3 + 2 + 3, why()
+    assert raised_after <= 3 + 2 + 5, why()
     assert not any(f > 0 for t, f in world.served["member-2"] if t > burst_at)  # no room
 
     assert wait_for(lambda: world.weights()["member-1"] > 0, 30), why()
     measured("burst to the first traffic shift", time.monotonic() - burst_at)
+
+    # The decision is an Event on the hub's copy of the policy.
+    def add_events() -> list:
+        found = []
+        for n in names:
+            for event in world.core[n].list_namespaced_event(NS).items:
+                if event.involved_object.kind == "AdaptivePolicy" and "AddCapacity" in (
+                    event.reason or ""
+                ):
+                    found.append(event)
+        return found
+
+    events = wait_for(add_events, 10)
+    assert events, why()
+    assert events[0].type == "Normal"
+    assert "+2 on member-1 (static room) for member-0" in events[0].message
 
     # Calm: the burst ends; traffic returns and the floors go, in that order.
     calm_at = time.monotonic()
