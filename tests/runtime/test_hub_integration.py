@@ -518,6 +518,13 @@ class Running:
     world: World
     elections: object
     logs: dict[str, io.StringIO]
+    loops: dict[str, threading.Event]
+
+    def crash(self, member: str) -> None:
+        """The member's agent dies: its loop stops and its Leases are left to expire."""
+        self.loops[member].set()
+        election = next(a for a in self.elections.running if a.cluster == member)
+        election.stop(release=False)
 
     def lines(self) -> list[dict]:
         return [
@@ -568,7 +575,7 @@ def running(request, fleet, agents, tmp_path):
     world = World(members, gpus, pages)
     world.total_demand = 20.0
     elections = agents(3)
-    threads, stops, logs = [], [], {}
+    threads, stops, logs, loops = [], [], {}, {}
     try:
         assert wait_for(lambda: all(p.ready() for p in proms.values()), 30), "no Prometheus"
         world.start()
@@ -589,11 +596,12 @@ def running(request, fleet, agents, tmp_path):
                 DecisionLog(logs[member.name], checkpoints=(1, 3, 8)),
             )
             stop = threading.Event()
+            loops[member.name] = stop
             thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
             thread.start()
             threads.append(thread)
             stops.append(stop)
-        yield Running(members, names, world, elections, logs)
+        yield Running(members, names, world, elections, logs, loops)
     finally:
         for stop in stops:
             stop.set()
@@ -692,6 +700,42 @@ def test_a_burst_borrows_capacity_and_traffic_and_calm_returns_them(running):
     assert "member-1" in final["readyAfterSeconds"], final
     assert set(final["clusters"]) == set(names)
     assert final["followedBy"]
+
+
+def test_borrowed_floors_survive_a_hub_change(running):
+    world, names = running.world, running.names
+    assert wait_for(running.elections.hubs, 15), "no hub"
+    assert wait_for(lambda: all(running.status(n).get("report") for n in names), 15)
+    time.sleep(2)
+    world.total_demand = 70.0
+    served = wait_for(
+        lambda: (
+            (world.served["member-1"] or [(0, 0)])[-1][1] > 0
+            and (running.status("member-1").get("intent") or {}).get("hub")
+        ),
+        30,
+    )
+    assert served, running.summary()
+    old_hub = served.split("/")[0]
+
+    crashed_at = time.monotonic()
+    running.crash(old_hub)
+
+    def served_by_new_hub() -> str | None:
+        intent = running.status("member-1").get("intent") or {}
+        floor = (world.served["member-1"] or [(0, 0)])[-1][1]
+        hub = intent.get("hub", "")
+        return hub if floor > 0 and hub and not hub.startswith(old_hub + "/") else None
+
+    new_hub = wait_for(served_by_new_hub, 30)
+    assert new_hub, running.summary()
+    took = measured(
+        "hub crash to the helper's floor served under the new hub", time.monotonic() - crashed_at
+    )
+    # FAST lease duration (4 s) + retry, then the new hub's first step renews every intent.
+    assert took <= 4 + 0.5 + 5, running.summary()
+    floor = running.status("member-1")["intent"]["floor"]
+    assert floor >= 3  # the floor the old hub raised, carried on from its status.fleet
 
 
 @pytest.mark.parametrize("running", ["shadow"], indirect=True)
