@@ -22,7 +22,7 @@ from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP
 from functions.runtime.acting import Actor, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
-from functions.runtime.hub import PHASE_ESCALATED, FleetStatus, HubState, plan
+from functions.runtime.hub import PHASE_ESCALATED, SOURCE_RULE, FleetStatus, HubState, plan
 from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.policy import (
     HUB_STEP_SECONDS,
@@ -61,7 +61,7 @@ class HubRole(Protocol):
 
 @dataclass
 class FixedRole:
-    """A role that does not change (tests, and `--hub=never` for a report-only agent)."""
+    """A role that does not change (tests)."""
 
     identity: str
     is_hub: bool
@@ -348,7 +348,7 @@ class Agent:
 
         if decision.changed:
             self.decision_log.record(decision, policy.key, policy.spec.mode, applied, error)
-            self.metrics.decision(policy.key, decision.action, "rule", applied)
+            self.metrics.decision(policy.key, decision.action, SOURCE_RULE, applied)
         for seen in self.decision_log.observe(policy.key, now, decision.reports, decision.fleet):
             self.metrics.time_to_ready(seen.policy, seen.seconds)
         self.metrics.hub_view(

@@ -18,14 +18,13 @@ import math
 from dataclasses import dataclass, field
 from typing import IO, Final
 
-from functions.runtime.hub import Decision, FleetStatus, per_cluster
+from functions.runtime.hub import SOURCE_RULE, Decision, FleetStatus, per_cluster
 from functions.runtime.policy import rfc3339
 from functions.runtime.report import Report
 
 CHECKPOINTS_SECONDS: Final = (60, 300, 900)
 KIND_DECISION: Final = "decision"
 KIND_OUTCOME: Final = "outcome"
-SOURCE_RULE: Final = "rule"
 
 
 @dataclass

@@ -28,7 +28,7 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from functions.common.contracts import KIND_SCALED_OBJECT
@@ -479,10 +479,6 @@ def compute_report(
     else:
         condition = Condition(CONDITION_READY, "True", REASON_OBSERVED, "report is current")
     return ReportResult(report, condition, diagnostics)
-
-
-def with_time(report: Report, now: float) -> Report:
-    return replace(report, time=now)
 
 
 # --- reading what the pure part needs from pod/node/NodePool objects (plain dicts) -------
