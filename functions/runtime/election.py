@@ -32,6 +32,7 @@ from functions.runtime.election_core import (
     Round,
     Timings,
     Transition,
+    View,
     Write,
     WriteResult,
     WriteStatus,
@@ -175,8 +176,14 @@ class Candidate:
     def release(self) -> None:
         """Stop acting, then empty every record this process holds (best effort)."""
         with self._lock:
-            writes = self.core.release(self.clock.mono(), self.clock.wall())
+            started = self.clock.mono()
+            writes = self.core.release(started, self.clock.wall())
         results = self._send(writes)
+        with self._lock:  # so the core knows which records no longer name it
+            view = self.last_round.view if self.last_round else View(0, 0, 0, "")
+            self.core.complete(
+                Round(started, view, writes, "", claiming=False), results, self.clock.mono()
+            )
         released = sorted(m for m, r in results.items() if r.status is WriteStatus.OK)
         if writes:
             log.info("%s: %s released %s", self.what, self.core.identity, ", ".join(released))
@@ -307,7 +314,9 @@ class Agent:
         self.replica.run_round()
         if self.replica.leading():
             self.hub.run_round()
-        elif self.hub.leading() or self.hub.core.term:
+        elif self.hub.core.held():
+            # No longer this member's active replica: hand over whatever hub records
+            # this process still holds instead of letting them run out.
             self.hub.release()
         if self.metrics:
             self.metrics.hub_leading(self.is_hub())

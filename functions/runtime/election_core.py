@@ -253,6 +253,12 @@ class ElectionCore:
                 writes.append(Write(member, seen.version, self._emptied(seen.record, wall)))
         return tuple(writes)
 
+    def held(self) -> tuple[str, ...]:
+        """Members whose record, as last seen, names this process."""
+        return tuple(
+            m for m, seen in sorted(self._seen.items()) if self._is_mine_any_term(seen.record)
+        )
+
     def next_round_at(self, now: float) -> float:
         """One retry period from now, or earlier when a record we wait on expires."""
         soonest = now + self.timings.retry_period

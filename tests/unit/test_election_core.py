@@ -526,3 +526,18 @@ def test_no_two_candidates_ever_act_as_hub_and_a_hub_returns_after_faults(
     leaders = sim.run(until=heal + 25 + DEFAULT.lease_duration + 4 * DEFAULT.retry_period + 5)
     assert len(leaders) == 1, f"no hub {sim.now - heal:.1f}s after the faults healed"
     assert len(set(sim.tokens)) == len(sim.tokens), "a fencing token was reused"
+
+
+def test_held_lists_the_records_this_process_wrote_until_released():
+    core = _core("a/p")
+    assert core.held() == ()
+    round_ = core.decide(0.0, 0.0, dict.fromkeys("abc", MISSING), wall=0.0)
+    core.complete(round_, _ok_all(round_), 0.1)
+    assert core.held() == ("a", "b", "c")
+    writes = core.release(0.2, wall=0.0)
+    core.complete(
+        replace(round_, writes=writes, claiming=False),
+        {w.member: WriteResult(WriteStatus.OK, f"{w.member}-3") for w in writes},
+        0.3,
+    )
+    assert core.held() == ()
