@@ -139,7 +139,12 @@ def count_start_failures(
     current = [
         p
         for p in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", ""))
-        if ((p.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DEFINITION_HASH)
+        # Unstamped pods count as definition "": a record nobody can match to a definition
+        # is still visible, but parking needs compose-model-replica's stamp.
+        if (
+            ((p.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DEFINITION_HASH)
+            or ""
+        )
         == definition_hash
     ]
     failures = previous.consecutive_start_failures
