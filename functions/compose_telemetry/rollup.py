@@ -171,8 +171,8 @@ def processors(slo: SloTargets | None = None) -> dict[str, Any]:
             "error_mode": "ignore",
             "metric_statements": [
                 {
-                    # Units would otherwise become OpenMetrics name suffixes in the
-                    # snapshot; the fleet side sets them back from the vocabulary.
+                    # Units would otherwise become name suffixes in the snapshot; the
+                    # fleet side sets them back from the vocabulary.
                     "context": "metric",
                     "statements": ['set(metric.unit, "")'],
                 },
@@ -256,8 +256,7 @@ def snapshot_exporter(port: int = SNAPSHOT_PORT) -> dict[str, Any]:
     return {
         "endpoint": f"127.0.0.1:{port}",
         "metric_expiration": SNAPSHOT_EXPIRATION,
-        # OpenMetrics carries each series' start time as _created, which is how the fleet
-        # side tells an engine restart (new start) from a collector restart (same start).
+        # OpenMetrics carries each source's start time through as _created.
         "enable_open_metrics": True,
         "translation_strategy": "UnderscoreEscapingWithoutSuffixes",
         "without_scope_info": True,
