@@ -868,6 +868,7 @@ def test_the_shipped_agent_command_reports_and_logs_decisions(fleet, tmp_path):
         },
     )
     decisions = tmp_path / "decisions.jsonl"
+    metrics_port = free_port()
     process = subprocess.Popen(
         [
             *ENTRYPOINT,
@@ -876,7 +877,7 @@ def test_the_shipped_agent_command_reports_and_logs_decisions(fleet, tmp_path):
             "--pod=agent-0",
             f"--member={member.name}={_kubeconfig(member, tmp_path)}",
             *TIMING_FLAGS,
-            "--metrics-port=0",
+            f"--metrics-port={metrics_port}",
             f"--decision-log={decisions}",
         ],
         stderr=subprocess.DEVNULL,
@@ -904,6 +905,35 @@ def test_the_shipped_agent_command_reports_and_logs_decisions(fleet, tmp_path):
             "1 replicas short and no other cluster has room",
         )
         assert line["hub"] == f"{member.name}/agent-0"
+
+        # Its metrics, on the runtime's /metrics beside the election's.
+        def scraped() -> str:
+            with contextlib.suppress(OSError):
+                url = f"http://127.0.0.1:{metrics_port}/metrics"
+                with urllib.request.urlopen(url, timeout=2) as answer:
+                    return answer.read().decode()
+            return ""
+
+        policy_label = f'policy="{NS}/llm"'
+
+        def exported() -> str | None:
+            text = scraped()
+            return text if "plumb_hub_decisions_total{" in text else None
+
+        text = wait_for(exported, 10)
+        assert text, scraped()
+        samples = {
+            line.split("{")[0]: line
+            for line in text.splitlines()
+            if policy_label in line and not line.startswith("#")
+        }
+        assert samples["plumb_member_needed_replicas"].endswith(" 1.0")
+        assert samples["plumb_member_static_room_replicas"].endswith(" 0.0")
+        assert samples["plumb_fleet_escalated"].endswith(" 1.0")
+        assert samples["plumb_fleet_members_out_of_sync"].endswith(" 0.0")
+        assert samples["plumb_hub_step_errors_total"].endswith(" 0.0")
+        assert 'action="Escalate"' in samples["plumb_hub_decisions_total"]
+        assert "plumb_hub_leading 1.0" in text or "plumb_hub_leading{" in text
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(15)
