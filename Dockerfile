@@ -8,8 +8,14 @@ FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY functions ./functions
+COPY hack/gen_proto.py ./hack/gen_proto.py
+# The scaler's gRPC stubs are generated here by the pinned grpcio-tools, which does not
+# stay in the image.
 RUN python -m venv /opt/modelplane \
- && /opt/modelplane/bin/pip install --no-cache-dir .
+ && /opt/modelplane/bin/pip install --no-cache-dir grpcio-tools==1.84.0 \
+ && /opt/modelplane/bin/python hack/gen_proto.py \
+ && /opt/modelplane/bin/pip install --no-cache-dir . \
+ && /opt/modelplane/bin/pip uninstall -y grpcio-tools
 
 FROM ${PYTHON_IMAGE}
 COPY --from=build /opt/modelplane /opt/modelplane

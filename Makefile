@@ -7,16 +7,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test test-unit venv tools lint fmt package clean
+.PHONY: demo test test-unit venv tools lint fmt package proto clean
 
 demo: venv
 	@bash hack/tools.sh crossplane
 	@$(PY) hack/render.py --demo
 
-test: venv tools lint
+test: venv proto tools lint
 	$(PY) -m pytest
 
-test-unit: venv
+test-unit: venv proto
 	$(PY) -m pytest tests/unit
 
 venv: $(STAMP)
@@ -29,6 +29,11 @@ $(STAMP): pyproject.toml
 
 tools:
 	bash hack/tools.sh
+
+# The KEDA external scaler stubs, generated from functions/runtime/proto by the pinned
+# grpcio-tools (never committed).
+proto: venv
+	$(PY) hack/gen_proto.py
 
 lint: venv
 	$(VENV)/bin/ruff check .
