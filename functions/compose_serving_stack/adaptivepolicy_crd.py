@@ -338,6 +338,10 @@ spec:
                       type: string
                       format: date-time
                       description: The last step returning traffic home.
+                    time:
+                      type: string
+                      format: date-time
+                      description: The hub step that wrote this; a new hub continues from the freshest copy.
                     clusters:
                       type: array
                       description: Per-member floor and weight.
