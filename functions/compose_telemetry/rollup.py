@@ -256,7 +256,9 @@ def snapshot_exporter(port: int = SNAPSHOT_PORT) -> dict[str, Any]:
     return {
         "endpoint": f"127.0.0.1:{port}",
         "metric_expiration": SNAPSHOT_EXPIRATION,
-        # OpenMetrics carries each source's start time through as _created.
+        # OpenMetrics carries each source's start time through as _created, and the
+        # fleet side's streams are keyed by it: with the plain text format the start
+        # times churn and the live test's fleet counters came out several times too high.
         "enable_open_metrics": True,
         "translation_strategy": "UnderscoreEscapingWithoutSuffixes",
         "without_scope_info": True,
