@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.common.contracts import (
+    ANNOTATION_DEFINITION_HASH,
     LABEL_DEPLOYMENT,
     LABEL_ENGINE,
     LABEL_ROLE,
@@ -130,8 +131,10 @@ def pod_template(
     labels.update(pod_labels(replica, engine, member.role))
     metadata["labels"] = dict(sorted(labels.items()))
     annotations = {**(user_meta.get("annotations") or {}), **(metadata.get("annotations") or {})}
-    if annotations:
-        metadata["annotations"] = dict(sorted(annotations.items()))
+    # The member's agent counts start failures per definition from this annotation; the
+    # deployment parks a model on failures of the definition it is running now.
+    annotations[ANNOTATION_DEFINITION_HASH] = replica.definition_hash
+    metadata["annotations"] = dict(sorted(annotations.items()))
 
     spec = template["spec"]
     port = replica.member_port(engine, member)

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from functions.common.contracts import (
+    ANNOTATION_DEFINITION_HASH,
     LABEL_ROLE,
     POD_LABELS,
     PORT_DECODE_ENGINE,
@@ -70,6 +71,16 @@ def test_every_pod_carries_the_four_labels(xr_path):
         assert set(POD_LABELS) <= set(labels)
         assert labels["modelplane.ai/serving"] == xr["metadata"]["name"]
         assert labels["modelplane.ai/deployment"] == xr["spec"]["deployment"]
+
+
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_every_pod_names_the_definition_its_start_failures_count_against(xr_path):
+    # The member agent counts start failures per this annotation; parking compares it
+    # with the deployment's current definition hash.
+    xr = yaml.safe_load(xr_path.read_text())
+    for pod in workload_pods(xr):
+        annotations = pod["metadata"]["annotations"]
+        assert annotations[ANNOTATION_DEFINITION_HASH] == xr["spec"]["definitionHash"]
 
 
 @pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
