@@ -46,7 +46,10 @@ def pod_templates(manifest: dict) -> list[dict]:
         return [lwt["leaderTemplate"], lwt["workerTemplate"]]
     if manifest["kind"] == "PodCliqueSet":
         return [
-            {"metadata": {"labels": c["labels"]}, "spec": c["spec"]["podSpec"]}
+            {
+                "metadata": {"labels": c["labels"], "annotations": c.get("annotations", {})},
+                "spec": c["spec"]["podSpec"],
+            }
             for c in spec["template"]["cliques"]
         ]
     return []
