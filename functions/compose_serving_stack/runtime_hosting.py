@@ -132,7 +132,12 @@ def _rbac(target: Target) -> list[Composed]:
     agent_namespaced = [
         _rule(["coordination.k8s.io"], ["leases"], LEASE_VERBS),
         _rule(["multicluster.x-k8s.io"], ["clusterprofiles"], READ),
+    ]
+    # The hub records its decisions as Events on the policy copies and sets route weights
+    # (spec.rules of the model's HTTPRoute, its own field manager) wherever they live.
+    hub_writes = [
         _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
+        _rule(["gateway.networking.k8s.io"], ["httproutes"], ["get", "patch"]),
     ]
     return [
         *_role(target, AGENT, agent_namespaced, cluster=False),
@@ -144,6 +149,17 @@ def _rbac(target: Target) -> list[Composed]:
                 _rule([autoscaling], ["adaptivepolicies/status"], WRITE_STATUS),
                 # Start failures are counted where pods are seen.
                 _rule([""], ["pods"], READ),
+                # The report: static room on registered nodes, NodePool headroom, and the
+                # workload behind the policy's ScaledObject (its scale subresource).
+                _rule([""], ["nodes"], READ),
+                _rule(["karpenter.sh"], ["nodepools", "nodeclaims"], READ),
+                _rule(["keda.sh"], ["scaledobjects"], READ),
+                _rule(
+                    ["apps", "leaderworkerset.x-k8s.io", "grove.io"],
+                    ["deployments/scale", "leaderworkersets/scale", "podcliquesets/scale"],
+                    ["get"],
+                ),
+                *hub_writes,
                 # Health records live beside each ModelReplica's pods, in its namespace.
                 _rule([""], ["configmaps"], [*READ, "create", "update", "patch"]),
             ],
@@ -177,6 +193,7 @@ def _rbac(target: Target) -> list[Composed]:
             [
                 _rule([autoscaling], AUTOSCALING_RESOURCES, READ),
                 _rule([autoscaling], ["adaptivepolicies/status"], WRITE_STATUS),
+                *hub_writes,
             ],
             cluster=True,
         ),

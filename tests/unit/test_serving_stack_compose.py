@@ -152,3 +152,41 @@ def test_the_runtime_uses_the_shared_names():
     service = next(m for m in manifests if m["kind"] == "Service")
     assert service["metadata"]["name"] == contracts.SCALER_SERVICE_NAME
     assert service["metadata"]["namespace"] == contracts.SYSTEM_NAMESPACE
+
+
+def _grants(rules: list[dict], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules
+    )
+
+
+@pytest.mark.parametrize(
+    ("account", "group", "resource", "verb"),
+    [
+        # What the agent's report reads (functions/runtime/report.py).
+        ("agent", "", "pods", "list"),
+        ("agent", "", "nodes", "list"),
+        ("agent", "karpenter.sh", "nodepools", "list"),
+        ("agent", "karpenter.sh", "nodeclaims", "list"),
+        ("agent", "keda.sh", "scaledobjects", "get"),
+        ("agent", "apps", "deployments/scale", "get"),
+        ("agent", "leaderworkerset.x-k8s.io", "leaderworkersets/scale", "get"),
+        ("agent", "grove.io", "podcliquesets/scale", "get"),
+        # What the hub writes (functions/runtime/acting.py), on its own member and peers.
+        ("agent", "gateway.networking.k8s.io", "httproutes", "patch"),
+        ("agent", "", "events", "create"),
+        ("peer", "gateway.networking.k8s.io", "httproutes", "patch"),
+        ("peer", "", "events", "create"),
+        ("peer", "autoscaling.modelplane.ai", "adaptivepolicies/status", "patch"),
+    ],
+)
+def test_the_runtime_roles_grant_what_the_runtime_calls(account, group, resource, verb):
+    composed = runtime_hosting.runtime_hosting(Target("a", "a"), "img", ["b"])
+    manifests = [c.resource["spec"]["forProvider"]["manifest"] for c in composed]
+    cluster_roles = [
+        m
+        for m in manifests
+        if m["kind"] == "ClusterRole" and m["metadata"]["name"].endswith(account)
+    ]
+    assert cluster_roles, f"no ClusterRole for {account}"
+    assert any(_grants(r["rules"], group, resource, verb) for r in cluster_roles)
