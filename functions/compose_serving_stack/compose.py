@@ -21,6 +21,8 @@ from functions.compose_serving_stack.mappings import ParsedMappings
 from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH, Telemetry
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# The same rule as the XRD's spec.runtime.prometheusURL pattern: it becomes a process argument.
+_PROMETHEUS_URL = re.compile(r"""https?://[^\s"'`]+""")
 _STACKS: Final = (contracts.STACK_STANDARD, contracts.STACK_DYNAMO)
 _PROVIDER_CONFIG_KINDS: Final = ("ClusterProviderConfig", "ProviderConfig")
 
@@ -39,6 +41,7 @@ class Cluster:
     region: str
     target: Target
     node_tier: bool = False
+    prometheus_url: str = ""
 
 
 def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
@@ -62,6 +65,12 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
             "spec.providerConfigRef.kind",
             f"{kind!r} is not one of {', '.join(_PROVIDER_CONFIG_KINDS)}",
         )
+    prometheus_url = str((spec.get("runtime") or {}).get("prometheusURL") or "")
+    if prometheus_url and not _PROMETHEUS_URL.fullmatch(prometheus_url):
+        raise InvalidCluster(
+            "spec.runtime.prometheusURL",
+            f"{prometheus_url!r} must be an http(s) URL without spaces or quotes",
+        )
     telemetry = spec.get("telemetry") or {}
     return Cluster(
         name=name,
@@ -69,6 +78,7 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
         region=str(spec.get("region") or ""),
         target=Target(name, provider_config, kind),
         node_tier=bool(telemetry.get("nodeTier", False)),
+        prometheus_url=prometheus_url,
     )
 
 
@@ -115,7 +125,9 @@ def plan(
     runtime_image: str,
 ) -> Plan:
     stack = substrate.substrate(cluster.target, cluster.stack)
-    stack += runtime_hosting.runtime_hosting(cluster.target, runtime_image, peers)
+    stack += runtime_hosting.runtime_hosting(
+        cluster.target, runtime_image, peers, prometheus_url=cluster.prometheus_url
+    )
     unmapped_types = tuple(sorted(set(unmapped)))
 
     if destination.active is None:

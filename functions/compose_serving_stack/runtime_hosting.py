@@ -323,9 +323,12 @@ def _cluster_profile(target: Target, peer: str) -> list[Composed]:
     ]
 
 
-def runtime_hosting(target: Target, image: str, peers: Sequence[str]) -> list[Composed]:
+def runtime_hosting(
+    target: Target, image: str, peers: Sequence[str], *, prometheus_url: str = ""
+) -> list[Composed]:
     """The runtime's resources on one member; `peers` are the other members' names."""
     ordered_peers = sorted(set(peers) - {target.cluster})
+    signals = ["--prometheus-url", prometheus_url] if prometheus_url else []
     composed = [
         object_(target, "adaptivepolicy-crd", adaptivepolicy_crd.crd()),
         _service_account(target, AGENT),
@@ -347,6 +350,7 @@ def runtime_hosting(target: Target, image: str, peers: Sequence[str]) -> list[Co
                     for peer in ordered_peers
                     for arg in ("--member", f"{peer}={peer_kubeconfig_path(peer)}")
                 ),
+                *signals,
             ],
             volumes=[(peer_secret_name(p), peer_mount_dir(p)) for p in ordered_peers],
             ports=[{"name": "metrics", "containerPort": contracts.METRICS_PORT}],

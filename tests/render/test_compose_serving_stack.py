@@ -234,6 +234,9 @@ def test_every_member_gets_the_runtime_and_a_profile_per_peer(rendered):
         "us-east-1=in-cluster",
         "--member",
         "eu-west-1=/etc/modelplane/peers/eu-west-1/kubeconfig",
+        # spec.runtime.prometheusURL: where the agent reads the policies' signals.
+        "--prometheus-url",
+        "http://prometheus.monitoring.svc:9090",
     ]
     assert agent["volumes"] == [
         {"name": "modelplane-peer-eu-west-1", "secret": {"secretName": "modelplane-peer-eu-west-1"}}

@@ -190,3 +190,39 @@ def test_the_runtime_roles_grant_what_the_runtime_calls(account, group, resource
     ]
     assert cluster_roles, f"no ClusterRole for {account}"
     assert any(_grants(r["rules"], group, resource, verb) for r in cluster_roles)
+
+
+def _agent_args(xr: dict) -> list[str]:
+    cluster = parse_cluster(xr)
+    composed = runtime_hosting.runtime_hosting(
+        cluster.target, "img", [], prometheus_url=cluster.prometheus_url
+    )
+    manifests = [c.resource["spec"]["forProvider"]["manifest"] for c in composed]
+    agent = next(
+        m
+        for m in manifests
+        if m["kind"] == "Deployment" and m["metadata"]["name"] == "modelplane-agent"
+    )
+    return agent["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def _cluster_xr(**runtime) -> dict:
+    return {
+        "metadata": {"name": "us-east-1"},
+        "spec": {"providerConfigRef": {"name": "us-east-1"}, "runtime": runtime},
+    }
+
+
+def test_the_agent_queries_the_clusters_own_prometheus():
+    args = _agent_args(_cluster_xr(prometheusURL="http://prometheus.monitoring:9090"))
+    assert args[args.index("--prometheus-url") + 1] == "http://prometheus.monitoring:9090"
+
+
+def test_without_a_prometheus_the_agent_gets_no_url():
+    assert "--prometheus-url" not in _agent_args(_cluster_xr())
+
+
+def test_a_prometheus_url_that_could_break_out_of_an_argument_is_refused():
+    with pytest.raises(InvalidCluster) as refused:
+        parse_cluster(_cluster_xr(prometheusURL='http://x" --kubeconfig=/etc/evil'))
+    assert refused.value.field == "spec.runtime.prometheusURL"
