@@ -41,7 +41,7 @@ from functions.compose_model_deployment.model import (
     read_deployment,
     read_holding,
 )
-from functions.compose_model_deployment.placement import Placement, PlacementPlan, place
+from functions.compose_model_deployment.placement import PlacementPlan, place
 from functions.runtime import parking
 
 REQUIRED_CLUSTERS: Final = "inference-clusters"
@@ -333,6 +333,3 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 for c in derived
             ),
         )
-
-
-__all__ = ["FunctionRunner", "Placement"]
