@@ -173,6 +173,14 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         ]
         if decision.is_parked:
             plan = PlacementPlan((), 0, "")
+            kept = {(c.name, pool) for c, pool in existing_at}
+            for h in own:
+                if (h.cluster, h.pool) not in kept:
+                    response.warning(
+                        rsp,
+                        f"{name}: removing the parked model's ModelReplica on "
+                        f"{h.cluster}/{h.pool}: the cluster or pool is gone or no longer selected",
+                    )
         else:
             plan = place(deployment, clusters, holdings, deployment.replicas)
 

@@ -240,3 +240,33 @@ def test_a_model_that_no_longer_fits_anywhere_keeps_answering_where_it_was():
     assert any(
         "moving 3 replicas off us-east-1/h100: no longer fits beside older" in w for w in warnings
     )
+
+
+def test_a_parked_model_says_when_it_loses_a_model_replica_with_its_cluster():
+    xr = yaml.safe_load((REPO / REPO_EXAMPLE).read_text())
+    definition = read_deployment(xr).definition_hash
+    xr["status"] = {
+        "parked": {"since": "2026-12-01T00:00:00Z", "failures": 5, "definitionHash": definition}
+    }
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    for cluster in ("us-east-1", "gone-1"):
+        mr = _replica(
+            f"llama-3-1-8b-{cluster}",
+            "ml-team",
+            "llama-3-1-8b",
+            replicas=0,
+            devices=1,
+            created="2026-12-01T00:00:00Z",
+        )
+        mr["spec"]["cluster"]["name"] = cluster
+        req.observed.resources[f"modelreplica-{cluster}"].resource.update(mr)
+        req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(mr)
+    ic = yaml.safe_load((REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml").read_text())
+    req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(ic)
+    rsp = _run(req)
+    assert list(rsp.desired.resources) == ["modelreplica-us-east-1"]
+    spec = resource.struct_to_dict(rsp.desired.resources["modelreplica-us-east-1"].resource)["spec"]
+    assert (spec["replicas"], spec["unavailable"]["reason"]) == (0, "Parked")
+    warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+    assert any("removing the parked model's ModelReplica on gone-1/h100" in w for w in warnings)
