@@ -22,10 +22,10 @@ cumulative total. Two facts shape the pipeline:
    accumulated into the fleet series. Gauges are summed as they are.
 
 Fleet counters are therefore "counted since this gateway replica first saw each source":
-read them with rate()/increase(), never as absolute totals. A source already counting
-when a replica first sees it adds only what it counts from then on (the first point is a
-baseline, `initial_value: auto`), which is what keeps a cluster that reconnects to the
-other replica from being counted twice.
+read them with rate()/increase(), never as absolute totals. The first point of every
+source stream is only a baseline (`initial_value: drop`): a cluster that reconnects to the
+other replica, or a replica that restarts, never adds a total counted before; the price is
+that an engine restart loses what the new process counted before its first scrape.
 
 Each gateway replica rolls up the clusters connected to it and stamps its own name
 (`modelplane.gateway`), so two replicas never overwrite one another's fleet series;
@@ -159,11 +159,11 @@ def processors(slo: SloTargets | None = None) -> dict[str, Any]:
             "metrics": {"metric": [f'not IsMatch(metric.name, "{vocabulary_regex()}")']},
         },
         SOURCE_TO_DELTA: {
-            # auto: a source already counting before this replica saw it (it started
-            # earlier, or its cluster just moved here from the other replica) adds only
-            # what it counts from now on, so no count is added twice; a source that
-            # starts later (an engine restart: a new start time) adds everything.
-            "initial_value": "auto",
+            # drop: a source's first point is a baseline. `auto` would keep it whenever
+            # the source started after this replica did — which double counts an engine
+            # that started after both replicas and whose cluster then moves from one
+            # replica to the other.
+            "initial_value": "drop",
             "max_staleness": STATE_STALENESS,
         },
         SOURCE_TO_CUMULATIVE: {"max_stale": STATE_STALENESS},

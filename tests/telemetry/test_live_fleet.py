@@ -204,6 +204,11 @@ class Fleet:
     gateway: Process
     prometheus: Process
     listen: gateway.Listen
+    # A second gateway replica, as the Deployment runs two: clusters connect to one.
+    second_gateway: Process
+    second_listen: gateway.Listen
+    token: Path
+    ca: Path
 
     def snapshot(self) -> str:
         """The gateway's in-memory snapshot of every source, as the roll-up scrapes it."""
@@ -219,7 +224,12 @@ class Fleet:
 
     def logs(self) -> str:
         parts = [f"--- gateway snapshot\n{self.snapshot()}"]
-        for process in [self.gateway, *self.collectors.values(), self.prometheus]:
+        for process in [
+            self.gateway,
+            self.second_gateway,
+            *self.collectors.values(),
+            self.prometheus,
+        ]:
             text = process.log.read_text(errors="replace") if process.log.exists() else ""
             parts.append(
                 f"--- {process.name} (last 40 lines)\n" + "\n".join(text.splitlines()[-40:])
@@ -367,32 +377,46 @@ def fleet(tmp_path_factory) -> Iterator[Fleet]:
         processes.append(prometheus)
         prometheus.start()
 
-        listen = gateway.Listen(
-            host="127.0.0.1",
-            grpc_port=free_port(),
-            http_port=free_port(),
-            health_port=free_port(),
-            telemetry_port=free_port(),
-            snapshot_port=free_port(),
-            snapshot_scrape_interval="2s",
-            token_file=str(token),
-            tls_cert_file=str(cert),
-            tls_key_file=str(key),
-        )
-        gateway_config = gateway.render_gateway_config(
-            parse_destination(gateway_destination(prometheus_port)), listen
-        )
-        gateway_process = Process(
-            "gateway",
-            [str(otelcol), f"--config={write_yaml(workdir / 'gateway.yaml', gateway_config)}"],
-            workdir / "gateway.log",
-            env={rollup.POD_NAME_ENV: "gateway-0"},
-        )
-        processes.append(gateway_process)
+        def replica(name: str) -> tuple[Process, gateway.Listen]:
+            listen = gateway.Listen(
+                host="127.0.0.1",
+                grpc_port=free_port(),
+                http_port=free_port(),
+                health_port=free_port(),
+                telemetry_port=free_port(),
+                snapshot_port=free_port(),
+                snapshot_scrape_interval="2s",
+                token_file=str(token),
+                tls_cert_file=str(cert),
+                tls_key_file=str(key),
+            )
+            config = gateway.render_gateway_config(
+                parse_destination(gateway_destination(prometheus_port)), listen
+            )
+            process = Process(
+                name,
+                [str(otelcol), f"--config={write_yaml(workdir / f'{name}.yaml', config)}"],
+                workdir / f"{name}.log",
+                env={rollup.POD_NAME_ENV: name},
+            )
+            processes.append(process)
+            return process, listen
 
+        gateway_process, listen = replica("gateway-0")
+        second_process, second_listen = replica("gateway-1")
         collectors: dict[str, Process] = {}
         fleet = Fleet(
-            workdir, prometheus_port, engines, collectors, gateway_process, prometheus, listen
+            workdir,
+            prometheus_port,
+            engines,
+            collectors,
+            gateway_process,
+            prometheus,
+            listen,
+            second_process,
+            second_listen,
+            token,
+            cert,
         )
         wait_for(
             "Prometheus to be ready",
@@ -400,15 +424,15 @@ def fleet(tmp_path_factory) -> Iterator[Fleet]:
             60,
             fleet.logs,
         )
-        gateway_process.start()
-        wait_for(
-            "the gateway to be healthy",
-            lambda: http_ok(f"http://127.0.0.1:{listen.health_port}/"),
-            60,
-            fleet.logs,
-        )
-        # The engines start after the gateway, so everything they count is new to it
-        # (a source the gateway first sees mid-count contributes only its increments).
+        for process, replica_listen in ((gateway_process, listen), (second_process, second_listen)):
+            process.start()
+            wait_for(
+                f"{process.name} to be healthy",
+                lambda port=replica_listen.health_port: http_ok(f"http://127.0.0.1:{port}/"),
+                60,
+                fleet.logs,
+            )
+        # Every cluster pushes to gateway-0 until a test moves one.
         for name in ("a", "b"):
             engines[name] = FakeEngine()
             config = cluster_collector_config(name, engines[name], listen, token, cert)
@@ -453,6 +477,12 @@ def test_the_gateway_refuses_a_push_without_the_fleet_token(fleet):
 
 
 def test_fleet_series_are_the_sum_of_the_clusters(fleet):
+    for collector in fleet.collectors.values():
+        collector.start()
+    # A source's first point is the gateway's baseline: fleet counters count what
+    # happens after the gateway first sees each source.
+    fleet.settle("the baseline", f'count({RUNNING}{{{CLUSTER_LABEL}!=""}})', 2)
+    fleet.settle("the baseline", rollup.fleet_value_query(TOKENS), 0)
     a, b = fleet.engines["a"], fleet.engines["b"]
     a.running.set(3)
     b.running.set(5)
@@ -462,8 +492,6 @@ def test_fleet_series_are_the_sum_of_the_clusters(fleet):
         a.ttft.observe(seconds)
     for seconds in (0.2, 0.4, 0.45, 2.0, 0.6):
         b.ttft.observe(seconds)
-    for collector in fleet.collectors.values():
-        collector.start()
 
     fleet.settle("fleet running requests", rollup.fleet_value_query(RUNNING), 8)
     fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 350)
@@ -544,6 +572,9 @@ def test_an_engine_restart_keeps_the_fleet_counter_monotonic(fleet):
     fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 360)
     engine = fleet.engines["b"]
     engine.restart()
+    # The new process's first scrape is its baseline (what it counted before that is
+    # the known loss of an engine restart).
+    fleet.settle("cluster b's restart", f'sum({TOKENS}{{{CLUSTER_LABEL}="b"}})', 0)
     engine.tokens.inc(40)
     engine.running.set(2)
     # The cluster's own series reset to 40; the fleet adds the 40 new tokens to what the
@@ -551,3 +582,21 @@ def test_an_engine_restart_keeps_the_fleet_counter_monotonic(fleet):
     fleet.settle("cluster b's tokens", f'sum({TOKENS}{{{CLUSTER_LABEL}="b"}})', 40)
     fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 400)
     fleet.settle("fleet running requests", rollup.fleet_value_query(RUNNING), 5)
+
+
+def test_a_cluster_moving_to_the_other_gateway_replica_counts_nothing_twice(fleet):
+    fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 400)
+    collector = fleet.collectors["a"]
+    collector.stop()
+    config = cluster_collector_config(
+        "a", fleet.engines["a"], fleet.second_listen, fleet.token, fleet.ca
+    )
+    write_yaml(Path(collector.args[-1].removeprefix("--config=")), config)
+    collector.start()
+    on_second = f'{RUNNING}{{{FLEET},{rollup.prometheus_label("modelplane.gateway")}="gateway-1"}}'
+    fleet.settle("cluster a at gateway-1", f"sum({on_second})", 3)
+    fleet.engines["a"].tokens.inc(10)
+    # gateway-0 keeps what it counted for cluster a; gateway-1 adds only the new 10.
+    fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 410)
+    time.sleep(10)
+    assert fleet.value(rollup.fleet_value_query(TOKENS)) == 410

@@ -33,11 +33,10 @@ def test_the_fleet_pipeline_turns_cumulatives_to_deltas_before_it_sums_them():
     assert order[-1] == rollup.DELTA_TO_CUMULATIVE
 
 
-def test_a_source_seen_mid_count_adds_only_its_increments_and_a_new_one_everything():
-    # auto: a baseline for a source that started before this replica saw it (so a
-    # cluster moving between replicas is not counted twice); everything for a source that
-    # starts later (an engine restart).
-    assert rollup.processors()[rollup.SOURCE_TO_DELTA]["initial_value"] == "auto"
+def test_a_source_adds_only_what_it_counts_after_a_replica_first_sees_it():
+    # drop: the first point is a baseline, so a cluster moving between replicas is never
+    # counted twice (sum over replicas at read time).
+    assert rollup.processors()[rollup.SOURCE_TO_DELTA]["initial_value"] == "drop"
     # After the snapshot, per-source totals are already this replica's own.
     assert rollup.processors()[rollup.CUMULATIVE_TO_DELTA]["initial_value"] == "keep"
 
