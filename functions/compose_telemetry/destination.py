@@ -316,8 +316,13 @@ def _check_exporter_endpoint(
             return
         _check_port(read, endpoint, path)
         return
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(endpoint)
+        hostname = parts.hostname
+    except ValueError as err:  # e.g. an unclosed [IPv6 literal
+        read.fail(path, f"{endpoint!r} is not a URL ({err})")
+        return
+    if parts.scheme not in ("http", "https") or not hostname:
         read.fail(
             path, f"{endpoint!r} is not an http:// or https:// URL, which {kind.value} posts to"
         )

@@ -97,6 +97,11 @@ def test_replicas_arrive_as_floats_from_protobuf_and_read_as_integers():
             "plain text",
         ),
         (
+            {"type": "OTLPHTTP", "endpoint": "https://["},
+            "spec.exporter.endpoint",
+            "is not a URL",
+        ),
+        (
             {"type": "OTLPGRPC", "endpoint": "otlp.example.com:99999"},
             "spec.exporter.endpoint",
             "outside 1-65535",
