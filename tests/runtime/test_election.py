@@ -47,7 +47,10 @@ def test_one_hub_is_elected_and_every_member_names_it(agents, size):
         assert wait_for(
             lambda: all(_lease(m).spec.holder_identity == hub.identity for m in group.members), 3
         )
-    assert sampler.max_simultaneous == 1
+    # Never two acting hubs. (<= 1, not == 1: that one hub exists is asserted above by
+    # _one_hub; a sampler thread starved on a loaded runner must not fail the test.)
+    assert sampler.samples > 0
+    assert sampler.max_simultaneous <= 1, sampler.overlaps
     for member in group.members:
         lease = _lease(member)
         assert lease.metadata.annotations[ANNOTATION_FENCING_TOKEN] == term.fencing_token
@@ -71,7 +74,10 @@ def test_a_new_hub_within_lease_duration_and_retry_after_the_hub_crashes(agents,
     assert new is not old
     assert new.hub_term().fencing_token != old_term.fencing_token
     assert failover <= FAST.lease_duration + FAST.retry_period + SLACK
-    assert sampler.max_simultaneous == 1
+    # Never two acting hubs. (<= 1, not == 1: that one hub exists is asserted above by
+    # _one_hub; a sampler thread starved on a loaded runner must not fail the test.)
+    assert sampler.samples > 0
+    assert sampler.max_simultaneous <= 1, sampler.overlaps
 
 
 def test_graceful_shutdown_hands_the_hub_over_at_once(agents):
@@ -86,7 +92,10 @@ def test_graceful_shutdown_hands_the_hub_over_at_once(agents):
             "hand-over after a graceful stop, 3 members, FAST timings", time.monotonic() - stopped
         )
     assert handover < FAST.lease_duration / 2
-    assert sampler.max_simultaneous == 1
+    # Never two acting hubs. (<= 1, not == 1: that one hub exists is asserted above by
+    # _one_hub; a sampler thread starved on a loaded runner must not fail the test.)
+    assert sampler.samples > 0
+    assert sampler.max_simultaneous <= 1, sampler.overlaps
 
 
 @pytest.mark.parametrize("size", [3, 5])
@@ -159,7 +168,10 @@ def test_frozen_api_servers_never_make_two_hubs(agents, frozen):
         assert _one_hub(group, 2 * FAST.lease_duration + SLACK)
         time.sleep(FAST.lease_duration)
     assert sampler.overlaps == []
-    assert sampler.max_simultaneous == 1
+    # Never two acting hubs. (<= 1, not == 1: that one hub exists is asserted above by
+    # _one_hub; a sampler thread starved on a loaded runner must not fail the test.)
+    assert sampler.samples > 0
+    assert sampler.max_simultaneous <= 1, sampler.overlaps
 
 
 def test_clocks_skewed_by_five_seconds_stay_safe(agents):
@@ -176,7 +188,10 @@ def test_clocks_skewed_by_five_seconds_stay_safe(agents):
             time.monotonic() - crashed,
         )
     assert failover <= FAST.lease_duration + FAST.retry_period + SLACK
-    assert sampler.max_simultaneous == 1
+    # Never two acting hubs. (<= 1, not == 1: that one hub exists is asserted above by
+    # _one_hub; a sampler thread starved on a loaded runner must not fail the test.)
+    assert sampler.samples > 0
+    assert sampler.max_simultaneous <= 1, sampler.overlaps
 
 
 def test_one_agent_replica_per_member_takes_part(agents):
@@ -211,4 +226,7 @@ def test_failover_with_default_timings(agents):
             time.monotonic() - crashed,
         )
     assert failover <= defaults.lease_duration + defaults.retry_period + SLACK
-    assert sampler.max_simultaneous == 1
+    # Never two acting hubs. (<= 1, not == 1: that one hub exists is asserted above by
+    # _one_hub; a sampler thread starved on a loaded runner must not fail the test.)
+    assert sampler.samples > 0
+    assert sampler.max_simultaneous <= 1, sampler.overlaps
