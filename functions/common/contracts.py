@@ -120,6 +120,14 @@ RESOURCE_ATTRIBUTE_CLUSTER: Final = "modelplane.cluster"
 # modelplane_scope in Prometheus); per-cluster series never do.
 RESOURCE_ATTRIBUTE_SCOPE: Final = "modelplane.scope"
 FLEET_SCOPE: Final = "fleet"
+# Each gateway replica stamps its fleet series with its pod name (replicas roll up apart).
+RESOURCE_ATTRIBUTE_GATEWAY: Final = "modelplane.gateway"
+# Those attributes as Prometheus labels: the roll-up owns them, so no MetricMapping may
+# rename an engine label onto one (its series would be summed into the wrong total).
+ROLLUP_LABELS: Final = frozenset(
+    a.replace(".", "_")
+    for a in (RESOURCE_ATTRIBUTE_CLUSTER, RESOURCE_ATTRIBUTE_SCOPE, RESOURCE_ATTRIBUTE_GATEWAY)
+)
 # The gateway's OTLP ports (gRPC is what clusters push to; HTTP is also served).
 GATEWAY_OTLP_GRPC_PORT: Final = 4317
 GATEWAY_OTLP_HTTP_PORT: Final = 4318

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from functions.common import vocabulary
+from functions.common import contracts, vocabulary
 
 ENGINE_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 ENGINE_RE: Final = re.compile(ENGINE_PATTERN)
@@ -28,8 +28,9 @@ LABEL_MAX: Final = 100
 # Labels a rename may not produce: the histogram and summary intrinsics, Prometheus'
 # own, and the per-instance labels the collector aggregates away (a rename onto one
 # would have a model's series summed into nonsense or silently dropped).
-RESERVED_LABELS: Final = frozenset(
-    {"le", "quantile", "__name__", "job", "instance", "pod", "pod_uid", "container_id"}
+RESERVED_LABELS: Final = (
+    frozenset({"le", "quantile", "__name__", "job", "instance", "pod", "pod_uid", "container_id"})
+    | contracts.ROLLUP_LABELS
 )
 
 

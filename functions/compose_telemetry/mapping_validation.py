@@ -3,28 +3,19 @@
 One set of rules for everyone: the parse compose-serving-stack renders from
 (`functions.compose_serving_stack.mappings.parse_mappings` — strict names, vocabulary
 targets, each target once with several `from` names only as version alternatives,
-positive scale, one mapping per engine) plus the rules the fleet roll-up adds here
-(`fleet_rules`). A mapping is valid when both pass; compose-serving-stack renders only
-mappings for which `validate_mapping` returns no errors, so the status a platform team
-reads and the collector config they get never disagree.
+positive scale, one mapping per engine, no rename onto a reserved or roll-up label). A
+mapping is valid when it parses; compose-serving-stack renders exactly the mappings that
+parse, so the status a platform team reads and the collector config they get never
+disagree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-from functions.common.contracts import RESOURCE_ATTRIBUTE_CLUSTER, RESOURCE_ATTRIBUTE_SCOPE
-from functions.compose_serving_stack.mappings import MetricMapping, parse_mappings
-from functions.compose_telemetry.rollup import RESOURCE_ATTRIBUTE_GATEWAY, prometheus_label
-
-# Labels the fleet roll-up owns: a rename onto one would make an engine's series look
-# like another cluster's, or like a fleet series, and be summed into the wrong total.
-ROLLUP_LABELS: Final = frozenset(
-    prometheus_label(a)
-    for a in (RESOURCE_ATTRIBUTE_CLUSTER, RESOURCE_ATTRIBUTE_SCOPE, RESOURCE_ATTRIBUTE_GATEWAY)
-)
+from functions.compose_serving_stack.mappings import parse_mappings
 
 
 @dataclass(frozen=True)
@@ -35,21 +26,6 @@ class MappingError:
     @property
     def message(self) -> str:
         return f"{self.field}: {self.rule}"
-
-
-def fleet_rules(mapping: MetricMapping) -> list[MappingError]:
-    """The roll-up's own rules over a mapping that already parsed."""
-    errors = []
-    for i, label in enumerate(mapping.labels):
-        if label.target in ROLLUP_LABELS:
-            owned = ", ".join(sorted(ROLLUP_LABELS))
-            errors.append(
-                MappingError(
-                    f"spec.labels[{i}].to",
-                    f"{label.target!r} is a fleet roll-up label (reserved: {owned})",
-                )
-            )
-    return errors
 
 
 def validate_mapping(
@@ -70,6 +46,4 @@ def validate_mapping(
     refused = [r for r in parsed.refused if r.name == name]
     if refused:
         return [MappingError(r.field, r.rule) for r in refused]
-    mapping = next(m for m in parsed.accepted if m.name == name)
-    # The parsed labels keep the spec's order, so fleet_rules' indexes are the spec's.
-    return fleet_rules(mapping)
+    return []

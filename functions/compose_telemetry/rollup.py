@@ -50,6 +50,7 @@ from functions.common.contracts import (
     FLEET_SCOPE,
     RESOURCE_ATTR_SERVING,
     RESOURCE_ATTRIBUTE_CLUSTER,
+    RESOURCE_ATTRIBUTE_GATEWAY,
     RESOURCE_ATTRIBUTE_SCOPE,
 )
 from functions.common.vocabulary import VOCABULARY, MetricType
@@ -63,8 +64,6 @@ SNAPSHOT_SCRAPE_INTERVAL: Final = "15s"
 SNAPSHOT_EXPIRATION: Final = "2m"
 # Per-source state in cumulative_to_delta / delta_to_cumulative is forgotten after this.
 STATE_STALENESS: Final = "10m"
-# The resource attribute naming the gateway replica that computed a fleet series.
-RESOURCE_ATTRIBUTE_GATEWAY: Final = "modelplane.gateway"
 POD_NAME_ENV: Final = "POD_NAME"
 FLEET_SCOPE_NAME: Final = "modelplane.fleet"
 

@@ -112,7 +112,7 @@ def test_builtin_mappings_are_valid(function_servers, builtin):
     [
         (
             "mapping-invalid.yaml",
-            "spec.labels[0].to: 'modelplane_cluster' is a fleet roll-up label",
+            "spec.labels[0].to: 'modelplane_cluster' is reserved",
         ),
         (
             "mapping-duplicate-target.yaml",

@@ -162,3 +162,22 @@ def test_whatever_a_mapping_says_nothing_unchecked_reaches_ottl(source, engine, 
         assert "\n" not in text
         assert "$" not in text
     assert any(f'"{source}"' in s for s in statements)
+
+
+def test_the_collector_never_renders_a_rename_onto_a_roll_up_label():
+    # The same rule compose-telemetry reports in MappingValid: one parse for both.
+    mapping = {
+        "metadata": {"name": "sneaky"},
+        "spec": {
+            "engine": "vllm",
+            "metrics": [
+                {"to": "modelplane_requests_running", "from": ["vllm:num_requests_running"]}
+            ],
+            "labels": [{"from": "model_name", "to": "modelplane_gateway"}],
+        },
+    }
+    parsed = mappings.parse_mappings([mapping])
+    assert parsed.accepted == ()
+    assert [(r.field, "is reserved" in r.rule) for r in parsed.refused] == [
+        ("spec.labels[0].to", True)
+    ]

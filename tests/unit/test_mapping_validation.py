@@ -63,7 +63,7 @@ def test_every_builtin_mapping_is_valid(path):
                 "labels": [{"from": "cluster", "to": "modelplane_cluster"}],
             },
             "spec.labels[0].to",
-            "fleet roll-up label",
+            "is reserved",
         ),
         (
             {
@@ -74,7 +74,7 @@ def test_every_builtin_mapping_is_valid(path):
                 ],
             },
             "spec.labels[1].to",
-            "fleet roll-up label",
+            "is reserved",
         ),
     ],
     ids=[
