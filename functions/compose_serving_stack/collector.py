@@ -196,7 +196,9 @@ def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
     markers: list[str] = []
     metric_statements: list[str] = []
     for rename in mapping.metrics:
-        unit = vocabulary.VOCABULARY_BY_NAME[rename.target].unit
+        # A custom target keeps the engine's unit; a vocabulary one gets the base unit.
+        known = vocabulary.VOCABULARY_BY_NAME.get(rename.target)
+        unit = known.unit if known else None
         target = _ottl_string(rename.target)
         for index, source in enumerate(rename.sources):
             name_is = f"metric.name == {_ottl_string(source)}"
@@ -207,13 +209,15 @@ def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
             earlier_absent = [f"{_present_marker(rename.target, j)} == nil" for j in range(index)]
             where = " and ".join([name_is, *earlier_absent])
             if rename.scale != 1.0:
+                unit_argument = f", {_ottl_unit(unit)}" if unit is not None else ""
                 metric_statements.append(
-                    f"scale_metric({rename.scale_literal}, {_ottl_unit(unit)}) where {where}"
+                    f"scale_metric({rename.scale_literal}{unit_argument}) where {where}"
                 )
             metric_statements.append(f"set(metric.name, {target}) where {where}")
-        metric_statements.append(
-            f"set(metric.unit, {_ottl_unit(unit)}) where metric.name == {target}"
-        )
+        if unit is not None:
+            metric_statements.append(
+                f"set(metric.unit, {_ottl_unit(unit)}) where metric.name == {target}"
+            )
     groups: list[dict[str, Any]] = []
     if markers:
         groups.append({"conditions": [condition], "statements": markers})

@@ -41,6 +41,10 @@ class MetricRename:
     target: str
     sources: tuple[str, ...]
     scale: float = 1.0
+    # A `modelplane_` name outside the vocabulary, asked for explicitly (`custom: true`):
+    # renamed and scaled like the rest, but neither merged across pods nor rolled up,
+    # since nothing says whether a sum or a mean is right for it.
+    custom: bool = False
 
     @property
     def scale_literal(self) -> str:
@@ -125,6 +129,32 @@ def _scale(value: Any, field: str) -> float:
     return scale
 
 
+def _target(entry: Mapping[str, Any], at: str) -> tuple[str, bool]:
+    """A metric's target name, and whether it is a custom name outside the vocabulary."""
+    target = _string(
+        entry.get("to"),
+        f"{at}.to",
+        vocabulary.TARGET_NAME_RE,
+        NAME_MAX,
+        "a vocabulary name",
+    )
+    custom = entry.get("custom", False)
+    if not isinstance(custom, bool):
+        raise _Refusal(f"{at}.custom", "must be true or false")
+    if custom and target in vocabulary.VOCABULARY_BY_NAME:
+        raise _Refusal(
+            f"{at}.custom", f"{target!r} is a vocabulary name; custom is for names outside it"
+        )
+    if not custom and target not in vocabulary.VOCABULARY_BY_NAME:
+        known = ", ".join(sorted(vocabulary.VOCABULARY_BY_NAME))
+        raise _Refusal(
+            f"{at}.to",
+            f"{target!r} is not in the vocabulary (known: {known}); "
+            "set custom: true for a name of your own",
+        )
+    return target, custom
+
+
 def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
     """One MetricMapping resource (as the API server returns it) into a typed mapping.
 
@@ -145,16 +175,7 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
         at = f"spec.metrics[{i}]"
         if not isinstance(entry, Mapping):
             raise _Refusal(at, "must be an object with from, to and scale")
-        target = _string(
-            entry.get("to"),
-            f"{at}.to",
-            vocabulary.TARGET_NAME_RE,
-            NAME_MAX,
-            "a vocabulary name",
-        )
-        if target not in vocabulary.VOCABULARY_BY_NAME:
-            known = ", ".join(sorted(vocabulary.VOCABULARY_BY_NAME))
-            raise _Refusal(f"{at}.to", f"{target!r} is not in the vocabulary (known: {known})")
+        target, custom = _target(entry, at)
         if target in seen_targets:
             raise _Refusal(
                 f"{at}.to",
@@ -186,7 +207,12 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
             seen_sources[name] = i
             parsed_sources.append(name)
         metrics.append(
-            MetricRename(target, tuple(parsed_sources), _scale(entry.get("scale"), f"{at}.scale"))
+            MetricRename(
+                target,
+                tuple(parsed_sources),
+                _scale(entry.get("scale"), f"{at}.scale"),
+                custom=custom,
+            )
         )
 
     labels: list[LabelRename] = []
