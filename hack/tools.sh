@@ -17,7 +17,7 @@ export TOOLS_BIN="$MODELPLANE_TOOLS/bin"
 # Builds use the Go on this machine; never let a go.mod pull another toolchain.
 export GOTOOLCHAIN=local
 # Every tool in the order it is installed. Later issues append theirs here.
-ALL_TOOLS=(crossplane otelcol etcd kube_apiserver prometheus jq schemas)
+ALL_TOOLS=(crossplane provider_kubernetes etcd kube_apiserver otelcol prometheus jq schemas)
 
 if [[ ${1:-} == --dir ]]; then
   echo "$TOOLS_BIN"
@@ -42,6 +42,33 @@ go_module_dir() {
   local json
   json=$(go mod download -json "$1@$2") || die "cannot download Go module $1@$2: $json"
   python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error","no Dir")))' <<<"$json"
+}
+
+# _build_in_wrapper DIR OUTDIR LDFLAGS PKG...: DIR holds a go.mod written by the caller
+# (a throwaway module outside the checkout that requires the release and pins what its
+# replace directives would have). Add each PKG as a tool, resolve go.sum, build them all
+# in one `go build` into a partial folder, then move each binary into OUTDIR.
+_build_in_wrapper() {
+  local dir=$1 outdir=$2 ldflags=$3
+  shift 3
+  local pkg
+  (
+    cd "$dir"
+    for pkg in "$@"; do printf '\ntool %s\n' "$pkg" >>go.mod; done
+    go mod tidy
+    rm -rf "$outdir.partial"
+    mkdir -p "$outdir.partial"
+    go build -trimpath -ldflags "-s -w $ldflags" -o "$outdir.partial/" "$@"
+  )
+  mkdir -p "$outdir"
+  local name
+  for pkg in "$@"; do
+    # go build names a binary after the last path element, skipping a /vN suffix.
+    name=${pkg##*/}
+    [[ $name =~ ^v[0-9]+$ ]] && { name=${pkg%/*}; name=${name##*/}; }
+    mv "$outdir.partial/$name" "$outdir/$name"
+  done
+  rm -rf "$outdir.partial"
 }
 
 for f in "$here"/tools/*.sh; do

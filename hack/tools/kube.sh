@@ -1,6 +1,10 @@
 # A real kube-apiserver and the etcd it stores into, for tests that need an API server
-# (Leases, CRDs with CEL validation, server-side apply, dry-run) without a cluster.
-# Both run on loopback only; no controllers, no kubelet, no Pods ever run.
+# (Leases, CRDs with CEL validation, server-side apply, dry-run) without a cluster, and
+# the rest of the control plane the fleet box runs beside it: kube-controller-manager
+# (garbage collector, namespaces, HPA), kube-scheduler, and a kubectl at the API
+# server's release (Debian's is years outside the supported skew). All four are built
+# in ONE `go build` of one wrapper module so they share every compiled package: the
+# apiserver alone is most of the cost, the other three add a few minutes.
 #
 # v1.35.8: the newest 1.35 patch the Go module proxy here serves (it refuses v1.35.7
 # and anything after v1.35.8 with 403). Its go.mod says go 1.25 and it builds with the
@@ -11,29 +15,17 @@ ETCD_VERSION=v3.6.5
 KUBE_MODULE=k8s.io/kubernetes
 ETCD_MODULE=go.etcd.io/etcd/server/v3
 
-# _build_in_wrapper DIR PKG OUT LDFLAGS: DIR holds a go.mod written by the caller (a
-# throwaway module outside the checkout that requires the release and pins what its
-# replace directives would have). Add PKG as a tool, resolve go.sum, build PKG to OUT
-# via a partial file.
-_build_in_wrapper() {
-  local dir=$1 pkg=$2 out=$3 ldflags=$4
-  (
-    cd "$dir"
-    printf '\ntool %s\n' "$pkg" >>go.mod
-    go mod tidy
-    go build -trimpath -ldflags "-s -w $ldflags" -o "$out.partial" "$pkg"
-  )
-  mv "$out.partial" "$out"
-}
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging module
 # (k8s.io/api, k8s.io/apimachinery, ...) with ./staging/src/... and requires them at
 # v0.0.0. The wrapper module requires the release and replaces each of those modules,
 # the list read from the release's own replace block, with its published v0.N.M.
 install_kube_apiserver() {
-  local dest="$MODELPLANE_TOOLS/kube-apiserver-$KUBE_VERSION"
-  if [[ ! -x $dest/bin/kube-apiserver ]]; then
-    log "building kube-apiserver $KUBE_VERSION (10-25 minutes on 2 cores the first time)"
+  local dest="$MODELPLANE_TOOLS/kube-$KUBE_VERSION" b missing=""
+  for b in "${KUBE_BINARIES[@]}"; do [[ -x $dest/bin/$b ]] || missing=1; done
+  if [[ -n $missing ]]; then
+    log "building ${KUBE_BINARIES[*]} $KUBE_VERSION (15-30 minutes on 2 cores the first time)"
     local src staging pinned_etcd minor
     src=$(go_module_dir "$KUBE_MODULE" "$KUBE_VERSION")
     staging="v0.${KUBE_VERSION#v1.}"
@@ -45,7 +37,7 @@ install_kube_apiserver() {
     rm -rf "$dest/wrapper"
     mkdir -p "$dest/wrapper" "$dest/bin"
     {
-      printf 'module modelplane.local/tools/kube-apiserver\n\n'
+      printf 'module modelplane.local/tools/kube\n\n'
       # Same language version and GODEBUG defaults as the release's own build.
       grep -E '^(go|godebug) ' "$src/go.mod"
       printf '\nrequire %s %s\n\nreplace (\n' "$KUBE_MODULE" "$KUBE_VERSION"
@@ -62,13 +54,21 @@ install_kube_apiserver() {
       ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
       ldflags+=" -X $pkg.buildDate=$date"
     done
-    _build_in_wrapper "$dest/wrapper" "$KUBE_MODULE/cmd/kube-apiserver" "$dest/bin/kube-apiserver" "$ldflags"
+    local pkgs=()
+    for b in "${KUBE_BINARIES[@]}"; do pkgs+=("$KUBE_MODULE/cmd/$b"); done
+    local started=$SECONDS
+    _build_in_wrapper "$dest/wrapper" "$dest/bin" "$ldflags" "${pkgs[@]}"
+    log "built ${KUBE_BINARIES[*]} in $((SECONDS - started)) s"
   fi
-  link kube-apiserver "$dest/bin/kube-apiserver"
+  for b in "${KUBE_BINARIES[@]}"; do link "$b" "$dest/bin/$b"; done
 }
 
 version_kube_apiserver() {
-  printf 'kube-apiserver %s\n' "$("$TOOLS_BIN/kube-apiserver" --version 2>&1 | head -1)"
+  local b
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do
+    printf '%s %s\n' "$b" "$("$TOOLS_BIN/$b" --version 2>&1 | head -1)"
+  done
+  printf 'kubectl %s\n' "$("$TOOLS_BIN/kubectl" version --client 2>&1 | head -1)"
 }
 
 # go.etcd.io/etcd/server/v3 is the etcd binary's main package. Its go.mod replaces the
@@ -88,7 +88,8 @@ install_etcd() {
       grep -E '^go ' "$src/go.mod"
       printf '\nrequire %s %s\n' "$ETCD_MODULE" "$ETCD_VERSION"
     } >"$dest/wrapper/go.mod"
-    _build_in_wrapper "$dest/wrapper" "$ETCD_MODULE" "$dest/bin/etcd" ""
+    _build_in_wrapper "$dest/wrapper" "$dest/bin" "" "$ETCD_MODULE"
+    mv "$dest/bin/server" "$dest/bin/etcd"
   fi
   link etcd "$dest/bin/etcd"
 }
