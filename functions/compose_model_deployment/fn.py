@@ -30,7 +30,7 @@ from google.protobuf import struct_pb2
 
 from functions.common import contracts
 from functions.common.sdk import describe_composite
-from functions.compose_model_deployment import manifests, status
+from functions.compose_model_deployment import manifests, parking, status
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.model import (
     Cluster,
@@ -42,7 +42,6 @@ from functions.compose_model_deployment.model import (
     read_holding,
 )
 from functions.compose_model_deployment.placement import PlacementPlan, place
-from functions.runtime import parking
 
 REQUIRED_CLUSTERS: Final = "inference-clusters"
 REQUIRED_REPLICAS: Final = "model-replicas"

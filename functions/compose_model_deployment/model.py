@@ -13,13 +13,13 @@ from typing import Any
 
 from functions.common import contracts
 from functions.common.health import HealthRecord
+from functions.compose_model_deployment import parking
 from functions.compose_model_deployment.cel_env import (
     DeviceProfile,
     Semver,
     parse_quantity,
     qualify,
 )
-from functions.runtime import parking
 
 
 class InputError(ValueError):

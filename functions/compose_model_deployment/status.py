@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from functions.common import conditions
+from functions.compose_model_deployment.parking import Baseline, Decision, Parked
 from functions.compose_model_deployment.placement import PlacementPlan
-from functions.runtime.parking import Baseline, Decision, Parked
 
 WARN_EVERY: Final = timedelta(minutes=10)
 

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from functions.common import contracts, vocabulary
+from functions.common.metricmapping import MetricMapping
 from functions.compose_serving_stack import substrate_targets
-from functions.compose_serving_stack.mappings import MetricMapping
 from functions.compose_serving_stack.substrate_targets import ScrapeTarget
 
 # Where the collector reads the gateway token: a Secret volume mounted at this path.

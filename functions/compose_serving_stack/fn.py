@@ -19,7 +19,14 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions, contracts
+from functions.common.metricmapping import parse_mappings
 from functions.common.sdk import describe_composite, observed_composite
+from functions.common.telemetrydestination import (
+    InvalidDestination,
+    active_destination,
+    identity_of,
+    parse_destination,
+)
 from functions.compose_serving_stack import collector_objects, substrate
 from functions.compose_serving_stack.compose import (
     DestinationState,
@@ -28,7 +35,6 @@ from functions.compose_serving_stack.compose import (
     parse_cluster,
     plan,
 )
-from functions.compose_serving_stack.mappings import parse_mappings
 from functions.compose_serving_stack.status import (
     Condition,
     gateway_address,
@@ -36,12 +42,6 @@ from functions.compose_serving_stack.status import (
     mappings_condition,
     readiness,
     unmapped_engine_types,
-)
-from functions.compose_telemetry.destination import (
-    InvalidDestination,
-    active_destination,
-    identity_of,
-    parse_destination,
 )
 
 REQUIRED_MAPPINGS: Final = "metric-mappings"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from functions.compose_serving_stack.mappings import RefusedMapping
+from functions.common.metricmapping import RefusedMapping
 
 MODE_PUSH: Final = "Push"
 MODE_DISABLED: Final = "Disabled"

@@ -19,13 +19,13 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions, contracts
 from functions.common.sdk import describe_composite, observed_composite
-from functions.compose_telemetry import gateway
-from functions.compose_telemetry.destination import (
+from functions.common.telemetrydestination import (
     InvalidDestination,
     active_destination,
     identity_of,
     parse_destination,
 )
+from functions.compose_telemetry import gateway
 from functions.compose_telemetry.mapping_validation import validate_mapping
 
 REQUIRED_DESTINATIONS = "telemetry-destinations"

@@ -30,12 +30,12 @@ from functions.common.contracts import (
     TELEMETRY_TOKEN_SECRET_NAME,
 )
 from functions.common.naming import dns_label, resource_key, stable_hash
-from functions.compose_telemetry import rollup
-from functions.compose_telemetry.destination import (
+from functions.common.telemetrydestination import (
     Exporter,
     ExporterType,
     TelemetryDestination,
 )
+from functions.compose_telemetry import rollup
 
 GATEWAY_NAMESPACE: Final = "modelplane-telemetry"
 GATEWAY_NAME: Final = "modelplane-telemetry-gateway"

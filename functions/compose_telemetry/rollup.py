@@ -53,8 +53,8 @@ from functions.common.contracts import (
     RESOURCE_ATTRIBUTE_GATEWAY,
     RESOURCE_ATTRIBUTE_SCOPE,
 )
+from functions.common.telemetrydestination import SloTargets
 from functions.common.vocabulary import VOCABULARY, MetricType
-from functions.compose_telemetry.destination import SloTargets
 
 # Where each replica keeps its snapshot of every source's latest value (loopback only).
 SNAPSHOT_PORT: Final = 9465

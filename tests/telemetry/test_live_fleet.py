@@ -47,15 +47,15 @@ import pytest
 import yaml
 
 from functions.common import contracts
+from functions.common.metricmapping import parse_mappings
+from functions.common.telemetrydestination import parse_destination
 from functions.compose_serving_stack.collector import (
     ENGINES_JOB,
     CollectorCluster,
     CollectorDestination,
     render_cluster_collector_config,
 )
-from functions.compose_serving_stack.mappings import parse_mappings
 from functions.compose_telemetry import gateway, rollup
-from functions.compose_telemetry.destination import parse_destination
 from tests.conftest import REPO, require_tool
 
 TOKEN = "fleet-token-for-the-live-test"

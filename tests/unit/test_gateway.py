@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from functions.common.contracts import TELEMETRY_TOKEN_SECRET_KEY, TELEMETRY_TOKEN_SECRET_NAME
+from functions.common.telemetrydestination import parse_destination
 from functions.compose_telemetry import gateway
-from functions.compose_telemetry.destination import parse_destination
 
 GOLDEN = Path(__file__).parent / "testdata" / "gateway"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from functions.common import contracts
+from functions.common.metricmapping import ParsedMappings
 from functions.compose_serving_stack import adaptivepolicy_crd, collector_objects, runtime_hosting
 from functions.compose_serving_stack.compose import (
     DestinationState,
@@ -16,7 +17,6 @@ from functions.compose_serving_stack.compose import (
     plan,
 )
 from functions.compose_serving_stack.envelope import Target
-from functions.compose_serving_stack.mappings import ParsedMappings
 from functions.compose_serving_stack.status import (
     MODE_DISABLED,
     MODE_PUSH,

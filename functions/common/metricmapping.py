@@ -6,6 +6,9 @@ enforces the same patterns on apply: a mapping written before a rule tightened, 
 that reached us by a path that skipped validation, must never reach a generated
 expression. A mapping is taken whole or refused whole, with the field and the rule,
 so a collector never runs half a mapping; the other mappings still render.
+
+Shared: compose-serving-stack renders the mappings that parse here, and compose-telemetry
+reports a mapping's status from the same parse, so the two can never disagree.
 """
 
 from __future__ import annotations
