@@ -17,10 +17,10 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Final
 
 from functions.common import contracts, vocabulary
+from functions.common.exposition import ottl_float
 
 ENGINE_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 ENGINE_RE: Final = re.compile(ENGINE_PATTERN)
@@ -52,8 +52,7 @@ class MetricRename:
     @property
     def scale_literal(self) -> str:
         """The scale as an OTTL float literal: plain decimal digits, always with a point."""
-        text = format(Decimal(repr(self.scale)), "f")
-        return text if "." in text else f"{text}.0"
+        return ottl_float(self.scale)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from functions.common import contracts, vocabulary
+from functions.common.exposition import prometheus_label
 from functions.common.metricmapping import MetricMapping
 from functions.compose_serving_stack import substrate_targets
 from functions.compose_serving_stack.substrate_targets import ScrapeTarget
@@ -167,11 +168,6 @@ def _engine_condition(engine: str) -> str:
 
 def _any_name(names: Sequence[str]) -> str:
     return " or ".join(f"metric.name == {_ottl_string(n)}" for n in names)
-
-
-def prometheus_label(kubernetes_label: str) -> str:
-    """How Prometheus' Kubernetes discovery spells a pod label in its meta labels."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", kubernetes_label)
 
 
 def _present_marker(target: str, index: int) -> str:

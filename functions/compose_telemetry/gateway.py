@@ -22,6 +22,8 @@ from typing import Any, Final
 import yaml
 
 from functions.common.contracts import (
+    ANNOTATION_CONFIG_HASH,
+    COLLECTOR_IMAGE,
     GATEWAY_OTLP_GRPC_PORT,
     GATEWAY_OTLP_HTTP_PORT,
     OBJECT_API_VERSION,
@@ -39,7 +41,6 @@ from functions.compose_telemetry import rollup
 
 GATEWAY_NAMESPACE: Final = "modelplane-telemetry"
 GATEWAY_NAME: Final = "modelplane-telemetry-gateway"
-GATEWAY_IMAGE: Final = "otel/opentelemetry-collector-contrib:0.161.0"
 CONFIG_FILE: Final = "config.yaml"
 CONFIG_DIR: Final = "/etc/modelplane/gateway"
 TOKEN_DIR: Final = "/etc/modelplane/token"
@@ -50,7 +51,6 @@ HEALTH_PORT: Final = 13133
 TELEMETRY_PORT: Final = 8888
 LABEL_APP: Final = "app.kubernetes.io/name"
 LABEL_COMPONENT_VALUE: Final = "telemetry-gateway"
-ANNOTATION_CONFIG_HASH: Final = "modelplane.ai/config-hash"
 
 EXPORTER_IDS: Final = {
     ExporterType.OTLP_GRPC: "otlp_grpc/destination",
@@ -425,7 +425,7 @@ def _deployment(destination: TelemetryDestination, config_text: str, *, has_tls:
                     "containers": [
                         {
                             "name": "collector",
-                            "image": GATEWAY_IMAGE,
+                            "image": COLLECTOR_IMAGE,
                             "args": [f"--config={CONFIG_DIR}/{CONFIG_FILE}"],
                             "env": env,
                             "ports": [

@@ -43,7 +43,6 @@ away.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any, Final
 
 from functions.common.contracts import (
@@ -53,6 +52,7 @@ from functions.common.contracts import (
     RESOURCE_ATTRIBUTE_GATEWAY,
     RESOURCE_ATTRIBUTE_SCOPE,
 )
+from functions.common.exposition import ottl_float, plain_decimal, prometheus_label
 from functions.common.telemetrydestination import SloTargets
 from functions.common.vocabulary import VOCABULARY, MetricType
 
@@ -79,11 +79,6 @@ TRANSFORM_STRIP: Final = "transform/fleet_strip"
 GROUP_FLEET: Final = "groupbyattrs/fleet"
 TRANSFORM_AGGREGATE: Final = "transform/fleet_sum"
 DELTA_TO_CUMULATIVE: Final = "delta_to_cumulative/fleet"
-
-
-def prometheus_label(attribute: str) -> str:
-    """An attribute name as Prometheus shows it (the exporters' underscore escaping)."""
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in attribute)
 
 
 # What identifies a source rather than describing what it measures: dropped from the
@@ -115,12 +110,6 @@ SLO_HISTOGRAMS: Final = {
 def vocabulary_regex() -> str:
     # Vocabulary names are constants matching ^modelplane_[a-z][a-z0-9_]*$: nothing to escape.
     return "^(" + "|".join(sorted(m.name for m in VOCABULARY)) + ")$"
-
-
-def ottl_float(value: float) -> str:
-    """A float as an OTTL float literal (always with a decimal point)."""
-    text = le_label(value)
-    return text if "." in text else f"{text}.0"
 
 
 def slo_boundary_statements(slo: SloTargets) -> list[str]:
@@ -287,10 +276,7 @@ def fleet_pipeline_processors() -> list[str]:
 
 def le_label(bound: float) -> str:
     """A bucket boundary as the `le` label Prometheus stores (Go's shortest 'f' format)."""
-    text = format(Decimal(repr(float(bound))), "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
+    return plain_decimal(bound)
 
 
 def fleet_selector(extra: str = "") -> str:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from functions.common.contracts import KIND_SCALED_OBJECT
+from functions.common.quantity import quantity_float
+from functions.common.scheduling import Taint, Toleration
 from functions.runtime.policy import PolicySpec, parse_time, rfc3339, spec_hash
 
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
@@ -45,70 +47,12 @@ REASON_OBSERVED: Final = "Observed"
 REASON_OBSERVATION_FAILED: Final = "ObservationFailed"
 REASON_NOT_A_MEMBER: Final = "NotAMember"
 
-_QUANTITY_SUFFIXES: Final = {
-    "n": 1e-9,
-    "u": 1e-6,
-    "m": 1e-3,
-    "": 1.0,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
-def parse_quantity(value: Any) -> float:
-    """A Kubernetes quantity (`500m`, `80Gi`, `1e3`, `4`) as a float."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    for suffix in sorted(_QUANTITY_SUFFIXES, key=len, reverse=True):
-        if suffix and text.endswith(suffix):
-            number = text[: -len(suffix)]
-            try:
-                return float(number) * _QUANTITY_SUFFIXES[suffix]
-            except ValueError:
-                continue
-    return float(text)
-
 
 def parse_resources(mapping: dict | None) -> dict[str, float]:
-    return {name: parse_quantity(q) for name, q in sorted((mapping or {}).items())}
+    return {name: quantity_float(q) for name, q in sorted((mapping or {}).items())}
 
 
 # --- inputs -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: str
-    value: str = ""
-
-
-@dataclass(frozen=True)
-class Toleration:
-    key: str = ""
-    operator: str = "Equal"  # Equal | Exists
-    value: str = ""
-    effect: str = ""  # "" tolerates every effect
-
-    def tolerates(self, taint: Taint) -> bool:
-        if self.effect and self.effect != taint.effect:
-            return False
-        if not self.key:
-            return self.operator == "Exists"
-        if self.key != taint.key:
-            return False
-        return self.operator == "Exists" or self.value == taint.value
 
 
 @dataclass(frozen=True)
@@ -550,7 +494,7 @@ def node_info(node: dict, pods_on_node: list[dict]) -> NodeInfo:
         allocatable=parse_resources(status.get("allocatable")),
         used=used,
         taints=tuple(
-            Taint(t.get("key", ""), t.get("effect", ""), t.get("value", ""))
+            Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
             for t in spec.get("taints") or []
         ),
         ready=conditions.get("Ready") == "True",
