@@ -18,6 +18,7 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from functions.common.conditions import is_ready
 from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP, LABEL_SERVING
 from functions.runtime.acting import Actor, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
@@ -363,14 +364,7 @@ class Agent:
         pods = core.list_pod_for_all_namespaces(label_selector=LABEL_SERVING)
         plain = [self.local.sanitize_for_serialization(p) for p in pods.items]
         ready = {
-            key: sum(
-                1
-                for p in group
-                if any(
-                    c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (p.get("status") or {}).get("conditions") or []
-                )
-            )
+            key: sum(1 for p in group if is_ready(p))
             for key, group in group_by_replica(plain).items()
         }
         self.metrics.model_health(

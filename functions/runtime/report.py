@@ -31,6 +31,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from functions.common.conditions import Condition, is_ready
 from functions.common.contracts import KIND_SCALED_OBJECT
 from functions.common.quantity import quantity_float
 from functions.common.scheduling import Taint, Toleration
@@ -256,14 +257,6 @@ class Report:
 
 
 @dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
 class StaticDiagnostics:
     registered_nodes: int
     filtered_nodes: int  # nodes left out: not registered, not ready, or not admitting the pod
@@ -469,7 +462,7 @@ def pod_state(pod: dict) -> PodState:
     return PodState(
         name=meta.get("name", ""),
         node=spec.get("nodeName") or None,
-        ready=(conditions.get("Ready") or {}).get("status") == "True",
+        ready=is_ready(pod),
         unschedulable=scheduled.get("status") == "False"
         and scheduled.get("reason") == "Unschedulable",
         terminating=bool(meta.get("deletionTimestamp"))
@@ -487,7 +480,6 @@ def node_info(node: dict, pods_on_node: list[dict]) -> NodeInfo:
     for pod in pods_on_node:
         for name, q in pod_needs_from_template(pod).requests.items():
             used[name] = used.get(name, 0.0) + q
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     return NodeInfo(
         name=meta.get("name", ""),
         labels=dict(meta.get("labels") or {}),
@@ -497,7 +489,7 @@ def node_info(node: dict, pods_on_node: list[dict]) -> NodeInfo:
             Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
             for t in spec.get("taints") or []
         ),
-        ready=conditions.get("Ready") == "True",
+        ready=is_ready(node),
         unschedulable=bool(spec.get("unschedulable")),
     )
 
