@@ -102,15 +102,6 @@ KEPT_RESOURCE_ATTRIBUTES: Final = (
     "service.name",  # the scrape job: engines, endpoint pickers, envoy proxies, substrate
 )
 
-# Data-point labels each vocabulary metric keeps through aggregation.
-MODEL_LABEL: Final = "model"
-FINISH_REASON_LABEL: Final = "finish_reason"
-KEPT_LABELS: Final[dict[str, tuple[str, ...]]] = {
-    "modelplane_requests_total": (MODEL_LABEL, FINISH_REASON_LABEL),
-}
-# A ratio is averaged over pods; every other vocabulary metric is a count, a sum or a
-# histogram of events, which add.
-MEAN_AGGREGATED: Final = frozenset({"modelplane_kv_cache_usage"})
 
 ENGINES_JOB: Final = "modelplane-engines"
 ENDPOINT_PICKERS_JOB: Final = "modelplane-endpoint-pickers"
@@ -288,8 +279,8 @@ def _aggregate_processor() -> dict[str, Any]:
                 "operations": [
                     {
                         "action": "aggregate_labels",
-                        "label_set": list(KEPT_LABELS.get(metric.name, (MODEL_LABEL,))),
-                        "aggregation_type": "mean" if metric.name in MEAN_AGGREGATED else "sum",
+                        "label_set": list(metric.labels),
+                        "aggregation_type": str(metric.aggregation),
                     }
                 ],
             }

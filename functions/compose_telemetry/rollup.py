@@ -54,7 +54,7 @@ from functions.common.contracts import (
 )
 from functions.common.exposition import ottl_float, plain_decimal, prometheus_label
 from functions.common.telemetrydestination import SloTargets
-from functions.common.vocabulary import VOCABULARY, MetricType
+from functions.common.vocabulary import SLO_HISTOGRAMS, VOCABULARY, MetricType
 
 # Where each replica keeps its snapshot of every source's latest value (loopback only).
 SNAPSHOT_PORT: Final = 9465
@@ -99,12 +99,6 @@ SOURCE_LABELS: Final = frozenset(
 
 SLO_BOUNDARY_LABEL: Final = "modelplane_slo_boundary"
 SLO_BOUNDARY_MISSING: Final = "missing"
-
-# The SLO histograms and the destination field that sets each one's target.
-SLO_HISTOGRAMS: Final = {
-    "time_to_first_token": "modelplane_time_to_first_token",
-    "time_per_output_token": "modelplane_time_per_output_token",
-}
 
 
 def vocabulary_regex() -> str:
