@@ -130,20 +130,18 @@ def test_gateway_address_comes_from_the_observed_gateway():
 
 
 def test_the_embedded_crd_is_the_apis_file():
-    # One source: apis/adaptivepolicies/definition.yaml. UPDATE_GOLDEN=1 rewrites the copy.
+    # One source: apis/adaptivepolicies/definition.yaml. UPDATE_GOLDEN=1 refreshes the copy.
     source = REPO / "apis" / "adaptivepolicies" / "definition.yaml"
-    copy = REPO / "functions" / "compose_serving_stack" / "adaptivepolicy_crd.py"
+    copy = REPO / "functions" / "compose_serving_stack" / adaptivepolicy_crd.CRD_FILE
     if os.environ.get("UPDATE_GOLDEN") == "1":
-        text = copy.read_text()
-        head, _, rest = text.partition('CRD_YAML: Final = r"""\n')
-        _, _, tail = rest.partition('"""\n')
-        copy.write_text(f'{head}CRD_YAML: Final = r"""\n{source.read_text()}"""\n{tail}')
+        copy.write_bytes(source.read_bytes())
         importlib.reload(adaptivepolicy_crd)
-    assert adaptivepolicy_crd.crd() == yaml.safe_load(source.read_text()), (
+    assert copy.read_bytes() == source.read_bytes(), (
         "apis/adaptivepolicies/definition.yaml changed; refresh the copy the function image "
         "carries: UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_serving_stack_compose.py "
         "-k embedded_crd"
     )
+    assert adaptivepolicy_crd.crd() == yaml.safe_load(source.read_text())
 
 
 def test_the_runtime_uses_the_shared_names():
