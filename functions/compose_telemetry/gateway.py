@@ -26,12 +26,11 @@ from functions.common.contracts import (
     COLLECTOR_IMAGE,
     GATEWAY_OTLP_GRPC_PORT,
     GATEWAY_OTLP_HTTP_PORT,
-    OBJECT_API_VERSION,
-    OBJECT_KIND,
     TELEMETRY_TOKEN_SECRET_KEY,
     TELEMETRY_TOKEN_SECRET_NAME,
 )
 from functions.common.naming import dns_label, resource_key, stable_hash
+from functions.common.objects import provider_object
 from functions.common.telemetrydestination import (
     Exporter,
     ExporterType,
@@ -229,27 +228,18 @@ def _object(
     references: list[dict[str, Any]] | None = None,
     derive_readiness: bool = False,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "forProvider": {"manifest": manifest},
-        "providerConfigRef": {
+    return provider_object(
+        name=dns_label(destination.name, "gateway", part),
+        # Beside the token Secret, so the references that copy it stay in-namespace.
+        namespace=destination.gateway.token.namespace,
+        manifest=manifest,
+        provider_config_ref={
             "name": destination.gateway.provider_config_name,
             "kind": destination.gateway.provider_config_kind,
         },
-    }
-    if references:
-        spec["references"] = references
-    if derive_readiness:
-        spec["readiness"] = {"policy": "DeriveFromObject"}
-    return {
-        "apiVersion": OBJECT_API_VERSION,
-        "kind": OBJECT_KIND,
-        "metadata": {
-            "name": dns_label(destination.name, "gateway", part),
-            # Beside the token Secret, so the references that copy it stay in-namespace.
-            "namespace": destination.gateway.token.namespace,
-        },
-        "spec": spec,
-    }
+        references=references,
+        derive_readiness=derive_readiness,
+    )
 
 
 def _copy_key(source_namespace: str, source_name: str, source_key: str, to_key: str) -> dict:
