@@ -41,6 +41,13 @@ ANNOTATION_RETRY: Final = "modelplane.ai/retry"  # a new value unparks a parked 
 # On every composed pod template: the definition (ModelReplica spec.definitionHash) the pod
 # runs. The member's agent counts start failures per definition from it.
 ANNOTATION_DEFINITION_HASH: Final = "modelplane.ai/definition-hash"
+# On a collector's pod template (cluster, node and gateway tier): the hash of the config it
+# mounts, so a new config rolls the pods instead of waiting for a restart.
+ANNOTATION_CONFIG_HASH: Final = "modelplane.ai/config-hash"
+
+# The contrib distribution carries every component the collector tiers and the gateway
+# use; the tests run a collector built from the same release's modules (hack/tools/otelcol).
+COLLECTOR_IMAGE: Final = "otel/opentelemetry-collector-contrib:0.161.0"
 
 # --- Ports ----------------------------------------------------------------------------
 

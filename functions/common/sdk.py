@@ -43,6 +43,20 @@ def describe_composite(xr: dict) -> str:
     return f"{xr.get('kind', '<unknown kind>')} {name}"
 
 
+def sdk_condition(condition: conditions.Condition) -> resource.Condition:
+    return resource.Condition(
+        typ=condition.type,
+        status=condition.status,
+        reason=condition.reason,
+        message=condition.message,
+    )
+
+
+def set_conditions(rsp: fnv1.RunFunctionResponse, *decided: conditions.Condition) -> None:
+    """Write the conditions pure code decided onto the XR, in the order given."""
+    response.set_conditions(rsp, *(sdk_condition(c) for c in decided))
+
+
 def report_not_composing_yet(
     rsp: fnv1.RunFunctionResponse, function: str, given: str, issue: str
 ) -> None:

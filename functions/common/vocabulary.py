@@ -1,14 +1,27 @@
 """The one metric vocabulary every engine's metrics are renamed into.
 
 Base units only (seconds, ratio 0-1, counts); each series keeps engine and model as
-attributes. MetricMapping validation, the collector's transform rules and the fleet
-roll-up all read this table, so a new entry is added here and nowhere else.
+attributes. MetricMapping validation, the collector's transform rules and aggregation,
+and the fleet roll-up all read this table, so a new entry is added here and nowhere else:
+how its points merge across pods (`labels`, `aggregation`) and whether the fleet reports
+an SLO over it (`slo_target`) are properties of the entry, not lists kept elsewhere.
 """
 
 import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
+
+# Data-point labels a metric keeps when the collector merges its pods' points.
+MODEL_LABEL: Final = "model"
+FINISH_REASON_LABEL: Final = "finish_reason"
+
+
+class Aggregation(StrEnum):
+    """How the collector merges one metric's points across pods."""
+
+    SUM = "sum"  # counts, sums and histograms of events add
+    MEAN = "mean"  # a ratio is averaged
 
 
 class MetricType(StrEnum):
@@ -23,6 +36,11 @@ class VocabularyMetric:
     type: MetricType
     unit: str
     description: str
+    # The data-point labels kept through aggregation (every other label is merged away).
+    labels: tuple[str, ...] = (MODEL_LABEL,)
+    aggregation: Aggregation = Aggregation.SUM
+    # The TelemetryDestination SLO (a field of its SloTargets) set over this histogram.
+    slo_target: str | None = None
 
 
 VOCABULARY: Final[tuple[VocabularyMetric, ...]] = (
@@ -36,19 +54,25 @@ VOCABULARY: Final[tuple[VocabularyMetric, ...]] = (
         "Requests queued, not yet scheduled.",
     ),
     VocabularyMetric(
-        "modelplane_kv_cache_usage", MetricType.GAUGE, "1", "KV-cache occupancy, ratio 0-1."
+        "modelplane_kv_cache_usage",
+        MetricType.GAUGE,
+        "1",
+        "KV-cache occupancy, ratio 0-1.",
+        aggregation=Aggregation.MEAN,
     ),
     VocabularyMetric(
         "modelplane_time_to_first_token",
         MetricType.HISTOGRAM,
         "s",
         "Seconds from arrival to first token.",
+        slo_target="time_to_first_token",
     ),
     VocabularyMetric(
         "modelplane_time_per_output_token",
         MetricType.HISTOGRAM,
         "s",
         "Seconds per output token after the first.",
+        slo_target="time_per_output_token",
     ),
     VocabularyMetric(
         "modelplane_inter_token_latency",
@@ -76,6 +100,7 @@ VOCABULARY: Final[tuple[VocabularyMetric, ...]] = (
         MetricType.COUNTER,
         "{request}",
         "Requests finished, by finish reason.",
+        labels=(MODEL_LABEL, FINISH_REASON_LABEL),
     ),
     VocabularyMetric(
         "modelplane_prefix_cache_hits_total", MetricType.COUNTER, "{token}", "Prefix-cache hits."
@@ -89,6 +114,9 @@ VOCABULARY: Final[tuple[VocabularyMetric, ...]] = (
 )
 
 VOCABULARY_BY_NAME: Final = {m.name: m for m in VOCABULARY}
+
+# The SLO histograms, by the destination field that sets each one's target.
+SLO_HISTOGRAMS: Final = {m.slo_target: m.name for m in VOCABULARY if m.slo_target}
 
 # The patterns the XRDs enforce too (apis/metricmappings/definition.yaml): a name that
 # matches them cannot carry a quote, a brace or whitespace into a generated OTTL or

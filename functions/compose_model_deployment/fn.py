@@ -29,8 +29,8 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 
 from functions.common import contracts
-from functions.common.sdk import describe_composite
-from functions.compose_model_deployment import manifests, status
+from functions.common.sdk import describe_composite, set_conditions
+from functions.compose_model_deployment import manifests, parking, status
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.model import (
     Cluster,
@@ -42,7 +42,6 @@ from functions.compose_model_deployment.model import (
     read_holding,
 )
 from functions.compose_model_deployment.placement import PlacementPlan, place
-from functions.runtime import parking
 
 REQUIRED_CLUSTERS: Final = "inference-clusters"
 REQUIRED_REPLICAS: Final = "model-replicas"
@@ -127,9 +126,9 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         ]
         if missing:
             self._keep_existing(rsp, observed_own)
-            self._set_conditions(
+            set_conditions(
                 rsp,
-                status.waiting_conditions(
+                *status.waiting_conditions(
                     f"asked for {' and '.join(missing)}; placing nothing new until they arrive"
                 ),
             )
@@ -222,9 +221,9 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             response.normal(rsp, f"{name} unparked: {decision.why_unparked}")
         if unplaceable.warn:
             response.warning(rsp, f"{name}: {plan.unplaceable} replicas fit nowhere: {plan.reason}")
-        self._set_conditions(
+        set_conditions(
             rsp,
-            status.derive_conditions(
+            *status.derive_conditions(
                 desired=deployment.replicas,
                 plan=plan,
                 ready=sum(ready_by_cluster.values()),
@@ -331,13 +330,3 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             for section, fields in manifests.PER_CLUSTER_FIELDS.items():
                 for field in fields:
                     target[section][field] = body[section][field]
-
-    @staticmethod
-    def _set_conditions(rsp: fnv1.RunFunctionResponse, derived: list[status.Condition]) -> None:
-        response.set_conditions(
-            rsp,
-            *(
-                resource.Condition(typ=c.type, status=c.status, reason=c.reason, message=c.message)
-                for c in derived
-            ),
-        )

@@ -13,19 +13,10 @@ from __future__ import annotations
 from typing import Final
 
 from functions.common import contracts
+from functions.common.adaptivepolicy import PASSTHROUGH_FIELDS
 from functions.common.naming import dns_label, resource_key
 from functions.compose_model_deployment.model import Cluster, Deployment, Pool
 
-# AdaptivePolicy.spec fields a deployment's autoscaling passes through unchanged.
-_POLICY_FIELDS: Final = (
-    "mode",
-    "signals",
-    "capacity",
-    "latencySLO",
-    "errorRateSLO",
-    "escalation",
-    "traffic",
-)
 _LABEL_VALUE_MAX: Final = 63
 
 # The only fields in which a deployment's ModelReplicas differ from one another; the
@@ -54,7 +45,7 @@ def autoscaling_spec(deployment: Deployment, used: list[tuple[Cluster, str]]) ->
     """AdaptivePolicy.spec without `workload`, for every cluster the deployment uses."""
     if not deployment.autoscaling:
         return None
-    spec = {k: deployment.autoscaling[k] for k in _POLICY_FIELDS if k in deployment.autoscaling}
+    spec = {k: deployment.autoscaling[k] for k in PASSTHROUGH_FIELDS if k in deployment.autoscaling}
     spec["clusters"] = [
         {
             "name": cluster.name,

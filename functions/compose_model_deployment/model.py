@@ -13,13 +13,14 @@ from typing import Any
 
 from functions.common import contracts
 from functions.common.health import HealthRecord
+from functions.common.quantity import parse_quantity
+from functions.common.scheduling import Taint, Toleration
+from functions.compose_model_deployment import parking
 from functions.compose_model_deployment.cel_env import (
     DeviceProfile,
     Semver,
-    parse_quantity,
     qualify,
 )
-from functions.runtime import parking
 
 
 class InputError(ValueError):
@@ -61,34 +62,6 @@ class LabelSelector:
         return all(labels.get(k) == v for k, v in self.match_labels) and all(
             r.matches(labels) for r in self.match_expressions
         )
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    value: str
-    effect: str  # NoSchedule, PreferNoSchedule, NoExecute
-
-    def __str__(self) -> str:
-        return (
-            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
-        )
-
-
-@dataclass(frozen=True)
-class Toleration:
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
-
-    def tolerates(self, taint: Taint) -> bool:
-        """The core/v1 rule: an empty key with Exists tolerates every taint."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == "Exists":
-            return not self.key or self.key == taint.key
-        return self.key == taint.key and self.value == taint.value
 
 
 # --- The deployment -------------------------------------------------------------------------

@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from functions.common import conditions
+from functions.common.conditions import Condition
+from functions.compose_model_deployment.parking import Baseline, Decision, Parked
 from functions.compose_model_deployment.placement import PlacementPlan
-from functions.runtime.parking import Baseline, Decision, Parked
 
 WARN_EVERY: Final = timedelta(minutes=10)
 
@@ -29,14 +30,6 @@ REASON_READY: Final = "Ready"
 REASON_SHORT: Final = "Short"
 REASON_REPEATED_FAILURES: Final = "RepeatedStartFailures"
 REASON_NOT_PARKED: Final = "NotParked"
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str  # True, False, Unknown
-    reason: str
-    message: str
 
 
 def _parse(timestamp: str) -> datetime | None:

@@ -16,6 +16,7 @@ pods.
 
 from __future__ import annotations
 
+from functions.common.adaptivepolicy import POLICY_FIELDS
 from functions.common.contracts import (
     AUTOSCALING_GROUP_VERSION,
     KIND_ADAPTIVE_POLICY,
@@ -31,19 +32,6 @@ from functions.common.naming import dns_label
 from functions.compose_model_replica.backends.base import Workload
 from functions.compose_model_replica.model import ModelReplica
 
-# AdaptivePolicy.spec's fields other than `workload` (apis/adaptivepolicies): only these
-# are copied, in this order, so every member writes the same bytes.
-POLICY_FIELDS = (
-    "mode",
-    "clusters",
-    "route",
-    "signals",
-    "capacity",
-    "latencySLO",
-    "errorRateSLO",
-    "escalation",
-    "traffic",
-)
 SCALER_ADDRESS = f"{SCALER_SERVICE_NAME}.{SYSTEM_NAMESPACE}.svc.cluster.local:{SCALER_PORT}"
 PAUSED_REPLICAS_ANNOTATION = "autoscaling.keda.sh/paused-replicas"
 

@@ -13,7 +13,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions
-from functions.common.sdk import describe_composite, observed_composite
+from functions.common.conditions import Condition
+from functions.common.sdk import describe_composite, observed_composite, set_conditions
 from functions.compose_model_replica.compose import HEALTH_KEY, compose
 from functions.compose_model_replica.model import InvalidReplica, parse
 from functions.compose_model_replica.status import observe
@@ -60,21 +61,18 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         rsp.desired.composite.ready = (
             fnv1.Ready.READY_TRUE if status.ready else fnv1.Ready.READY_FALSE
         )
-        response.set_conditions(
+        set_conditions(
             rsp,
-            resource.Condition(
-                typ=conditions.COMPOSED,
-                status="True",
+            Condition(
+                type=conditions.COMPOSED,
+                status=conditions.TRUE,
                 reason=REASON_COMPOSED,
                 message=(
                     f"{len(plan.composed)} objects for cluster {replica.cluster.name} "
                     f"({replica.cluster.stack} stack, {replica.shape.value})"
                 ),
             ),
-            *(
-                resource.Condition(typ=c.type, status=c.status, reason=c.reason, message=c.message)
-                for c in status.conditions
-            ),
+            *status.conditions,
         )
         log.debug("composed", objects=len(plan.composed), ready=status.ready_replicas)
         return rsp

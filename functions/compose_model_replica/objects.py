@@ -15,10 +15,9 @@ from functions.common.contracts import (
     LABEL_CLUSTER,
     LABEL_DEPLOYMENT,
     LABEL_SERVING,
-    OBJECT_API_VERSION,
-    OBJECT_KIND,
 )
 from functions.common.naming import dns_label, resource_key
+from functions.common.objects import provider_object
 from functions.compose_model_replica.model import ModelReplica
 
 OBSERVE_ONLY = ("Observe",)
@@ -45,31 +44,22 @@ def envelope(
     management_policies: tuple[str, ...] = (),
 ) -> Composed:
     key = resource_key(key)
-    spec: dict = {
-        "forProvider": {"manifest": manifest},
-        "providerConfigRef": {
-            "kind": replica.cluster.provider_config_ref.kind,
-            "name": replica.cluster.provider_config_ref.name,
-        },
-    }
-    if management_policies:
-        spec["managementPolicies"] = list(management_policies)
-    if ready_cel:
-        spec["readiness"] = {"policy": "DeriveFromCelQuery", "celQuery": ready_cel}
     return Composed(
         key,
-        {
-            "apiVersion": OBJECT_API_VERSION,
-            "kind": OBJECT_KIND,
-            "metadata": {
-                "name": dns_label(replica.name, key),
-                "namespace": replica.namespace,
-                "labels": {
-                    LABEL_SERVING: replica.name,
-                    LABEL_DEPLOYMENT: replica.deployment,
-                    LABEL_CLUSTER: replica.cluster.name,
-                },
+        provider_object(
+            name=dns_label(replica.name, key),
+            namespace=replica.namespace,
+            labels={
+                LABEL_SERVING: replica.name,
+                LABEL_DEPLOYMENT: replica.deployment,
+                LABEL_CLUSTER: replica.cluster.name,
             },
-            "spec": spec,
-        },
+            manifest=manifest,
+            provider_config_ref={
+                "kind": replica.cluster.provider_config_ref.kind,
+                "name": replica.cluster.provider_config_ref.name,
+            },
+            ready_cel=ready_cel,
+            management_policies=management_policies,
+        ),
     )

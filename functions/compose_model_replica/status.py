@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from functions.common import conditions
+from functions.common.conditions import Condition
 from functions.common.health import HealthRecord
 from functions.compose_model_replica.backends.base import Workload
 from functions.compose_model_replica.model import ModelReplica
@@ -22,14 +23,6 @@ REASON_PROGRESSING = "Progressing"
 REASON_START_FAILING = "StartFailing"
 REASON_SERVING = "Serving"
 REASON_NO_READY_REPLICAS = "NoReadyReplicas"
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str  # "True" | "False"
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -66,10 +59,7 @@ def remote(observed_object: dict | None) -> dict | None:
 
 
 def object_ready(observed_object: dict) -> bool:
-    for condition in (observed_object.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
+    return conditions.is_ready(observed_object)
 
 
 def _count(value) -> int:

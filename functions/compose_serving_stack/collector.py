@@ -47,8 +47,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from functions.common import contracts, vocabulary
+from functions.common.exposition import prometheus_label
+from functions.common.metricmapping import MetricMapping
 from functions.compose_serving_stack import substrate_targets
-from functions.compose_serving_stack.mappings import MetricMapping
 from functions.compose_serving_stack.substrate_targets import ScrapeTarget
 
 # Where the collector reads the gateway token: a Secret volume mounted at this path.
@@ -101,15 +102,6 @@ KEPT_RESOURCE_ATTRIBUTES: Final = (
     "service.name",  # the scrape job: engines, endpoint pickers, envoy proxies, substrate
 )
 
-# Data-point labels each vocabulary metric keeps through aggregation.
-MODEL_LABEL: Final = "model"
-FINISH_REASON_LABEL: Final = "finish_reason"
-KEPT_LABELS: Final[dict[str, tuple[str, ...]]] = {
-    "modelplane_requests_total": (MODEL_LABEL, FINISH_REASON_LABEL),
-}
-# A ratio is averaged over pods; every other vocabulary metric is a count, a sum or a
-# histogram of events, which add.
-MEAN_AGGREGATED: Final = frozenset({"modelplane_kv_cache_usage"})
 
 ENGINES_JOB: Final = "modelplane-engines"
 ENDPOINT_PICKERS_JOB: Final = "modelplane-endpoint-pickers"
@@ -167,11 +159,6 @@ def _engine_condition(engine: str) -> str:
 
 def _any_name(names: Sequence[str]) -> str:
     return " or ".join(f"metric.name == {_ottl_string(n)}" for n in names)
-
-
-def prometheus_label(kubernetes_label: str) -> str:
-    """How Prometheus' Kubernetes discovery spells a pod label in its meta labels."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", kubernetes_label)
 
 
 def _present_marker(target: str, index: int) -> str:
@@ -292,8 +279,8 @@ def _aggregate_processor() -> dict[str, Any]:
                 "operations": [
                     {
                         "action": "aggregate_labels",
-                        "label_set": list(KEPT_LABELS.get(metric.name, (MODEL_LABEL,))),
-                        "aggregation_type": "mean" if metric.name in MEAN_AGGREGATED else "sum",
+                        "label_set": list(metric.labels),
+                        "aggregation_type": str(metric.aggregation),
                     }
                 ],
             }

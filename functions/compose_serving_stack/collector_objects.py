@@ -22,12 +22,8 @@ from functions.compose_serving_stack.envelope import Composed, Target, object_
 
 COLLECTOR: Final = "modelplane-collector"
 NODE_COLLECTOR: Final = "modelplane-node-collector"
-# The contrib distribution carries every component both tiers use; the tests run a
-# collector built from the same release's modules (hack/tools/otelcol).
-COLLECTOR_IMAGE: Final = "otel/opentelemetry-collector-contrib:0.161.0"
 CONFIG_KEY: Final = "config.yaml"
 CONFIG_DIR: Final = "/etc/otelcol"
-CONFIG_HASH_ANNOTATION: Final = "modelplane.ai/config-hash"
 REPLICAS: Final = 1
 MEMORY_LIMIT: Final = "1Gi"
 
@@ -183,7 +179,7 @@ def _pod_spec(name: str, config_map: str, *, host_metrics: bool = False) -> dict
         "containers": [
             {
                 "name": "otelcol",
-                "image": COLLECTOR_IMAGE,
+                "image": contracts.COLLECTOR_IMAGE,
                 "args": [f"--config={CONFIG_DIR}/{CONFIG_KEY}"],
                 "env": env,
                 "ports": [{"name": "health", "containerPort": collector.HEALTH_PORT}],
@@ -246,7 +242,7 @@ def cluster_tier(target: Target, config: dict[str, Any]) -> list[Composed]:
                     "template": {
                         "metadata": {
                             "labels": labels,
-                            "annotations": {CONFIG_HASH_ANNOTATION: stable_hash(text)},
+                            "annotations": {contracts.ANNOTATION_CONFIG_HASH: stable_hash(text)},
                         },
                         "spec": _pod_spec(COLLECTOR, COLLECTOR),
                     },
@@ -282,7 +278,7 @@ def node_tier(target: Target, config: dict[str, Any]) -> list[Composed]:
                     "template": {
                         "metadata": {
                             "labels": labels,
-                            "annotations": {CONFIG_HASH_ANNOTATION: stable_hash(text)},
+                            "annotations": {contracts.ANNOTATION_CONFIG_HASH: stable_hash(text)},
                         },
                         "spec": pod,
                     },

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from functions.common import contracts
+from functions.common.metricmapping import ParsedMappings
 from functions.compose_serving_stack import collector, collector_objects, runtime_hosting, substrate
 from functions.compose_serving_stack.envelope import Composed, Target
-from functions.compose_serving_stack.mappings import ParsedMappings
 from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH, Telemetry
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from functions.common import contracts
 from functions.common.naming import dns_label, resource_key
+from functions.common.objects import provider_object
 
 COMPOSED_NAMESPACE: Final = "crossplane-system"
 RELEASE_API_VERSION: Final = "helm.m.crossplane.io/v1beta1"
@@ -59,24 +60,19 @@ def object_(
     namespace: str = COMPOSED_NAMESPACE,
 ) -> Composed:
     key = resource_key(key)
-    spec: dict[str, Any] = {
-        "forProvider": {"manifest": manifest},
-        "providerConfigRef": target.provider_config_ref(),
-    }
-    if ready_cel:
-        spec["readiness"] = {"policy": "DeriveFromCelQuery", "celQuery": ready_cel}
-    elif derive_readiness:
-        spec["readiness"] = {"policy": "DeriveFromObject"}
-    if references:
-        spec["references"] = references
+    meta = _metadata(target, key, namespace)
     return Composed(
         key,
-        {
-            "apiVersion": contracts.OBJECT_API_VERSION,
-            "kind": contracts.OBJECT_KIND,
-            "metadata": _metadata(target, key, namespace),
-            "spec": spec,
-        },
+        provider_object(
+            name=meta["name"],
+            namespace=meta["namespace"],
+            labels=meta["labels"],
+            manifest=manifest,
+            provider_config_ref=target.provider_config_ref(),
+            ready_cel=ready_cel,
+            derive_readiness=derive_readiness,
+            references=references,
+        ),
     )
 
 

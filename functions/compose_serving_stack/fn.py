@@ -19,7 +19,15 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions, contracts
-from functions.common.sdk import describe_composite, observed_composite
+from functions.common.conditions import Condition
+from functions.common.metricmapping import parse_mappings
+from functions.common.sdk import describe_composite, observed_composite, set_conditions
+from functions.common.telemetrydestination import (
+    InvalidDestination,
+    active_destination,
+    identity_of,
+    parse_destination,
+)
 from functions.compose_serving_stack import collector_objects, substrate
 from functions.compose_serving_stack.compose import (
     DestinationState,
@@ -28,20 +36,12 @@ from functions.compose_serving_stack.compose import (
     parse_cluster,
     plan,
 )
-from functions.compose_serving_stack.mappings import parse_mappings
 from functions.compose_serving_stack.status import (
-    Condition,
     gateway_address,
     is_ready,
     mappings_condition,
     readiness,
     unmapped_engine_types,
-)
-from functions.compose_telemetry.destination import (
-    InvalidDestination,
-    active_destination,
-    identity_of,
-    parse_destination,
 )
 
 REQUIRED_MAPPINGS: Final = "metric-mappings"
@@ -58,11 +58,6 @@ REASON_DESTINATION_INVALID: Final = "TelemetryDestinationInvalid"
 # sets the variable to the tag the function itself runs from.
 ENV_RUNTIME_IMAGE: Final = "MODELPLANE_RUNTIME_IMAGE"
 DEFAULT_RUNTIME_IMAGE: Final = "ghcr.io/modelplaneai/modelplane:v0.1.0"
-
-
-def _condition(c: Condition) -> resource.Condition:
-    text = "Unknown" if c.status is None else ("True" if c.status else "False")
-    return resource.Condition(typ=c.type, status=text, reason=c.reason, message=c.message)
 
 
 def _required(req: fnv1.RunFunctionRequest, name: str) -> list[dict] | None:
@@ -135,15 +130,13 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         if missing:
             # Not fetched yet is not "none exist": keep everything as it is and ask.
             self._keep(rsp, observed, set())
-            response.set_conditions(
+            set_conditions(
                 rsp,
-                _condition(
-                    Condition(
-                        conditions.COMPOSED,
-                        False,
-                        REASON_WAITING,
-                        f"waiting for {', '.join(missing)}",
-                    )
+                Condition(
+                    conditions.COMPOSED,
+                    conditions.FALSE,
+                    REASON_WAITING,
+                    f"waiting for {', '.join(missing)}",
                 ),
             )
             return rsp
@@ -196,13 +189,16 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         elif decided.keep_observed_collector:
             collector_ready = Condition(
                 conditions.COLLECTOR_READY,
-                is_ready(observed.get(collector_objects.DEPLOYMENT_KEY)),
+                conditions.truth(is_ready(observed.get(collector_objects.DEPLOYMENT_KEY))),
                 REASON_DESTINATION_INVALID,
                 decided.telemetry.reason,
             )
         else:
             collector_ready = Condition(
-                conditions.COLLECTOR_READY, False, REASON_DISABLED, decided.telemetry.reason
+                conditions.COLLECTOR_READY,
+                conditions.FALSE,
+                REASON_DISABLED,
+                decided.telemetry.reason,
             )
         refusals = mappings_condition(
             conditions.MAPPINGS_ACCEPTED, mappings.refused, len(mappings.accepted)
@@ -211,12 +207,12 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             f"{name} (stack {cluster.stack}, region {cluster.region}): "
             f"{len(decided.composed)} resources; telemetry {decided.telemetry.mode}"
         )
-        response.set_conditions(
+        set_conditions(
             rsp,
-            _condition(stack_ready),
-            _condition(collector_ready),
-            _condition(refusals),
-            _condition(Condition(conditions.COMPOSED, True, REASON_COMPOSED, composed_message)),
+            stack_ready,
+            collector_ready,
+            refusals,
+            Condition(conditions.COMPOSED, conditions.TRUE, REASON_COMPOSED, composed_message),
         )
         for refused in mappings.refused:
             response.warning(rsp, f"{refused.message}: left out of the collector on {cluster.name}")

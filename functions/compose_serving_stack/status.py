@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from functions.compose_serving_stack.mappings import RefusedMapping
+from functions.common import conditions
+from functions.common.conditions import Condition
+from functions.common.metricmapping import RefusedMapping
 
 MODE_PUSH: Final = "Push"
 MODE_DISABLED: Final = "Disabled"
@@ -25,14 +27,6 @@ class Reason(StrEnum):
     PUSHING = "Pushing"
     ALL_ACCEPTED = "AllAccepted"
     REFUSED = "MappingRefused"
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: bool | None
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -72,12 +66,7 @@ def unmapped_engine_types(
 
 def is_ready(observed: Mapping[str, Any] | None) -> bool | None:
     """A composed resource's Ready condition: True, False, or None when not observed yet."""
-    if not observed:
-        return None
-    for condition in (observed.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
+    return None if not observed else conditions.is_ready(observed)
 
 
 def _names(keys: Sequence[str], limit: int = 5) -> str:
@@ -94,18 +83,21 @@ def readiness(
     waiting = [k for k in keys if is_ready(observed.get(k)) is False]
     if not unseen and not waiting:
         return Condition(
-            condition_type, True, Reason.READY, f"{what}: all {len(keys)} resources are ready"
+            condition_type,
+            conditions.TRUE,
+            Reason.READY,
+            f"{what}: all {len(keys)} resources are ready",
         )
     if waiting:
         return Condition(
             condition_type,
-            False,
+            conditions.FALSE,
             Reason.NOT_READY,
             f"{what}: not ready yet: {_names(waiting + unseen)}",
         )
     return Condition(
         condition_type,
-        False,
+        conditions.FALSE,
         Reason.CREATING,
         f"{what}: being created: {_names(unseen)}",
     )
@@ -130,13 +122,13 @@ def mappings_condition(
     if not refused:
         return Condition(
             condition_type,
-            True,
+            conditions.TRUE,
             Reason.ALL_ACCEPTED,
             f"{accepted} MetricMappings are in the collector",
         )
     return Condition(
         condition_type,
-        False,
+        conditions.FALSE,
         Reason.REFUSED,
         "refused (the rest of the collector config still renders): "
         + "; ".join(r.message for r in refused),

@@ -18,14 +18,15 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions, contracts
-from functions.common.sdk import describe_composite, observed_composite
-from functions.compose_telemetry import gateway
-from functions.compose_telemetry.destination import (
+from functions.common.conditions import Condition
+from functions.common.sdk import describe_composite, observed_composite, sdk_condition
+from functions.common.telemetrydestination import (
     InvalidDestination,
     active_destination,
     identity_of,
     parse_destination,
 )
+from functions.compose_telemetry import gateway
 from functions.compose_telemetry.mapping_validation import validate_mapping
 
 REQUIRED_DESTINATIONS = "telemetry-destinations"
@@ -44,15 +45,13 @@ REASON_NOT_COMPOSED: str = "NotComposed"
 
 
 def _condition(typ: str, status: bool | None, reason: str, message: str) -> resource.Condition:
-    text = "Unknown" if status is None else ("True" if status else "False")
-    return resource.Condition(typ=typ, status=text, reason=reason, message=message)
+    return sdk_condition(Condition(typ, conditions.truth(status), reason, message))
 
 
 def _ready(observed: dict) -> bool | None:
-    for condition in (observed.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return None
+    """Ready=True or False as the gateway's Object says; None while it says nothing."""
+    said = conditions.condition_status(observed, conditions.READY)
+    return None if said is None else said == conditions.TRUE
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):

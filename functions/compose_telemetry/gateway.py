@@ -22,24 +22,24 @@ from typing import Any, Final
 import yaml
 
 from functions.common.contracts import (
+    ANNOTATION_CONFIG_HASH,
+    COLLECTOR_IMAGE,
     GATEWAY_OTLP_GRPC_PORT,
     GATEWAY_OTLP_HTTP_PORT,
-    OBJECT_API_VERSION,
-    OBJECT_KIND,
     TELEMETRY_TOKEN_SECRET_KEY,
     TELEMETRY_TOKEN_SECRET_NAME,
 )
 from functions.common.naming import dns_label, resource_key, stable_hash
-from functions.compose_telemetry import rollup
-from functions.compose_telemetry.destination import (
+from functions.common.objects import provider_object
+from functions.common.telemetrydestination import (
     Exporter,
     ExporterType,
     TelemetryDestination,
 )
+from functions.compose_telemetry import rollup
 
 GATEWAY_NAMESPACE: Final = "modelplane-telemetry"
 GATEWAY_NAME: Final = "modelplane-telemetry-gateway"
-GATEWAY_IMAGE: Final = "otel/opentelemetry-collector-contrib:0.161.0"
 CONFIG_FILE: Final = "config.yaml"
 CONFIG_DIR: Final = "/etc/modelplane/gateway"
 TOKEN_DIR: Final = "/etc/modelplane/token"
@@ -50,7 +50,6 @@ HEALTH_PORT: Final = 13133
 TELEMETRY_PORT: Final = 8888
 LABEL_APP: Final = "app.kubernetes.io/name"
 LABEL_COMPONENT_VALUE: Final = "telemetry-gateway"
-ANNOTATION_CONFIG_HASH: Final = "modelplane.ai/config-hash"
 
 EXPORTER_IDS: Final = {
     ExporterType.OTLP_GRPC: "otlp_grpc/destination",
@@ -229,27 +228,18 @@ def _object(
     references: list[dict[str, Any]] | None = None,
     derive_readiness: bool = False,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "forProvider": {"manifest": manifest},
-        "providerConfigRef": {
+    return provider_object(
+        name=dns_label(destination.name, "gateway", part),
+        # Beside the token Secret, so the references that copy it stay in-namespace.
+        namespace=destination.gateway.token.namespace,
+        manifest=manifest,
+        provider_config_ref={
             "name": destination.gateway.provider_config_name,
             "kind": destination.gateway.provider_config_kind,
         },
-    }
-    if references:
-        spec["references"] = references
-    if derive_readiness:
-        spec["readiness"] = {"policy": "DeriveFromObject"}
-    return {
-        "apiVersion": OBJECT_API_VERSION,
-        "kind": OBJECT_KIND,
-        "metadata": {
-            "name": dns_label(destination.name, "gateway", part),
-            # Beside the token Secret, so the references that copy it stay in-namespace.
-            "namespace": destination.gateway.token.namespace,
-        },
-        "spec": spec,
-    }
+        references=references,
+        derive_readiness=derive_readiness,
+    )
 
 
 def _copy_key(source_namespace: str, source_name: str, source_key: str, to_key: str) -> dict:
@@ -425,7 +415,7 @@ def _deployment(destination: TelemetryDestination, config_text: str, *, has_tls:
                     "containers": [
                         {
                             "name": "collector",
-                            "image": GATEWAY_IMAGE,
+                            "image": COLLECTOR_IMAGE,
                             "args": [f"--config={CONFIG_DIR}/{CONFIG_FILE}"],
                             "env": env,
                             "ports": [

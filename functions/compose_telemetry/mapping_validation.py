@@ -1,7 +1,7 @@
 """Whether a MetricMapping may be used, and why not: the answer its status reports.
 
 One set of rules for everyone: the parse compose-serving-stack renders from
-(`functions.compose_serving_stack.mappings.parse_mappings` — strict names, vocabulary
+(`functions.common.metricmapping.parse_mappings` — strict names, vocabulary
 targets, each target once with several `from` names only as version alternatives,
 positive scale, one mapping per engine, no rename onto a reserved or roll-up label). A
 mapping is valid when it parses; compose-serving-stack renders exactly the mappings that
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from functions.compose_serving_stack.mappings import parse_mappings
+from functions.common.metricmapping import parse_mappings
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,6 @@ away.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any, Final
 
 from functions.common.contracts import (
@@ -53,8 +52,9 @@ from functions.common.contracts import (
     RESOURCE_ATTRIBUTE_GATEWAY,
     RESOURCE_ATTRIBUTE_SCOPE,
 )
-from functions.common.vocabulary import VOCABULARY, MetricType
-from functions.compose_telemetry.destination import SloTargets
+from functions.common.exposition import ottl_float, plain_decimal, prometheus_label
+from functions.common.telemetrydestination import SloTargets
+from functions.common.vocabulary import SLO_HISTOGRAMS, VOCABULARY, MetricType
 
 # Where each replica keeps its snapshot of every source's latest value (loopback only).
 SNAPSHOT_PORT: Final = 9465
@@ -81,11 +81,6 @@ TRANSFORM_AGGREGATE: Final = "transform/fleet_sum"
 DELTA_TO_CUMULATIVE: Final = "delta_to_cumulative/fleet"
 
 
-def prometheus_label(attribute: str) -> str:
-    """An attribute name as Prometheus shows it (the exporters' underscore escaping)."""
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in attribute)
-
-
 # What identifies a source rather than describing what it measures: dropped from the
 # fleet series (as attributes, and as the labels the snapshot turned resource attributes
 # into). The ModelReplica (`serving`) is one deployment on one cluster, so it is the
@@ -105,22 +100,10 @@ SOURCE_LABELS: Final = frozenset(
 SLO_BOUNDARY_LABEL: Final = "modelplane_slo_boundary"
 SLO_BOUNDARY_MISSING: Final = "missing"
 
-# The SLO histograms and the destination field that sets each one's target.
-SLO_HISTOGRAMS: Final = {
-    "time_to_first_token": "modelplane_time_to_first_token",
-    "time_per_output_token": "modelplane_time_per_output_token",
-}
-
 
 def vocabulary_regex() -> str:
     # Vocabulary names are constants matching ^modelplane_[a-z][a-z0-9_]*$: nothing to escape.
     return "^(" + "|".join(sorted(m.name for m in VOCABULARY)) + ")$"
-
-
-def ottl_float(value: float) -> str:
-    """A float as an OTTL float literal (always with a decimal point)."""
-    text = le_label(value)
-    return text if "." in text else f"{text}.0"
 
 
 def slo_boundary_statements(slo: SloTargets) -> list[str]:
@@ -287,10 +270,7 @@ def fleet_pipeline_processors() -> list[str]:
 
 def le_label(bound: float) -> str:
     """A bucket boundary as the `le` label Prometheus stores (Go's shortest 'f' format)."""
-    text = format(Decimal(repr(float(bound))), "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
+    return plain_decimal(bound)
 
 
 def fleet_selector(extra: str = "") -> str:

@@ -18,7 +18,8 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP
+from functions.common.conditions import is_ready
+from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP, LABEL_SERVING
 from functions.runtime.acting import Actor, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
@@ -360,17 +361,10 @@ class Agent:
     def health_step(self, now: float) -> None:
         core = CoreV1Api(self.local)
         records = HealthAgent(core).sync(now)
-        pods = core.list_pod_for_all_namespaces(label_selector="modelplane.ai/serving")
+        pods = core.list_pod_for_all_namespaces(label_selector=LABEL_SERVING)
         plain = [self.local.sanitize_for_serialization(p) for p in pods.items]
         ready = {
-            key: sum(
-                1
-                for p in group
-                if any(
-                    c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (p.get("status") or {}).get("conditions") or []
-                )
-            )
+            key: sum(1 for p in group if is_ready(p))
             for key, group in group_by_replica(plain).items()
         }
         self.metrics.model_health(

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Final
 
+from functions.common.conditions import is_ready
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
 from functions.common.health import (
     HEALTH_RECORD_API_VERSION,
@@ -98,13 +99,6 @@ def _disrupted(pod: dict) -> bool:
     )
 
 
-def _is_ready(pod: dict) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
-
-
 def _terminated_text(name: str, terminated: dict) -> str:
     reason = terminated.get("reason") or "Error"
     code = terminated.get("exitCode")
@@ -154,7 +148,7 @@ def count_start_failures(
     for pod in current:
         uid = (pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name")
         status = pod.get("status") or {}
-        if _is_ready(pod):
+        if is_ready(pod):
             counted.ready.add(uid)
             any_ready = True
         if uid in counted.ready or _disrupted(pod):

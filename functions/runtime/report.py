@@ -31,7 +31,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from functions.common.conditions import Condition, is_ready
 from functions.common.contracts import KIND_SCALED_OBJECT
+from functions.common.quantity import quantity_float
+from functions.common.scheduling import Taint, Toleration
 from functions.runtime.policy import PolicySpec, parse_time, rfc3339, spec_hash
 
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
@@ -45,70 +48,12 @@ REASON_OBSERVED: Final = "Observed"
 REASON_OBSERVATION_FAILED: Final = "ObservationFailed"
 REASON_NOT_A_MEMBER: Final = "NotAMember"
 
-_QUANTITY_SUFFIXES: Final = {
-    "n": 1e-9,
-    "u": 1e-6,
-    "m": 1e-3,
-    "": 1.0,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
-def parse_quantity(value: Any) -> float:
-    """A Kubernetes quantity (`500m`, `80Gi`, `1e3`, `4`) as a float."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    for suffix in sorted(_QUANTITY_SUFFIXES, key=len, reverse=True):
-        if suffix and text.endswith(suffix):
-            number = text[: -len(suffix)]
-            try:
-                return float(number) * _QUANTITY_SUFFIXES[suffix]
-            except ValueError:
-                continue
-    return float(text)
-
 
 def parse_resources(mapping: dict | None) -> dict[str, float]:
-    return {name: parse_quantity(q) for name, q in sorted((mapping or {}).items())}
+    return {name: quantity_float(q) for name, q in sorted((mapping or {}).items())}
 
 
 # --- inputs -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: str
-    value: str = ""
-
-
-@dataclass(frozen=True)
-class Toleration:
-    key: str = ""
-    operator: str = "Equal"  # Equal | Exists
-    value: str = ""
-    effect: str = ""  # "" tolerates every effect
-
-    def tolerates(self, taint: Taint) -> bool:
-        if self.effect and self.effect != taint.effect:
-            return False
-        if not self.key:
-            return self.operator == "Exists"
-        if self.key != taint.key:
-            return False
-        return self.operator == "Exists" or self.value == taint.value
 
 
 @dataclass(frozen=True)
@@ -309,14 +254,6 @@ class Report:
             error_rate=number("errorRate"),
             region=status.get("region") or None,
         )
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -525,7 +462,7 @@ def pod_state(pod: dict) -> PodState:
     return PodState(
         name=meta.get("name", ""),
         node=spec.get("nodeName") or None,
-        ready=(conditions.get("Ready") or {}).get("status") == "True",
+        ready=is_ready(pod),
         unschedulable=scheduled.get("status") == "False"
         and scheduled.get("reason") == "Unschedulable",
         terminating=bool(meta.get("deletionTimestamp"))
@@ -543,17 +480,16 @@ def node_info(node: dict, pods_on_node: list[dict]) -> NodeInfo:
     for pod in pods_on_node:
         for name, q in pod_needs_from_template(pod).requests.items():
             used[name] = used.get(name, 0.0) + q
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     return NodeInfo(
         name=meta.get("name", ""),
         labels=dict(meta.get("labels") or {}),
         allocatable=parse_resources(status.get("allocatable")),
         used=used,
         taints=tuple(
-            Taint(t.get("key", ""), t.get("effect", ""), t.get("value", ""))
+            Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
             for t in spec.get("taints") or []
         ),
-        ready=conditions.get("Ready") == "True",
+        ready=is_ready(node),
         unschedulable=bool(spec.get("unschedulable")),
     )
 

@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
 import render  # noqa: E402
-from functions.compose_serving_stack import collector, mappings  # noqa: E402
+from functions.common import metricmapping as mappings  # noqa: E402
+from functions.compose_serving_stack import collector  # noqa: E402
 from tests.collector import engines, harness  # noqa: E402
 
 WARMUP_SECONDS = 5

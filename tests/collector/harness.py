@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from functions.common import contracts
+from functions.common.exposition import prometheus_label
 from functions.compose_serving_stack import collector
 from tests.collector.engines import Pod
 
@@ -79,7 +80,7 @@ def _static_target(pod: Pod, port_name: str, port: int) -> dict[str, Any]:
         "__meta_kubernetes_pod_container_port_name": port_name,
     }
     if pod.labelled:
-        serving = collector.prometheus_label(contracts.LABEL_SERVING)
+        serving = prometheus_label(contracts.LABEL_SERVING)
         labels[f"__meta_kubernetes_pod_labelpresent_{serving}"] = "true"
         labels[f"__meta_kubernetes_pod_label_{serving}"] = pod.serving
     return {"targets": [f"127.0.0.1:{port}"], "labels": labels}

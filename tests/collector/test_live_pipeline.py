@@ -30,7 +30,8 @@ import pytest
 import yaml
 
 from functions.common import contracts, vocabulary
-from functions.compose_serving_stack import collector, mappings
+from functions.common import metricmapping as mappings
+from functions.compose_serving_stack import collector
 from tests.collector import engines, harness
 from tests.conftest import require_tool
 

@@ -17,7 +17,6 @@ and read the diff before committing it.
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ import yaml
 import render
 from functions.common import conditions, contracts
 from functions.compose_model_deployment.model import read_deployment
+from tests.validate import crossplane_validate
 
 TESTDATA = Path(__file__).parent / "testdata" / "model_deployment"
 UPDATE = os.environ.get("UPDATE_GOLDEN", "") == "1"
@@ -232,22 +232,7 @@ def test_inputs_and_everything_rendered_match_the_xrds(crossplane, tmp_path):
     }
     resources = tmp_path / "resources.yaml"
     resources.write_text(yaml.safe_dump_all(list(unique.values())))
-    tools = render.tools_bin().parent
-    done = subprocess.run(
-        [
-            str(crossplane),
-            "beta",
-            "validate",
-            str(render.REPO / "apis"),
-            str(resources),
-            f"--crossplane-image={(tools / 'crossplane-image').read_text().strip()}",
-            f"--cache-dir={tools / 'crossplane-validate-cache'}",
-            "--error-on-missing-schemas",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = crossplane_validate(crossplane, [render.REPO / "apis"], [resources])
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(unique)} success cases" in done.stdout
 

@@ -20,15 +20,15 @@ import yaml
 
 import render
 from functions.common import conditions, contracts
+from functions.common import metricmapping as mappings
 from functions.compose_serving_stack import (
     adaptivepolicy_crd,
     collector,
     collector_objects,
-    mappings,
 )
 from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH
 from tests.conftest import require_tool
-from tests.schemas.test_composed_manifests import core_schemas, crossplane_validate
+from tests.schemas.test_composed_manifests import core_schemas, validate_objects
 
 REPO = render.REPO
 TESTDATA = Path(__file__).parent / "testdata" / "serving_stack"
@@ -331,7 +331,7 @@ def test_composed_manifests_match_the_published_schemas(rendered, tmp_path):
     files = [tmp_path / "objects.yaml", tmp_path / "custom.yaml"]
     files[0].write_text(yaml.safe_dump_all(objects))
     files[1].write_text(yaml.safe_dump_all(custom))
-    done = crossplane_validate(schemas, files)
+    done = validate_objects(schemas, files)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -29,6 +29,7 @@ import render
 from functions.compose_model_replica.compose import compose
 from functions.compose_model_replica.model import parse
 from tests.conftest import require_tool
+from tests.validate import crossplane_validate
 
 REPO = render.REPO
 INPUTS = sorted((REPO / "tests" / "unit" / "testdata" / "model_replica" / "inputs").glob("*.yaml"))
@@ -102,24 +103,9 @@ def core_schemas(openapi: Path) -> CoreSchemas:
     return CoreSchemas(openapi)
 
 
-def crossplane_validate(schemas: Path, resources: list[Path]) -> subprocess.CompletedProcess:
-    crossplane = require_tool("crossplane")
-    tools = render.tools_bin().parent
-    image = (tools / "crossplane-image").read_text().strip()
-    return subprocess.run(
-        [
-            str(crossplane),
-            "beta",
-            "validate",
-            f"{schemas / 'crds'},{REPO / 'apis'}",
-            ",".join(str(r) for r in resources),
-            f"--crossplane-image={image}",
-            f"--cache-dir={tools / 'crossplane-validate-cache'}",
-            "--error-on-missing-schemas",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+def validate_objects(schemas: Path, resources: list[Path]) -> subprocess.CompletedProcess:
+    return crossplane_validate(
+        require_tool("crossplane"), [schemas / "crds", REPO / "apis"], resources
     )
 
 
@@ -137,7 +123,7 @@ def test_objects_and_custom_resources_match_their_crds(schemas, tmp_path):
     files = [tmp_path / "objects.yaml", tmp_path / "custom.yaml"]
     files[0].write_text(yaml.safe_dump_all(objects))
     files[1].write_text(yaml.safe_dump_all(custom))
-    done = crossplane_validate(schemas, files)
+    done = validate_objects(schemas, files)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(objects) + len(custom)} success cases" in done.stdout
 
@@ -173,6 +159,6 @@ def test_crossplane_validate_rejects_a_broken_custom_resource(schemas, tmp_path)
     scaled["spec"]["scaleTargetRef"].pop("name")
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(scaled))
-    done = crossplane_validate(schemas, [bad])
+    done = validate_objects(schemas, [bad])
     assert done.returncode != 0
     assert "name" in done.stdout

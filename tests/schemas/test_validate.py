@@ -11,30 +11,15 @@ from pathlib import Path
 import pytest
 
 import render
+from tests.validate import crossplane_validate
 
 REPO = render.REPO
 INVALID = sorted((Path(__file__).parent / "invalid").glob("*.yaml"))
-EXTENSIONS = str(REPO / "apis")
+EXTENSIONS = REPO / "apis"
 
 
-def validate(crossplane: Path, resources: str) -> subprocess.CompletedProcess:
-    tools = render.tools_bin().parent
-    image = (tools / "crossplane-image").read_text().strip()
-    return subprocess.run(
-        [
-            str(crossplane),
-            "beta",
-            "validate",
-            EXTENSIONS,
-            resources,
-            f"--crossplane-image={image}",
-            f"--cache-dir={tools / 'crossplane-validate-cache'}",
-            "--error-on-missing-schemas",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def validate(crossplane: Path, resources: list[Path]) -> subprocess.CompletedProcess:
+    return crossplane_validate(crossplane, [EXTENSIONS], resources)
 
 
 def expected_message(path: Path) -> str:
@@ -44,8 +29,7 @@ def expected_message(path: Path) -> str:
 
 
 def test_every_example_is_valid(crossplane):
-    resources = ",".join(str(p) for p in render.example_xrs())
-    done = validate(crossplane, resources)
+    done = validate(crossplane, render.example_xrs())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 failure cases" in done.stdout
     assert f"{len(render.example_xrs())} success cases" in done.stdout
@@ -55,14 +39,14 @@ def test_test_fixtures_are_valid(crossplane):
     # Render inputs the tests hand to functions, and CRD objects no example covers.
     fixtures = sorted((REPO / "tests" / "render" / "testdata").glob("*.yaml"))
     fixtures += sorted((Path(__file__).parent / "valid").glob("*.yaml"))
-    done = validate(crossplane, ",".join(str(p) for p in fixtures))
+    done = validate(crossplane, fixtures)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(fixtures)} success cases" in done.stdout
 
 
 @pytest.mark.parametrize("manifest", INVALID, ids=lambda p: p.stem)
 def test_invalid_manifest_fails_with_its_rule(crossplane, manifest):
-    done = validate(crossplane, str(manifest))
+    done = validate(crossplane, [manifest])
     assert done.returncode != 0, f"{manifest.name} was accepted:\n{done.stdout}"
     errors = [line for line in done.stdout.splitlines() if line.startswith("[x]")]
     assert len(errors) == 1, "\n".join(errors)  # exactly the one rule it is about

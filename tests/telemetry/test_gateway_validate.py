@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from functions.common.telemetrydestination import parse_destination
 from functions.compose_telemetry import gateway
-from functions.compose_telemetry.destination import parse_destination
 from tests.conftest import REPO, require_tool
 from tests.unit.test_gateway import CASES
 

@@ -47,15 +47,16 @@ import pytest
 import yaml
 
 from functions.common import contracts
+from functions.common.exposition import prometheus_label
+from functions.common.metricmapping import parse_mappings
+from functions.common.telemetrydestination import parse_destination
 from functions.compose_serving_stack.collector import (
     ENGINES_JOB,
     CollectorCluster,
     CollectorDestination,
     render_cluster_collector_config,
 )
-from functions.compose_serving_stack.mappings import parse_mappings
 from functions.compose_telemetry import gateway, rollup
-from functions.compose_telemetry.destination import parse_destination
 from tests.conftest import REPO, require_tool
 
 TOKEN = "fleet-token-for-the-live-test"
@@ -71,7 +72,7 @@ TPOT = "modelplane_time_per_output_token"
 MODEL = "llama-3-1-8b"
 SETTLE_SECONDS = 90  # upper bound for a change to reach Prometheus; typically ~15 s
 FLEET = 'modelplane_scope="fleet"'
-CLUSTER_LABEL = rollup.prometheus_label(contracts.RESOURCE_ATTRIBUTE_CLUSTER)
+CLUSTER_LABEL = prometheus_label(contracts.RESOURCE_ATTRIBUTE_CLUSTER)
 
 
 def free_port() -> int:
@@ -593,7 +594,7 @@ def test_a_cluster_moving_to_the_other_gateway_replica_counts_nothing_twice(flee
     )
     write_yaml(Path(collector.args[-1].removeprefix("--config=")), config)
     collector.start()
-    on_second = f'{RUNNING}{{{FLEET},{rollup.prometheus_label("modelplane.gateway")}="gateway-1"}}'
+    on_second = f'{RUNNING}{{{FLEET},{prometheus_label("modelplane.gateway")}="gateway-1"}}'
     fleet.settle("cluster a at gateway-1", f"sum({on_second})", 3)
     fleet.engines["a"].tokens.inc(10)
     # gateway-0 keeps what it counted for cluster a; gateway-1 adds only the new 10.

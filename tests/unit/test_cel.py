@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from functions.common.quantity import parse_quantity
 from functions.compose_model_deployment import cel_env
 from functions.compose_model_deployment.cel_env import (
     DeviceProfile,
     SelectorError,
     compile_selector,
     evaluate,
-    parse_quantity,
 )
 from functions.compose_model_deployment.model import InputError, read_cluster
 

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from functions.common import contracts, vocabulary
-from functions.compose_serving_stack import collector, mappings
+from functions.common import metricmapping as mappings
+from functions.compose_serving_stack import collector
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "testdata" / "collector"

@@ -6,7 +6,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from functions.compose_serving_stack import collector, mappings
+from functions.common import metricmapping as mappings
+from functions.compose_serving_stack import collector
 from tests.unit.test_collector import DESTINATION, REPO
 
 

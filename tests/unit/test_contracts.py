@@ -1,11 +1,13 @@
 """The contracts in functions/common agree with the XRDs, Compositions and packages
 that state them again in YAML (where Python cannot be imported)."""
 
+from dataclasses import fields
 from pathlib import Path
 
 import yaml
 
 from functions.common import contracts, vocabulary
+from functions.common.telemetrydestination import SloTargets
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,3 +97,12 @@ def test_builtin_mappings_target_the_vocabulary():
             assert metric["to"] in vocabulary.VOCABULARY_BY_NAME, (path, metric["to"])
             for source in metric["from"]:
                 assert vocabulary.SOURCE_NAME_RE.match(source), (path, source)
+
+
+def test_every_vocabulary_slo_is_a_destination_field_over_a_histogram():
+    known = {f.name for f in fields(SloTargets)}
+    for metric in vocabulary.VOCABULARY:
+        if metric.slo_target is not None:
+            assert metric.slo_target in known, metric.name
+            assert metric.type is vocabulary.MetricType.HISTOGRAM, metric.name
+    assert set(vocabulary.SLO_HISTOGRAMS) == known

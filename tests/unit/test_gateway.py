@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from functions.common import contracts
 from functions.common.contracts import TELEMETRY_TOKEN_SECRET_KEY, TELEMETRY_TOKEN_SECRET_NAME
+from functions.common.telemetrydestination import parse_destination
 from functions.compose_telemetry import gateway
-from functions.compose_telemetry.destination import parse_destination
 
 GOLDEN = Path(__file__).parent / "testdata" / "gateway"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -152,7 +153,7 @@ def test_header_values_come_from_secret_key_refs():
 
 def _config_hash(objects: dict) -> str:
     pod = objects["gateway-deployment"]["spec"]["forProvider"]["manifest"]["spec"]["template"]
-    return pod["metadata"]["annotations"][gateway.ANNOTATION_CONFIG_HASH]
+    return pod["metadata"]["annotations"][contracts.ANNOTATION_CONFIG_HASH]
 
 
 def test_deployment_runs_the_requested_replicas_and_rolls_on_config_change():

@@ -5,14 +5,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from functions.compose_telemetry import gateway
-from functions.compose_telemetry.destination import (
+from functions.common.telemetrydestination import (
     DestinationIdentity,
     ExporterType,
     InvalidDestination,
     active_destination,
     parse_destination,
 )
+from functions.compose_telemetry import gateway
 
 TOKEN = {"name": "fleet-token", "namespace": "crossplane-system", "key": "token"}
 

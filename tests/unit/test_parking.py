@@ -3,7 +3,13 @@
 import pytest
 
 from functions.common.health import HealthRecord
-from functions.runtime.parking import Baseline, Parked, count_failures, decide, definition_hash
+from functions.compose_model_deployment.parking import (
+    Baseline,
+    Parked,
+    count_failures,
+    decide,
+    definition_hash,
+)
 
 DEF = "def-1"
 NOW = "2026-12-01T10:00:00Z"

@@ -17,8 +17,8 @@ from functions.compose_model_deployment.fn import (
     FunctionRunner,
 )
 from functions.compose_model_deployment.model import read_cluster, read_deployment
+from functions.compose_model_deployment.parking import Decision
 from functions.compose_model_deployment.placement import Placement, PlacementPlan
-from functions.runtime.parking import Decision
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[2]

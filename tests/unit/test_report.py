@@ -4,6 +4,8 @@ the spec hash."""
 
 import pytest
 
+from functions.common.quantity import quantity_float as parse_quantity
+from functions.common.scheduling import Taint
 from functions.runtime.policy import (
     PolicySpec,
     format_duration,
@@ -22,11 +24,9 @@ from functions.runtime.report import (
     PodState,
     Report,
     SignalResult,
-    Taint,
     compute_report,
     node_info,
     node_pool_info,
-    parse_quantity,
     pod_needs_from_template,
     pod_state,
 )
@@ -122,7 +122,7 @@ def test_static_room_counts_only_registered_nodes_that_admit_the_pod():
 
 
 def test_a_taint_the_template_does_not_tolerate_keeps_a_node_out():
-    nodes = (gpu_node("busy", free_gpus=4, taints=(Taint("dedicated", "NoSchedule", "other"),)),)
+    nodes = (gpu_node("busy", free_gpus=4, taints=(Taint("dedicated", "other", "NoSchedule"),)),)
     assert compute_report(inputs(nodes=nodes), spec(), "east", None, NOW).report.static_room == 0
 
 

@@ -3,9 +3,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from functions.common.telemetrydestination import SloTargets
 from functions.common.vocabulary import VOCABULARY
 from functions.compose_telemetry import rollup
-from functions.compose_telemetry.destination import SloTargets
 
 
 def test_every_vocabulary_metric_is_rolled_up_and_nothing_else():

@@ -9,6 +9,9 @@ and the rule, all of them at once, so a person fixes the spec in one go.
 One destination per fleet: the oldest wins, by creationTimestamp and then by name, so
 every reconcile of every destination reaches the same answer without talking to the
 others.
+
+Shared: compose-telemetry builds the gateway from it, and compose-serving-stack points
+every cluster's collector at the destination this module picks.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ enforces the same patterns on apply: a mapping written before a rule tightened, 
 that reached us by a path that skipped validation, must never reach a generated
 expression. A mapping is taken whole or refused whole, with the field and the rule,
 so a collector never runs half a mapping; the other mappings still render.
+
+Shared: compose-serving-stack renders the mappings that parse here, and compose-telemetry
+reports a mapping's status from the same parse, so the two can never disagree.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Final
 
 from functions.common import contracts, vocabulary
+from functions.common.exposition import ottl_float
 
 ENGINE_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 ENGINE_RE: Final = re.compile(ENGINE_PATTERN)
@@ -49,8 +52,7 @@ class MetricRename:
     @property
     def scale_literal(self) -> str:
         """The scale as an OTTL float literal: plain decimal digits, always with a point."""
-        text = format(Decimal(repr(self.scale)), "f")
-        return text if "." in text else f"{text}.0"
+        return ottl_float(self.scale)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,51 @@
+"""The provider-kubernetes Object envelope: how a manifest reaches a member cluster.
+
+Every function that composes into a member (the serving stack, a model replica, the
+telemetry gateway) wraps its manifests the same way; this is the one writer of that
+envelope, so a readiness policy or a field provider-kubernetes adds is one edit.
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from functions.common.contracts import OBJECT_API_VERSION, OBJECT_KIND
+
+
+def provider_object(
+    *,
+    name: str,
+    namespace: str,
+    manifest: dict[str, Any],
+    provider_config_ref: Mapping[str, str],
+    labels: Mapping[str, str] | None = None,
+    ready_cel: str = "",
+    derive_readiness: bool = False,
+    references: Sequence[dict[str, Any]] | None = None,
+    management_policies: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A namespaced `Object` carrying `manifest` to the cluster the provider config reaches.
+
+    Readiness: a CEL query over the remote object when given, else (when asked) derived
+    from the remote object's own conditions, else provider-kubernetes' default.
+    """
+    spec: dict[str, Any] = {
+        "forProvider": {"manifest": manifest},
+        "providerConfigRef": dict(provider_config_ref),
+    }
+    if management_policies:
+        spec["managementPolicies"] = list(management_policies)
+    if ready_cel:
+        spec["readiness"] = {"policy": "DeriveFromCelQuery", "celQuery": ready_cel}
+    elif derive_readiness:
+        spec["readiness"] = {"policy": "DeriveFromObject"}
+    if references:
+        spec["references"] = list(references)
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels is not None:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": OBJECT_API_VERSION,
+        "kind": OBJECT_KIND,
+        "metadata": metadata,
+        "spec": spec,
+    }
