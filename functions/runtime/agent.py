@@ -18,7 +18,7 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from functions.common.conditions import is_ready
+from functions.common.conditions import Condition, is_ready
 from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP, LABEL_SERVING
 from functions.runtime.acting import Actor, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
@@ -34,13 +34,12 @@ from functions.runtime.policy import (
     Policy,
     rfc3339,
 )
-from functions.runtime.report import (
+from functions.runtime.report import read_member_inputs
+from functions.runtime.report_core import (
     CONDITION_READY,
     REASON_OBSERVATION_FAILED,
-    Condition,
     Report,
     compute_report,
-    read_member_inputs,
 )
 from functions.runtime.rest import kube_request
 

@@ -20,7 +20,7 @@ from typing import IO, Final
 
 from functions.runtime.hub import SOURCE_RULE, Decision, FleetStatus, per_cluster
 from functions.runtime.policy import rfc3339
-from functions.runtime.report import Report
+from functions.runtime.report_core import Report
 
 CHECKPOINTS_SECONDS: Final = (60, 300, 900)
 KIND_DECISION: Final = "decision"

@@ -47,7 +47,7 @@ from functions.runtime.policy import (
     rfc3339,
     spec_hash,
 )
-from functions.runtime.report import Report
+from functions.runtime.report_core import Report
 
 PHASE_STEADY: Final = "Steady"
 PHASE_ESCALATED: Final = "Escalated"

@@ -33,7 +33,7 @@ from functions.runtime.hub import (  # noqa: E402
     plan,
 )
 from functions.runtime.policy import PolicySpec, spec_hash  # noqa: E402
-from functions.runtime.report import Report  # noqa: E402
+from functions.runtime.report_core import Report  # noqa: E402
 
 SIZES = (3, 10, 50)
 NOW = 1_800_000_000.0

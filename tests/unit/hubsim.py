@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from functions.runtime.hub import ClusterFleet, Decision, FleetStatus, HubState, plan
 from functions.runtime.policy import PolicySpec, spec_hash
-from functions.runtime.report import Report
+from functions.runtime.report_core import Report
 
 REPLICA_CAPACITY = 10.0  # demand one replica serves
 

@@ -19,7 +19,7 @@ from functions.runtime.agent import Agent, AgentConfig, FixedRole
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.policy import Policy, PolicySpec, rfc3339, spec_hash
-from functions.runtime.report import Report
+from functions.runtime.report_core import Report
 
 NOW = 1_800_000_000.0
 POLICY_PATH = "/apis/autoscaling.modelplane.ai/v1alpha1/namespaces/ml/adaptivepolicies/llm"

@@ -13,7 +13,7 @@ from functions.runtime.policy import (
     rfc3339,
     spec_hash,
 )
-from functions.runtime.report import (
+from functions.runtime.report_core import (
     NODEPOOL_LABEL,
     REASON_NOT_A_MEMBER,
     REASON_OBSERVATION_FAILED,
@@ -25,6 +25,8 @@ from functions.runtime.report import (
     Report,
     SignalResult,
     compute_report,
+)
+from functions.runtime.report_parse import (
     node_info,
     node_pool_info,
     pod_needs_from_template,
