@@ -33,7 +33,7 @@ from functions.common.contracts import (
     KIND_ADAPTIVE_POLICY,
     SYSTEM_NAMESPACE,
 )
-from functions.runtime.hub import ACTIONS, Decision
+from functions.runtime.hub_decision import ACTIONS, Decision
 from functions.runtime.policy import INTENT_TTL_SECONDS, Policy, rfc3339
 from functions.runtime.rest import kube_request
 

@@ -23,7 +23,9 @@ from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP, LABEL_SER
 from functions.runtime.acting import Actor, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
-from functions.runtime.hub import PHASE_ESCALATED, SOURCE_RULE, FleetStatus, HubState, plan
+from functions.runtime.hub import plan
+from functions.runtime.hub_decision import SOURCE_RULE, HubState
+from functions.runtime.hub_fleet import PHASE_ESCALATED, FleetStatus
 from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.policy import (
     HUB_STEP_SECONDS,

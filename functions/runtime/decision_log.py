@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import IO, Final
 
-from functions.runtime.hub import SOURCE_RULE, Decision, FleetStatus, per_cluster
+from functions.runtime.hub_decision import SOURCE_RULE, Decision, per_cluster
+from functions.runtime.hub_fleet import FleetStatus
 from functions.runtime.policy import rfc3339
 from functions.runtime.report_core import Report
 

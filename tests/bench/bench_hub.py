@@ -24,13 +24,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from functions.runtime.hub import (  # noqa: E402
+from functions.runtime.hub import plan  # noqa: E402
+from functions.runtime.hub_decision import HubState  # noqa: E402
+from functions.runtime.hub_fleet import (  # noqa: E402
     PHASE_ESCALATED,
     PHASE_RECOVERING,
     ClusterFleet,
     FleetStatus,
-    HubState,
-    plan,
 )
 from functions.runtime.policy import PolicySpec, spec_hash  # noqa: E402
 from functions.runtime.report_core import Report  # noqa: E402

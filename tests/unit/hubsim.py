@@ -10,7 +10,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from functions.runtime.hub import ClusterFleet, Decision, FleetStatus, HubState, plan
+from functions.runtime.hub import plan
+from functions.runtime.hub_decision import Decision, HubState
+from functions.runtime.hub_fleet import ClusterFleet, FleetStatus
 from functions.runtime.policy import PolicySpec, spec_hash
 from functions.runtime.report_core import Report
 

@@ -8,21 +8,23 @@ hub decided and when.
 import itertools
 import math
 
-from functions.runtime.hub import (
+from functions.runtime.hub import plan
+from functions.runtime.hub_decision import (
     ADD_CAPACITY,
     EVENT_MEMBERS_OUT_OF_SYNC,
     EVENT_RELEASE_HELD,
     EVENT_REPLICAS_NOT_READY,
+    RELEASE_CAPACITY,
+    SHIFT_TRAFFIC,
+    HubState,
+)
+from functions.runtime.hub_fleet import (
     HOME_TIER,
     PHASE_ESCALATED,
     PHASE_RECOVERING,
     PHASE_STEADY,
-    RELEASE_CAPACITY,
-    SHIFT_TRAFFIC,
     ClusterFleet,
     FleetStatus,
-    HubState,
-    plan,
 )
 from tests.unit.hubsim import Member, World, make_spec
 

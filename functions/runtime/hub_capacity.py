@@ -1,0 +1,175 @@
+"""Capacity, phases 2 to 5 of a hub step: waiting replicas, missing replicas, candidates,
+allocation.
+
+Waiting: a floor the hub raised that is not ready after `readyTimeout` is taken back if
+its replicas never reached a node (the member is then skipped as a helper for another
+`readyTimeout`), or kept with `ReplicasNotReady` if they are on nodes but not ready.
+Missing: a member short for `after` (or `earlyAfter` when its own NodePools have no
+headroom) is due; the shortage is what the due members need minus what the hub has
+already lent them. LocalFirst: until then the member scales alone. Candidates: other
+members with a usable report, not skipped, not short, below `maxReplicas`, with room:
+static room first (most first), then NodePool headroom, preferring regions other than
+the short member's (same-region pools share the cloud capacity the short member could
+not get). Allocation: at most `step` replicas per member per `cooldown`, never past
+`maxReplicas`; each new helper gets the next tier (released highest first).
+"""
+
+from dataclasses import replace
+
+from functions.runtime.hub_decision import (
+    ADD_CAPACITY,
+    EVENT_REPLICAS_NOT_READY,
+    RELEASE_CAPACITY,
+    Change,
+    HubEvent,
+)
+from functions.runtime.hub_step import Step
+from functions.runtime.policy import format_duration
+
+
+def waiting_replicas(step: Step) -> None:
+    timeout = step.spec.escalation.ready_timeout
+    for name, c in sorted(step.clusters.items()):
+        report = step.usable[name]
+        if c.raised_at is None or report is None:
+            continue
+        if report.ready >= c.floor:
+            step.clusters[name] = replace(c, raised_at=None, not_ready_warned=False)
+            continue
+        if step.now - c.raised_at < timeout:
+            continue
+        if report.scheduled >= c.floor:
+            if not c.not_ready_warned:
+                step.events.append(
+                    HubEvent(
+                        EVENT_REPLICAS_NOT_READY,
+                        "Warning",
+                        f"{c.floor - report.ready} replicas on {name} are on nodes but not"
+                        f" ready after {format_duration(timeout)}; the floor stays",
+                    )
+                )
+                step.clusters[name] = replace(c, not_ready_warned=True)
+            continue
+        taken = c.floor - max(report.scheduled, c.raised_from)
+        floor = c.floor - taken
+        released = floor <= c.base
+        step.clusters[name] = replace(
+            c,
+            floor=0 if released else floor,
+            tier=None if released else c.tier,
+            static=False if released else c.static,
+            raised_at=None,
+            skipped_until=step.now + timeout,
+            last_step_at=step.now,
+        )
+        step.changes.append(
+            Change(
+                RELEASE_CAPACITY,
+                name,
+                f"-{taken} on {name}: not on a node after {format_duration(timeout)}",
+            )
+        )
+
+
+def missing_replicas(step: Step) -> tuple[list[str], int]:
+    esc = step.spec.escalation
+    due: list[str] = []
+    for name, c in sorted(step.clusters.items()):
+        report = step.usable[name]
+        if report is None:
+            continue
+        if report.needed <= 0:
+            step.clusters[name] = replace(c, short_since=None)
+            continue
+        since = c.short_since if c.short_since is not None else step.now
+        step.clusters[name] = replace(c, short_since=since)
+        wait = esc.early_after if report.node_pool_headroom <= 0 else esc.after
+        if step.now - since >= wait:
+            due.append(name)
+    needed = sum(step.usable[n].needed for n in due)
+    lent = sum(
+        c.floor - c.base for c in step.clusters.values() if c.tier is not None and c.tier > 0
+    )
+    return due, max(0, needed - lent)
+
+
+def _room(step: Step, name: str) -> tuple[int, int]:
+    """(static room, total room) a member can still take, pending replicas counted."""
+    report, c = step.usable[name], step.clusters[name]
+    entry = step.spec.cluster(name)
+    if report is None or entry is None:
+        return 0, 0
+    pending = max(0, c.floor - report.scheduled) if c.floor else 0
+    base = max(c.floor, report.desired)
+    ceiling = max(0, entry.max_replicas - base)
+    static = max(0, report.static_room - pending)
+    headroom = max(0, report.node_pool_headroom - max(0, pending - report.static_room))
+    return min(static, ceiling), min(static + headroom, ceiling)
+
+
+def candidates(step: Step, due: list[str]) -> list[str]:
+    home = max(due, key=lambda n: (step.usable[n].needed, n)) if due else None
+    home_region = step.usable[home].region if home else None
+    found = []
+    for name in sorted(step.clusters):
+        report, c = step.usable[name], step.clusters[name]
+        if report is None or name in due or report.needed > 0:
+            continue
+        if c.skipped_until is not None and step.now < c.skipped_until:
+            continue
+        static, total = step.room(name)
+        if total <= 0:
+            continue
+        same_region = home_region is not None and report.region == home_region
+        found.append(((0, -static) if static > 0 else (1, int(same_region), -total), name))
+    return [name for _, name in sorted(found)]
+
+
+def allocate(step: Step, due: list[str], missing: int) -> None:
+    if not due:
+        return
+    short_on = ", ".join(due)
+    if missing <= 0:
+        return
+    helpers = candidates(step, due)
+    if not helpers:
+        step.notes.append(f"{missing} replicas short and no other cluster has room")
+        return
+    left = missing
+    top_tier = max((c.tier for c in step.clusters.values() if c.tier), default=0)
+    for name in helpers:
+        if left <= 0:
+            break
+        c, report = step.clusters[name], step.usable[name]
+        if c.last_step_at is not None and step.now - c.last_step_at < step.cooldown:
+            continue
+        static, total = step.room(name)
+        add = min(step.step, total, left)
+        if add <= 0:
+            continue
+        current = c.floor if c.floor else report.desired
+        base = c.base if c.tier is not None else report.desired
+        if c.tier is None or c.tier <= 0:
+            top_tier += 1
+            tier = top_tier
+        else:
+            tier = c.tier
+        uses_static = add <= static
+        step.clusters[name] = replace(
+            c,
+            floor=current + add,
+            tier=tier,
+            base=base,
+            static=uses_static if c.tier is None else (c.static and uses_static),
+            raised_from=current,
+            raised_at=step.now,
+            not_ready_warned=False,
+            last_step_at=step.now,
+        )
+        left -= add
+        where = "static room" if uses_static else "NodePool headroom"
+        step.changes.append(
+            Change(ADD_CAPACITY, name, f"+{add} on {name} ({where}) for {short_on}")
+        )
+    if left == missing:
+        step.notes.append(f"{missing} replicas short on {short_on}; helpers in cooldown")

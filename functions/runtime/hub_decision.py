@@ -1,0 +1,115 @@
+"""What one hub step takes and returns: `HubState` in, `Decision` out.
+
+A decision is the fleet memory before and after the step, the changes (each one
+`AddCapacity`, `ShiftTraffic` or `ReleaseCapacity` on one member, with a message a person
+reads), the events to raise, the reports the hub used and notes on why nothing moved.
+The agent acts on it, the decision log writes it, the metrics count it.
+"""
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from functions.common.naming import stable_hash
+from functions.runtime.hub_fleet import (
+    PHASE_ESCALATED,
+    PHASE_RECOVERING,
+    PHASE_STEADY,
+    FleetStatus,
+)
+from functions.runtime.report_core import Report
+
+ADD_CAPACITY: Final = "AddCapacity"
+SHIFT_TRAFFIC: Final = "ShiftTraffic"
+RELEASE_CAPACITY: Final = "ReleaseCapacity"
+ACTIONS: Final = (ADD_CAPACITY, SHIFT_TRAFFIC, RELEASE_CAPACITY)
+# A decision that only changes the phase (e.g. escalated with no room anywhere).
+PHASE_ACTIONS: Final = {
+    PHASE_ESCALATED: "Escalate",
+    PHASE_RECOVERING: "Recover",
+    PHASE_STEADY: "Settle",
+}
+
+EVENT_RELEASE_HELD: Final = "ReleaseHeld"
+EVENT_MEMBERS_OUT_OF_SYNC: Final = "MembersOutOfSync"
+EVENT_REPLICAS_NOT_READY: Final = "ReplicasNotReady"
+
+SOURCE_RULE: Final = "rule"
+
+
+@dataclass(frozen=True)
+class HubState:
+    hub: str  # <cluster>/<pod> of this hub
+    reports: dict[str, Report | None]  # every configured member's last report, None if absent
+    fleet: FleetStatus = field(default_factory=FleetStatus)
+    # The route's live weights by member, where the hub's memory has none yet.
+    route_weights: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    action: str  # AddCapacity | ShiftTraffic | ReleaseCapacity
+    cluster: str
+    message: str
+
+
+@dataclass(frozen=True)
+class HubEvent:
+    reason: str
+    type: str  # Normal | Warning
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    time: float
+    before: FleetStatus
+    fleet: FleetStatus
+    changes: tuple[Change, ...]
+    events: tuple[HubEvent, ...]
+    reports: dict[str, Report | None]  # what the hub used: None for ignored members
+    notes: tuple[str, ...] = ()  # why nothing moved, when a step was blocked
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes) or self.fleet.phase != self.before.phase
+
+    @property
+    def action(self) -> str:
+        kinds = [a for a in ACTIONS if any(c.action == a for c in self.changes)]
+        if kinds:
+            return "".join(kinds)
+        if self.fleet.phase != self.before.phase:
+            return PHASE_ACTIONS.get(self.fleet.phase, "")
+        return ""
+
+    @property
+    def message(self) -> str:
+        return "; ".join([c.message for c in self.changes] + list(self.notes))
+
+    @property
+    def floors(self) -> dict[str, int]:
+        return {c.name: c.floor for c in self.fleet.clusters}
+
+    @property
+    def weights_changed(self) -> bool:
+        return any(c.action == SHIFT_TRAFFIC for c in self.changes)
+
+    @property
+    def weights(self) -> dict[str, int]:
+        return {c.name: c.weight for c in self.fleet.clusters if c.weight is not None}
+
+    def raised(self) -> dict[str, int]:
+        """Floors this decision raised: member -> the floor to become ready."""
+        before = {c.name: c.floor for c in self.before.clusters}
+        return {c.name: c.floor for c in self.fleet.clusters if c.floor > before.get(c.name, 0)}
+
+    def decision_id(self, policy_key: str) -> str:
+        return stable_hash([policy_key, self.time, self.action, self.message], 12)
+
+
+def per_cluster(fleet: FleetStatus) -> dict[str, dict]:
+    """Floor, static flag and weight per member: the decision log's before/after."""
+    return {
+        c.name: {"floor": c.floor, "static": c.static, "weight": c.weight}
+        for c in sorted(fleet.clusters, key=lambda c: c.name)
+    }
