@@ -3,15 +3,21 @@
 Pure code never imports this module; it is for `fn.py` and `main.py` only.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Final, Generic, TypeVar
 
 import click
 from crossplane.function import cli as sdkcli
 from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from google.protobuf import struct_pb2
 
 from functions.common import conditions
+
+T = TypeVar("T")
 
 
 def make_cli(name: str, runner: Callable[[], grpcv1.FunctionRunnerServiceServicer]):
@@ -32,6 +38,89 @@ def make_cli(name: str, runner: Callable[[], grpcv1.FunctionRunnerServiceService
 def observed_composite(req: fnv1.RunFunctionRequest) -> dict:
     """The observed XR as a plain dict (numbers come back as floats)."""
     return resource.struct_to_dict(req.observed.composite.resource)
+
+
+def observed_resources(req: fnv1.RunFunctionRequest) -> dict[str, dict]:
+    """What this function composed before, as observed, by composed-resource key."""
+    return {key: resource.struct_to_dict(r.resource) for key, r in req.observed.resources.items()}
+
+
+# --- Required resources: not fetched, absent, present ------------------------------------
+
+
+class Fetched(Enum):
+    """How Crossplane answered one required resource (STYLE.md: inputs are resolved
+    explicitly). Not fetched yet is never "none exist": the shell waits and keeps what it
+    composed; absent and present are answers it decides on."""
+
+    NOT_FETCHED = "not fetched"
+    ABSENT = "absent"
+    PRESENT = "present"
+
+
+@dataclass(frozen=True)
+class Required(Generic[T]):
+    """One required resource's answer: its state, and the items when it was fetched."""
+
+    name: str
+    state: Fetched
+    items: tuple[T, ...] = ()
+
+    @property
+    def fetched(self) -> bool:
+        return self.state is not Fetched.NOT_FETCHED
+
+
+def required(
+    req: fnv1.RunFunctionRequest,
+    name: str,
+    convert: Callable[[struct_pb2.Struct], T] = resource.struct_to_dict,
+) -> Required[T]:
+    """The answer to the required resource `name`; `convert` reads each item (plain dicts
+    by default; a shell that memoizes on the Struct passes its own)."""
+    if name not in req.required_resources:
+        return Required(name, Fetched.NOT_FETCHED)
+    items = tuple(convert(i.resource) for i in req.required_resources[name].items)
+    return Required(name, Fetched.PRESENT if items else Fetched.ABSENT, items)
+
+
+def not_fetched(*answers: Required) -> list[str]:
+    """The names of the answers Crossplane has not fetched yet, in the order given."""
+    return [a.name for a in answers if not a.fetched]
+
+
+# --- Keep what was observed ---------------------------------------------------------------
+
+KEPT_FIELDS: Final = ("apiVersion", "kind", "metadata", "spec")
+KEPT_METADATA: Final = ("name", "namespace", "labels", "annotations")
+
+
+def kept_manifest(observed: Mapping[str, Any], metadata: Iterable[str] = KEPT_METADATA) -> dict:
+    """A composed resource as observed, cut to what a desired resource carries."""
+    kept = {k: observed[k] for k in KEPT_FIELDS if k in observed}
+    meta = kept.get("metadata") or {}
+    kept["metadata"] = {k: meta[k] for k in metadata if k in meta}
+    return kept
+
+
+def keep_observed(
+    rsp: fnv1.RunFunctionResponse,
+    observed: Mapping[str, Mapping[str, Any]],
+    *,
+    replaced: Iterable[str] = (),
+    metadata: Iterable[str] = KEPT_METADATA,
+) -> None:
+    """Write every observed composed resource back as desired, but those in `replaced`.
+
+    For a result that cannot decide (an input not fetched yet, or one it cannot use): a
+    resource missing from the desired state is deleted, so never drop what runs because
+    of a wait. A fatal result needs none of this: Crossplane then applies nothing.
+    """
+    skip = set(replaced)
+    fields = tuple(metadata)
+    for key, manifest in observed.items():
+        if key not in skip:
+            resource.update(rsp.desired.resources[key], kept_manifest(manifest, fields))
 
 
 def describe_composite(xr: dict) -> str:

@@ -21,7 +21,15 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from functions.common import conditions, contracts
 from functions.common.conditions import Condition
 from functions.common.metricmapping import parse_mappings
-from functions.common.sdk import describe_composite, observed_composite, set_conditions
+from functions.common.sdk import (
+    describe_composite,
+    keep_observed,
+    not_fetched,
+    observed_composite,
+    observed_resources,
+    required,
+    set_conditions,
+)
 from functions.common.telemetrydestination import (
     InvalidDestination,
     active_destination,
@@ -58,13 +66,6 @@ REASON_DESTINATION_INVALID: Final = "TelemetryDestinationInvalid"
 # sets the variable to the tag the function itself runs from.
 ENV_RUNTIME_IMAGE: Final = "MODELPLANE_RUNTIME_IMAGE"
 DEFAULT_RUNTIME_IMAGE: Final = "ghcr.io/modelplaneai/modelplane:v0.1.0"
-
-
-def _required(req: fnv1.RunFunctionRequest, name: str) -> list[dict] | None:
-    """The fetched resources, or None while Crossplane has not fetched them yet."""
-    if name not in req.required_resources:
-        return None
-    return [resource.struct_to_dict(i.resource) for i in req.required_resources[name].items]
 
 
 def _destination_state(destinations: list[dict]) -> DestinationState:
@@ -114,22 +115,17 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             contracts.KIND_MODEL_REPLICA,
             match_labels={contracts.LABEL_CLUSTER: cluster.name},
         )
-        fetched = {
-            n: _required(req, n)
-            for n in (
-                REQUIRED_MAPPINGS,
-                REQUIRED_DESTINATIONS,
-                REQUIRED_CLUSTERS,
-                REQUIRED_REPLICAS,
-            )
-        }
-        observed = {
-            key: resource.struct_to_dict(r.resource) for key, r in req.observed.resources.items()
-        }
-        missing = sorted(n for n, found in fetched.items() if found is None)
+        asked_mappings, asked_destinations, asked_clusters, asked_replicas = answers = (
+            required(req, REQUIRED_MAPPINGS),
+            required(req, REQUIRED_DESTINATIONS),
+            required(req, REQUIRED_CLUSTERS),
+            required(req, REQUIRED_REPLICAS),
+        )
+        observed = observed_resources(req)
+        missing = sorted(not_fetched(*answers))
         if missing:
             # Not fetched yet is not "none exist": keep everything as it is and ask.
-            self._keep(rsp, observed, set())
+            keep_observed(rsp, observed)
             set_conditions(
                 rsp,
                 Condition(
@@ -141,15 +137,15 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             )
             return rsp
 
-        mappings = parse_mappings(fetched[REQUIRED_MAPPINGS] or [])
-        destination = _destination_state(fetched[REQUIRED_DESTINATIONS] or [])
+        mappings = parse_mappings(list(asked_mappings.items))
+        destination = _destination_state(list(asked_destinations.items))
         peers = [
             str((c.get("metadata") or {}).get("name", ""))
-            for c in fetched[REQUIRED_CLUSTERS] or []
+            for c in asked_clusters.items
             if (c.get("metadata") or {}).get("name")
         ]
         unmapped = unmapped_engine_types(
-            fetched[REQUIRED_REPLICAS] or [], cluster.name, mappings.mapped_engines
+            list(asked_replicas.items), cluster.name, mappings.mapped_engines
         )
 
         # 2. Decide.
@@ -167,7 +163,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         for composed in decided.composed:
             resource.update(rsp.desired.resources[composed.key], composed.resource)
         if decided.keep_observed_collector:
-            self._keep(rsp, observed, {c.key for c in decided.composed})
+            keep_observed(rsp, observed, replaced={c.key for c in decided.composed})
 
         # 4. Status and conditions.
         gateway = gateway_address(observed.get(substrate.GATEWAY_KEY))
@@ -224,19 +220,3 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             )
         self.log.info("composed", composite=name, resources=len(decided.composed))
         return rsp
-
-    @staticmethod
-    def _keep(rsp: fnv1.RunFunctionResponse, observed: dict[str, dict], desired: set[str]) -> None:
-        """Keep observed composed resources the plan does not replace: never drop what runs
-        because an input is not fetched yet or cannot be used."""
-        for key, manifest in observed.items():
-            if key in desired:
-                continue
-            kept = {
-                k: manifest[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in manifest
-            }
-            meta = kept.get("metadata", {})
-            kept["metadata"] = {
-                k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta
-            }
-            resource.update(rsp.desired.resources[key], kept)

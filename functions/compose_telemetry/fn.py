@@ -19,7 +19,14 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions, contracts
 from functions.common.conditions import Condition
-from functions.common.sdk import describe_composite, observed_composite, sdk_condition
+from functions.common.sdk import (
+    describe_composite,
+    keep_observed,
+    observed_composite,
+    observed_resources,
+    required,
+    sdk_condition,
+)
 from functions.common.telemetrydestination import (
     InvalidDestination,
     active_destination,
@@ -77,15 +84,9 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         response.require_resources(
             rsp, REQUIRED_MAPPINGS, contracts.API_GROUP_VERSION, contracts.KIND_METRIC_MAPPING
         )
-        others = [
-            resource.struct_to_dict(item.resource)
-            for item in (
-                req.required_resources[REQUIRED_MAPPINGS].items
-                if REQUIRED_MAPPINGS in req.required_resources
-                else []
-            )
-        ]
-        errors = validate_mapping(xr, others)
+        # Not fetched yet: validated alone; the next call checks it against the others.
+        others = required(req, REQUIRED_MAPPINGS)
+        errors = validate_mapping(xr, list(others.items))
         name = describe_composite(xr)
         if errors:
             message = f"{name} is not used by any collector: " + "; ".join(
@@ -128,11 +129,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             contracts.API_GROUP_VERSION,
             contracts.KIND_TELEMETRY_DESTINATION,
         )
-        observed = {
-            key: resource.struct_to_dict(r.resource) for key, r in req.observed.resources.items()
-        }
-        if REQUIRED_DESTINATIONS not in req.required_resources:
-            self._keep(rsp, observed)
+        observed = observed_resources(req)
+        destinations = required(req, REQUIRED_DESTINATIONS)
+        if not destinations.fetched:
+            keep_observed(rsp, observed)
             response.set_conditions(
                 rsp,
                 _condition(
@@ -143,10 +143,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 ),
             )
             return
-        everyone = [
-            identity_of(resource.struct_to_dict(item.resource))
-            for item in req.required_resources[REQUIRED_DESTINATIONS].items
-        ]
+        everyone = [identity_of(d) for d in destinations.items]
         me = identity_of(xr)
         if all(d.name != me.name for d in everyone):
             everyone.append(me)
@@ -154,7 +151,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
 
         # 2. Decide, 3. write desired state and status.
         if winner.name != me.name:
-            self._keep(rsp, observed)
+            keep_observed(rsp, observed)
             kept = f"; kept the {len(observed)} resources it composed before" if observed else ""
             message = (
                 f"the fleet already sends its telemetry to TelemetryDestination {winner.name} "
@@ -224,16 +221,3 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             ),
         )
         self.log.info("composed", composite=name, resources=len(desired))
-
-    @staticmethod
-    def _keep(rsp: fnv1.RunFunctionResponse, observed: dict[str, dict]) -> None:
-        """Keep every composed resource as it is: never drop what runs because of a wait."""
-        for key, manifest in observed.items():
-            kept = {
-                k: manifest[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in manifest
-            }
-            meta = kept.get("metadata", {})
-            kept["metadata"] = {
-                k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta
-            }
-            resource.update(rsp.desired.resources[key], kept)
