@@ -17,7 +17,6 @@ protobuf Structs is the costliest part of a large request.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final, Generic, TypeVar
@@ -29,13 +28,17 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 
 from functions.common import contracts
-from functions.common.sdk import describe_composite, set_conditions
-from functions.compose_model_deployment import manifests, parking, status
+from functions.common.sdk import (
+    describe_composite,
+    keep_observed,
+    not_fetched,
+    required,
+    set_conditions,
+)
+from functions.compose_model_deployment import manifests, parking, status, targets
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.model import (
-    Cluster,
     Deployment,
-    Holding,
     InputError,
     read_cluster,
     read_deployment,
@@ -45,6 +48,8 @@ from functions.compose_model_deployment.placement import PlacementPlan, place
 
 REQUIRED_CLUSTERS: Final = "inference-clusters"
 REQUIRED_REPLICAS: Final = "model-replicas"
+# What a waiting result keeps of an observed ModelReplica's metadata (as it always has).
+KEPT_REPLICA_METADATA: Final = ("name", "labels")
 _CACHE_LIMIT: Final = 20000
 
 T = TypeVar("T")
@@ -121,11 +126,16 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             for key, r in req.observed.resources.items()
             if r.resource["kind"] == contracts.KIND_MODEL_REPLICA
         }
-        missing = [
-            n for n in (REQUIRED_CLUSTERS, REQUIRED_REPLICAS) if n not in req.required_resources
-        ]
+        # Raw Structs: parsing is memoized on them (see the module docstring).
+        asked_clusters = required(req, REQUIRED_CLUSTERS, convert=lambda s: s)
+        asked_replicas = required(req, REQUIRED_REPLICAS, convert=lambda s: s)
+        missing = not_fetched(asked_clusters, asked_replicas)
         if missing:
-            self._keep_existing(rsp, observed_own)
+            keep_observed(
+                rsp,
+                {key: plain(s) for key, s in observed_own.items()},
+                metadata=KEPT_REPLICA_METADATA,
+            )
             set_conditions(
                 rsp,
                 *status.waiting_conditions(
@@ -134,19 +144,19 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             )
             return rsp
         clusters = []
-        for item in req.required_resources[REQUIRED_CLUSTERS].items:
+        for item in asked_clusters.items:
             try:
-                clusters.append(self.clusters(item.resource))
+                clusters.append(self.clusters(item))
             except InputError as err:
                 # One malformed cluster must not stop every model in the fleet: it offers
                 # no room, and the warning says which field is wrong.
                 response.warning(rsp, f"{name}: ignoring {err}")
-        holdings = self._holdings(req, observed_own, deployment)
-        own = [
-            h
-            for h in holdings
-            if h.namespace == deployment.namespace and h.deployment == deployment.name
-        ]
+        holdings = targets.merge_ownership(
+            (self.holdings(s) for s in observed_own.values()),
+            (self.holdings(s) for s in asked_replicas.items),
+            deployment,
+        )
+        own = targets.own_holdings(holdings, deployment)
         previous = xr.get("status") or {}
 
         # 2. Decide: parking first, then placement (a parked model places nothing).
@@ -161,36 +171,21 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             now=status.format_time(now),
         )
         by_name = {c.name: c for c in clusters}
-        # Where the model has a ModelReplica now, on a selected cluster and existing pool:
-        # a parked or entirely unplaceable model keeps answering there, at 0 replicas.
-        existing_at = [
-            (by_name[h.cluster], h.pool)
-            for h in sorted(own, key=lambda h: h.cluster)
-            if h.cluster in by_name
-            and by_name[h.cluster].pool(h.pool) is not None
-            and deployment.cluster_selector.matches(by_name[h.cluster].labels)
-        ]
+        existing_at = targets.existing_at(own, by_name, deployment)
         if decision.is_parked:
             plan = PlacementPlan((), 0, "")
-            kept = {(c.name, pool) for c, pool in existing_at}
-            for h in own:
-                if (h.cluster, h.pool) not in kept:
-                    response.warning(
-                        rsp,
-                        f"{name}: removing the parked model's ModelReplica on "
-                        f"{h.cluster}/{h.pool}: the cluster or pool is gone or no longer selected",
-                    )
+            for h in targets.removed_when_parked(own, existing_at):
+                response.warning(
+                    rsp,
+                    f"{name}: removing the parked model's ModelReplica on "
+                    f"{h.cluster}/{h.pool}: the cluster or pool is gone or no longer selected",
+                )
         else:
             plan = place(deployment, clusters, holdings, deployment.replicas)
 
         # 3. Compose one ModelReplica per cluster used.
         self._compose(
-            rsp,
-            deployment=deployment,
-            by_name=by_name,
-            plan=plan,
-            existing_at=existing_at,
-            decision=decision,
+            rsp, deployment, targets.replica_targets(plan, decision, existing_at, by_name)
         )
 
         # 4. Status, results and conditions.
@@ -240,76 +235,19 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         )
         return rsp
 
-    def _holdings(
-        self,
-        req: fnv1.RunFunctionRequest,
-        observed_own: dict[str, struct_pb2.Struct],
-        deployment: Deployment,
-    ) -> list[Holding]:
-        """Every ModelReplica; our own as observed (the composed copy is authoritative,
-        and it is ours whatever its fields say)."""
-        mine = [
-            dataclasses.replace(
-                self.holdings(s), namespace=deployment.namespace, deployment=deployment.name
-            )
-            for s in observed_own.values()
-        ]
-        ids = {(h.namespace, h.name) for h in mine}
-        listed = (
-            self.holdings(i.resource) for i in req.required_resources[REQUIRED_REPLICAS].items
-        )
-        return mine + [h for h in listed if (h.namespace, h.name) not in ids]
-
-    def _keep_existing(
-        self, rsp: fnv1.RunFunctionResponse, observed_own: dict[str, struct_pb2.Struct]
-    ) -> None:
-        for key, observed in observed_own.items():
-            body = plain(observed)
-            meta = body.get("metadata") or {}
-            kept = {
-                "apiVersion": body.get("apiVersion"),
-                "kind": body.get("kind"),
-                "metadata": {k: meta[k] for k in ("name", "labels") if k in meta},
-                "spec": body.get("spec") or {},
-            }
-            resource.update(rsp.desired.resources[key], kept)
-
+    @staticmethod
     def _compose(
-        self,
-        rsp: fnv1.RunFunctionResponse,
-        *,
-        deployment: Deployment,
-        by_name: dict[str, Cluster],
-        plan: PlacementPlan,
-        existing_at: list[tuple[Cluster, str]],
-        decision: parking.Decision,
+        rsp: fnv1.RunFunctionResponse, deployment: Deployment, decided: targets.Targets
     ) -> None:
-        unavailable = None
-        targets: list[tuple[Cluster, str, int]] = [
-            (by_name[p.cluster], p.pool, p.replicas) for p in plan.placements
-        ]
-        if decision.parked:
-            unavailable = {"reason": "Parked", "message": status.parked_message(decision.parked)}
-            targets = [(c, pool, 0) for c, pool in existing_at]
-        elif not plan.placements and plan.unplaceable and (existing_at or plan.nearest):
-            # Nothing runs anywhere: keep answerable ModelReplicas (those it has, else one
-            # on the pool closest to fitting), so a request for the model is told why at
-            # once instead of being routed to nothing.
-            unavailable = {"reason": "Unplaceable", "message": plan.reason}
-            if existing_at:
-                targets = [(c, pool, 0) for c, pool in existing_at]
-            else:
-                cluster, pool = plan.nearest
-                targets = [(by_name[cluster], pool, 0)]
-        if unavailable is not None:
-            unavailable["message"] = unavailable["message"][:1024]
-        autoscaling = manifests.autoscaling_spec(deployment, [(c, p) for c, p, _ in targets])
+        autoscaling = manifests.autoscaling_spec(
+            deployment, [(c, p) for c, p, _ in decided.replicas]
+        )
         # Every ModelReplica of a deployment is the same but for a few per-cluster fields,
         # and the autoscaling member list in each grows with the clusters used (the output
         # grows with their square). Convert the first one to protobuf, then copy it (in C)
         # and set only what differs per cluster.
         first: struct_pb2.Struct | None = None
-        for cluster, pool_name, replicas in targets:
+        for cluster, pool_name, replicas in decided.replicas:
             pool = cluster.pool(pool_name)
             if pool is None:
                 continue
@@ -319,7 +257,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 pool,
                 replicas,
                 autoscaling=autoscaling,
-                unavailable=unavailable,
+                unavailable=decided.unavailable,
             )
             target = rsp.desired.resources[manifests.replica_key(cluster.name)].resource
             if first is None:

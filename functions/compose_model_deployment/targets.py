@@ -1,0 +1,103 @@
+"""Where a model's ModelReplicas go, given what already exists and what was decided.
+
+Placement (`placement.py`) and parking (`parking.py`) decide how many replicas run where;
+this module decides the rest of what the shell used to decide inline:
+
+- **ownership**: the ModelReplicas this deployment composed are its own as observed,
+  whatever their fields say (the composed copy is authoritative); the fleet's list adds
+  everyone else's.
+- **what exists where**: the deployment's ModelReplicas on a cluster that still exists,
+  in a pool it still has, and that the clusterSelector still selects.
+- **parked**: a parked model keeps answering where it exists, at 0 replicas; its
+  ModelReplicas anywhere else are removed (and the shell says so).
+- **unplaceable fallback**: a model that runs nowhere keeps answerable ModelReplicas (those
+  it has, else one on the pool closest to fitting) so a request is told why at once
+  instead of being routed to nothing.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from functions.compose_model_deployment.model import Cluster, Deployment, Holding
+from functions.compose_model_deployment.parking import Decision
+from functions.compose_model_deployment.placement import PlacementPlan
+from functions.compose_model_deployment.status import parked_message
+
+REASON_PARKED = "Parked"
+REASON_UNPLACEABLE = "Unplaceable"
+# A ModelReplica's spec.unavailable.message is bounded by its XRD.
+UNAVAILABLE_MESSAGE_LIMIT = 1024
+
+
+def merge_ownership(
+    observed_own: Iterable[Holding], listed: Iterable[Holding], deployment: Deployment
+) -> list[Holding]:
+    """Every ModelReplica: ours as observed (stamped ours), then the fleet's others."""
+    mine = [
+        replace(h, namespace=deployment.namespace, deployment=deployment.name) for h in observed_own
+    ]
+    ids = {(h.namespace, h.name) for h in mine}
+    return mine + [h for h in listed if (h.namespace, h.name) not in ids]
+
+
+def own_holdings(holdings: Iterable[Holding], deployment: Deployment) -> list[Holding]:
+    return [
+        h
+        for h in holdings
+        if h.namespace == deployment.namespace and h.deployment == deployment.name
+    ]
+
+
+def existing_at(
+    own: Iterable[Holding], by_name: dict[str, Cluster], deployment: Deployment
+) -> list[tuple[Cluster, str]]:
+    """(cluster, pool) of each own ModelReplica on a selected cluster and existing pool,
+    by cluster name."""
+    return [
+        (by_name[h.cluster], h.pool)
+        for h in sorted(own, key=lambda h: h.cluster)
+        if h.cluster in by_name
+        and by_name[h.cluster].pool(h.pool) is not None
+        and deployment.cluster_selector.matches(by_name[h.cluster].labels)
+    ]
+
+
+def removed_when_parked(
+    own: Iterable[Holding], kept_at: Iterable[tuple[Cluster, str]]
+) -> list[Holding]:
+    """A parked model's ModelReplicas that go: cluster or pool gone, or not selected."""
+    kept = {(c.name, pool) for c, pool in kept_at}
+    return [h for h in own if (h.cluster, h.pool) not in kept]
+
+
+@dataclass(frozen=True)
+class Targets:
+    """One ModelReplica per (cluster, pool, replicas); `unavailable` when it answers why."""
+
+    replicas: tuple[tuple[Cluster, str, int], ...]
+    unavailable: dict | None = None
+
+
+def replica_targets(
+    plan: PlacementPlan,
+    parking: Decision,
+    kept_at: list[tuple[Cluster, str]],
+    by_name: dict[str, Cluster],
+) -> Targets:
+    """The plan's placements; a parked model, or one that fits nowhere, answers at 0."""
+    if parking.parked:
+        return _unavailable(
+            [(c, pool, 0) for c, pool in kept_at], REASON_PARKED, parked_message(parking.parked)
+        )
+    if not plan.placements and plan.unplaceable and (kept_at or plan.nearest):
+        if kept_at:
+            at = [(c, pool, 0) for c, pool in kept_at]
+        else:
+            cluster, pool = plan.nearest
+            at = [(by_name[cluster], pool, 0)]
+        return _unavailable(at, REASON_UNPLACEABLE, plan.reason)
+    return Targets(tuple((by_name[p.cluster], p.pool, p.replicas) for p in plan.placements))
+
+
+def _unavailable(at: list[tuple[Cluster, str, int]], reason: str, message: str) -> Targets:
+    return Targets(tuple(at), {"reason": reason, "message": message[:UNAVAILABLE_MESSAGE_LIMIT]})
