@@ -93,20 +93,6 @@ def missing_replicas(step: Step) -> tuple[list[str], int]:
     return due, max(0, needed - lent)
 
 
-def _room(step: Step, name: str) -> tuple[int, int]:
-    """(static room, total room) a member can still take, pending replicas counted."""
-    report, c = step.usable[name], step.clusters[name]
-    entry = step.spec.cluster(name)
-    if report is None or entry is None:
-        return 0, 0
-    pending = max(0, c.floor - report.scheduled) if c.floor else 0
-    base = max(c.floor, report.desired)
-    ceiling = max(0, entry.max_replicas - base)
-    static = max(0, report.static_room - pending)
-    headroom = max(0, report.node_pool_headroom - max(0, pending - report.static_room))
-    return min(static, ceiling), min(static + headroom, ceiling)
-
-
 def candidates(step: Step, due: list[str]) -> list[str]:
     home = max(due, key=lambda n: (step.usable[n].needed, n)) if due else None
     home_region = step.usable[home].region if home else None
