@@ -1,4 +1,4 @@
-# The two commands a newcomer runs: `make demo` and `make test`. Both work on a fresh
+# What a newcomer runs: `make demo`, `make test`, then `make fleet`. Each works on a fresh
 # machine: they create the virtualenv and install the pinned tools (hack/tools.sh, cached
 # under ~/.cache/modelplane) before doing anything else.
 SHELL := /bin/bash
@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test test-unit venv tools lint fmt package proto clean
+.PHONY: demo test test-unit test-e2e fleet fleet-down venv tools lint fmt package proto clean
 
 demo: venv
 	@bash hack/tools.sh crossplane
@@ -18,6 +18,19 @@ test: venv proto tools lint
 
 test-unit: venv proto
 	$(PY) -m pytest tests/unit
+
+test-e2e: venv proto tools
+	$(PY) -m pytest tests/e2e
+
+# The local fleet, live: a control plane (Crossplane core, provider-kubernetes, our
+# functions) and two member API servers on loopback, with examples/ applied. It keeps
+# running until `make fleet-down`.
+fleet: venv proto
+	@bash hack/tools.sh crossplane provider_kubernetes etcd kube_apiserver schemas
+	@$(PY) hack/fleet.py up
+
+fleet-down: venv
+	@$(PY) hack/fleet.py down
 
 venv: $(STAMP)
 

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""The local fleet, live: `make fleet` and `make fleet-down`.
+
+    hack/fleet.py up       start the fleet box in the background, apply examples/, wait,
+                           print a summary and the kubeconfig paths; the box keeps running
+    hack/fleet.py status   print the summary again
+    hack/fleet.py down     stop every process of the box and remove its data
+
+The box (hack/fleetbox.py) runs in a detached supervisor process (`hack/fleet.py serve`)
+so it outlives `make fleet`; its processes die with that supervisor, so `down` (SIGTERM
+to the supervisor) leaves nothing behind. State lives in _output/fleet/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "hack"))
+
+import fleetbox  # noqa: E402
+
+STATE = REPO / "_output" / "fleet"
+PID_FILE = STATE / "supervisor.pid"
+READY_FILE = STATE / "ready.json"
+LOG_FILE = STATE / "supervisor.log"
+START_TIMEOUT = 600.0
+SETTLE_TIMEOUT = 180.0
+
+XR_KINDS = (
+    "inferenceclusters",
+    "telemetrydestinations",
+    "modeldeployments",
+    "modelreplicas",
+    "metricmappings",
+)
+
+
+def serve() -> None:
+    """The supervisor: start the box, write what `up` needs, wait for SIGTERM."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    box = fleetbox.FleetBox(root=STATE / "box")
+    try:
+        box.start()
+        READY_FILE.write_text(json.dumps({
+            "kubeconfigs": {k: str(v) for k, v in box.kubeconfigs.items()},
+            "kubectl": str(box.bin / "kubectl"),
+            "members": list(box.members),
+            "start_seconds": round(box.timings["start"], 1),
+        }))  # fmt: skip
+        while not stop.wait(1.0):
+            for process in box.processes.values():
+                if not process.running():
+                    print(f"{process.name} exited; restarting it", flush=True)
+                    process.start()
+    finally:
+        box.close()
+        with contextlib.suppress(FileNotFoundError):
+            READY_FILE.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            PID_FILE.unlink()
+
+
+def _running_pid() -> int | None:
+    try:
+        pid = int(PID_FILE.read_text())
+        os.kill(pid, 0)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+    return pid
+
+
+def _box_from_state() -> tuple[dict, fleetbox.FleetBox]:
+    """A handle on the running box for reads and kubectl (starts nothing)."""
+    state = json.loads(READY_FILE.read_text())
+    box = object.__new__(fleetbox.FleetBox)
+    box.bin = fleetbox.tools_bin()
+    box.kubeconfigs = {k: Path(v) for k, v in state["kubeconfigs"].items()}
+    box.members = dict.fromkeys(state["members"])
+    return state, box
+
+
+def up() -> int:
+    missing = fleetbox.missing_tools()
+    if missing:
+        print(f"missing tools: {', '.join(missing)}: run 'bash hack/tools.sh'", file=sys.stderr)
+        return 1
+    if _running_pid():
+        print("the fleet is already running ('make fleet-down' stops it)")
+        return status()
+    STATE.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        READY_FILE.unlink()
+    supervisor = subprocess.Popen(
+        [sys.executable, __file__, "serve"],
+        stdout=LOG_FILE.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=REPO,
+    )
+    PID_FILE.write_text(str(supervisor.pid))
+    print(
+        "starting the fleet box (API servers, Crossplane core, provider-kubernetes, functions)..."
+    )
+    deadline = time.monotonic() + START_TIMEOUT
+    while not READY_FILE.exists():
+        if supervisor.poll() is not None or time.monotonic() > deadline:
+            print(f"the fleet box did not start:\n{LOG_FILE.read_text()[-4000:]}", file=sys.stderr)
+            down()
+            return 1
+        time.sleep(0.5)
+    state, box = _box_from_state()
+    print(f"started in {state['start_seconds']} s; applying examples/")
+    box.apply("control-plane", fleetbox.FleetBox.example_paths(box))
+    _settle(box)
+    return status()
+
+
+def _xrs(box: fleetbox.FleetBox) -> list[dict]:
+    return [xr for kind in XR_KINDS for xr in box.get("control-plane", kind)]
+
+
+def _settle(box: fleetbox.FleetBox) -> None:
+    """Wait until every XR is Synced and Ready, or nothing has changed for a while."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        snapshot = [
+            (x["kind"], x["metadata"]["name"], json.dumps(x.get("status", {}), sort_keys=True))
+            for x in _xrs(box)
+        ]
+        if snapshot and all(
+            fleetbox.is_true(x, "Synced") and fleetbox.is_true(x, "Ready") for x in _xrs(box)
+        ):
+            return
+        if snapshot != last:
+            last, since = snapshot, time.monotonic()
+        elif time.monotonic() - since > 30:
+            return  # settled: what is not ready now is explained in the summary
+        time.sleep(2)
+
+
+def summary(box: fleetbox.FleetBox) -> str:
+    lines = ["", "Claims and what they composed (control plane):"]
+    for xr in _xrs(box):
+        meta = xr["metadata"]
+        name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+        states = []
+        for kind in ("Synced", "Ready"):
+            condition = fleetbox.conditions(xr).get(kind, {})
+            states.append(f"{kind}={condition.get('status', '?')}")
+        lines.append(f"  {xr['kind']} {name}: {' '.join(states)}")
+        for condition in xr.get("status", {}).get("conditions", []):
+            if condition.get("status") != "True" and condition.get("message"):
+                lines.append(
+                    f"      {condition['type']} {condition.get('reason', '')}: {condition['message'][:300]}"
+                )
+        for placement in xr.get("status", {}).get("placements", []) or []:
+            where = (
+                f"{placement.get('cluster')}/{placement.get('nodePool', placement.get('pool', ''))}"
+            )
+            lines.append(f"      placed {placement.get('replicas')} on {where}")
+    lines.append("")
+    lines.append("On each member (provider-kubernetes applied them):")
+    for member in box.members:
+        counts: dict[str, int] = {}
+        for resource in (
+            "deployments",
+            "leaderworkersets",
+            "podcliquesets",
+            "services",
+            "httproutes",
+            "scaledobjects",
+            "adaptivepolicies",
+            "configmaps",
+        ):
+            for item in box.get(member, resource):
+                if item["metadata"].get("namespace") == "kube-system" or item["metadata"][
+                    "name"
+                ] in ("kube-root-ca.crt", "kubernetes"):
+                    continue
+                counts[item["kind"]] = counts.get(item["kind"], 0) + 1
+        listed = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing yet"
+        lines.append(f"  {member}: {listed}")
+    return "\n".join(lines)
+
+
+def status() -> int:
+    if not READY_FILE.exists():
+        print("the fleet is not running ('make fleet' starts it)")
+        return 1
+    state, box = _box_from_state()
+    print(summary(box))
+    print("\nKubeconfigs (kubectl at the API servers' release is " + state["kubectl"] + "):")
+    for name, path in state["kubeconfigs"].items():
+        print(f"  {name}: {path}")
+    control = state["kubeconfigs"]["control-plane"]
+    print(f"\nTry: {state['kubectl']} --kubeconfig {control} get modeldeployments -A")
+    print("Stop it with: make fleet-down")
+    return 0
+
+
+def down() -> int:
+    pid = _running_pid()
+    if pid is None:
+        print("the fleet is not running")
+        return 0
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.2)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        PID_FILE.unlink()
+    print("the fleet is stopped")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=["up", "down", "status", "serve"])
+    command = parser.parse_args().command
+    if command == "serve":
+        serve()
+        return 0
+    return {"up": up, "down": down, "status": status}[command]()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
