@@ -7,11 +7,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test test-unit test-e2e fleet fleet-down venv tools lint fmt package proto clean
+.PHONY: demo render test test-unit test-e2e fleet fleet-down venv tools lint fmt package proto clean
 
+# The examples rendered as one fleet: a summary, then the YAML stream's file name.
 demo: venv
 	@bash hack/tools.sh crossplane
-	@$(PY) hack/render.py --demo
+	@$(PY) hack/demo.py --output _output/demo.yaml
+
+# The same fleet render's whole YAML stream on stdout (for scripts and CI).
+render: venv
+	@bash hack/tools.sh crossplane >&2
+	@$(PY) hack/render.py --fleet
 
 test: venv proto tools lint
 	$(PY) -m pytest

@@ -6,10 +6,14 @@ Functions file whose annotations point `crossplane render`'s Development runtime
 them, renders each XR with the Composition for its kind, and always stops the functions.
 
     hack/render.py XR.yaml [XR.yaml ...] [-e REQUIRED] [-o OBSERVED] [-r]
-    hack/render.py --demo          every example XR, the way `make demo` prints them
+    hack/render.py --fleet         the examples as one fleet: the YAML stream `make render` prints
 
-Tests import `FunctionServers` and `render` from here, so the demo and the render tests
-exercise one code path.
+`render_fleet` renders the examples the way a control plane would see them: every XR gets
+the other examples it reads as its required resources, and the ModelReplicas that
+placement composes are rendered in turn (hack/demo.py summarizes that render).
+
+Tests import `FunctionServers`, `render` and `render_fleet` from here, so the demo and
+the render tests exercise one code path.
 """
 
 from __future__ import annotations
@@ -32,7 +36,12 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from functions.common.contracts import API_GROUP, FUNCTIONS  # noqa: E402
+from functions.common.contracts import (  # noqa: E402
+    API_GROUP,
+    FUNCTIONS,
+    KIND_MODEL_DEPLOYMENT,
+    KIND_MODEL_REPLICA,
+)
 
 STARTUP_TIMEOUT_SECONDS = 30
 RENDER_TIMEOUT = "60s"
@@ -195,6 +204,10 @@ class RenderResult:
         return [d for d in yaml.safe_load_all(self.stdout) if d]
 
 
+def _dump(documents: list[dict]) -> str:
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
 def composition_for(xr_path: Path) -> Path:
     """The Composition that composes this XR's kind: apis/<plural>/composition.yaml."""
     xr = yaml.safe_load(xr_path.read_text())
@@ -254,28 +267,166 @@ def example_xrs() -> list[Path]:
     return paths
 
 
+@dataclass
+class FleetRender:
+    """One XR of the fleet, rendered: where it came from, and what render printed."""
+
+    source: str  # a path under the repo, or the ModelDeployment that composed it
+    xr: dict  # the XR as given to render (render prints only its status back)
+    result: RenderResult
+
+    @property
+    def composite(self) -> dict:
+        return self.result.documents[0]
+
+    @property
+    def composed(self) -> list[dict]:
+        return [d for d in self.result.documents[1:] if d.get("kind") != "Result"]
+
+    @property
+    def results(self) -> list[dict]:
+        return [d for d in self.result.documents[1:] if d.get("kind") == "Result"]
+
+
+@dataclass
+class Fleet:
+    renders: list[FleetRender]
+
+    def of_kind(self, kind: str) -> list[FleetRender]:
+        return [r for r in self.renders if r.composite["kind"] == kind]
+
+    @property
+    def failed(self) -> list[FleetRender]:
+        return [r for r in self.renders if r.result.returncode != 0]
+
+    def stream(self) -> str:
+        """Every render's output, each under a comment naming its source."""
+        return "".join(f"# ---- {r.source} ----\n{r.result.stdout}" for r in self.renders)
+
+
+def _source(path: Path) -> str:
+    return (
+        str(path.resolve().relative_to(REPO)) if path.resolve().is_relative_to(REPO) else str(path)
+    )
+
+
+def _identity(document: dict) -> tuple[str, str, str]:
+    meta = document.get("metadata") or {}
+    return document["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def render_fleet(servers: FunctionServers, workdir: Path, xrs: list[Path] | None = None) -> Fleet:
+    """Render XRs as one fleet, in the order a control plane converges.
+
+    1. ModelDeployments one at a time (sorted), each reading every InferenceCluster and
+       the ModelReplicas placed before it, as a first reconcile after `kubectl apply`.
+    2. Each again, now reading every other deployment's ModelReplicas and observing its
+       own (the steady state a later reconcile reaches; this is the render shown).
+    3. Every ModelReplica placement composed, through compose-model-replica.
+    4. Everything else (InferenceClusters, TelemetryDestinations, MetricMappings), each
+       reading the whole fleet; render's selector matching picks what each one asked for.
+
+    A render that fails is kept (its returncode says so) and its XR composes nothing
+    for the renders after it.
+    """
+    paths = example_xrs() if xrs is None else xrs
+    loaded = [(p, yaml.safe_load(p.read_text())) for p in paths]
+    deployments = sorted(
+        ((p, d) for p, d in loaded if d["kind"] == KIND_MODEL_DEPLOYMENT),
+        key=lambda pd: _identity(pd[1]),
+    )
+    others = [(p, d) for p, d in loaded if d["kind"] != KIND_MODEL_DEPLOYMENT]
+    base = [d for _, d in loaded]
+    counter = iter(range(1_000_000))
+
+    def write(stem: str, documents: list[dict]) -> Path:
+        path = workdir / f"{next(counter):03d}-{stem}.yaml"
+        path.write_text(_dump(documents))
+        return path
+
+    def replicas_of(rendered: RenderResult) -> list[dict]:
+        if rendered.returncode != 0:
+            return []
+        return [d for d in rendered.documents[1:] if d.get("kind") == KIND_MODEL_REPLICA]
+
+    # 1. First placement, in order.
+    first: dict[tuple, list[dict]] = {}
+    for path, deployment in deployments:
+        placed_before = [r for rs in first.values() for r in rs]
+        result = render(servers, path, required=write("required", base + placed_before))
+        first[_identity(deployment)] = replicas_of(result)
+        if result.returncode == 0:
+            # The next reconcile reads the status this one wrote (unplaceable since, parking).
+            deployment["status"] = result.documents[0].get("status") or {}
+
+    # 2. Steady state: every other deployment's replicas, its own observed.
+    renders: list[FleetRender] = []
+    settled: list[dict] = []
+    for path, deployment in deployments:
+        own = first[_identity(deployment)]
+        everyone = [r for rs in first.values() for r in rs]
+        xr = write(path.stem, [deployment])
+        result = render(
+            servers,
+            xr,
+            required=write("required", base + everyone),
+            observed=write("observed", own) if own else None,
+        )
+        renders.append(FleetRender(_source(path), deployment, result))
+        settled += replicas_of(result)
+
+    # 3. The ModelReplicas placement composed.
+    for replica in sorted(settled, key=_identity):
+        owner = next(
+            (o["name"] for o in replica["metadata"].get("ownerReferences", [])), "a deployment"
+        )
+        xr = write(replica["metadata"]["name"], [replica])
+        composed_by = f"ModelReplica {replica['metadata']['name']} (composed by {owner})"
+        renders.append(FleetRender(composed_by, replica, render(servers, xr)))
+
+    # 4. Clusters, destinations and mappings, each reading the whole fleet.
+    fleet = write("fleet", base + settled)
+    for path, document in others:
+        rendered = render(servers, path, required=fleet)
+        renders.append(FleetRender(_source(path), document, rendered))
+    return Fleet(renders)
+
+
+def fleet_render() -> Fleet:
+    """Start the functions, render the examples as a fleet, stop the functions."""
+    with running_functions() as servers:
+        return render_fleet(servers, servers.workdir)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("xrs", nargs="*", type=Path, help="XR files to render")
-    parser.add_argument("--demo", action="store_true", help="render every example XR")
+    parser.add_argument(
+        "--fleet", action="store_true", help="render the examples as one fleet (make render)"
+    )
     parser.add_argument("-e", "--required-resources", type=Path)
     parser.add_argument("-o", "--observed-resources", type=Path)
     args = parser.parse_args()
-    xrs = example_xrs() if args.demo else args.xrs
-    if not xrs:
-        parser.error("name XR files, or --demo")
+    if not args.xrs and not args.fleet:
+        parser.error("name XR files, or --fleet")
 
-    failed = 0
     try:
+        if args.fleet:
+            fleet = fleet_render()
+            print(fleet.stream(), end="")
+            for failed in fleet.failed:
+                print(f"# {failed.source}: render failed:\n{failed.result.stderr}", file=sys.stderr)
+            return 1 if fleet.failed else 0
+        failed = 0
         with running_functions() as servers:
-            for xr in xrs:
+            for xr in args.xrs:
                 result = render(
                     servers,
                     xr,
                     required=args.required_resources,
                     observed=args.observed_resources,
                 )
-                print(f"# ---- {xr.resolve().relative_to(REPO)} ----")
+                print(f"# ---- {_source(xr)} ----")
                 print(result.stdout, end="")
                 if result.returncode != 0:
                     failed += 1

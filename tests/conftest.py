@@ -41,3 +41,9 @@ def function_servers(crossplane):
     """The four functions, served once for every render test in the session."""
     with render.running_functions() as servers:
         yield servers
+
+
+@pytest.fixture(scope="session")
+def fleet(function_servers, tmp_path_factory) -> render.Fleet:
+    """The examples rendered as one fleet, as `make demo` and `make render` render them."""
+    return render.render_fleet(function_servers, tmp_path_factory.mktemp("fleet"))

@@ -13,7 +13,8 @@ and Kubernetes' OpenAPI v3 documents at the kube-apiserver version the runtime t
   properties rejects any other field, as the API server's strict field validation does.
 
 Inputs are every shape's ModelReplica under tests/unit/testdata/model_replica/inputs and
-the example ModelReplicas under examples/modelreplicas.
+the ModelReplicas that placing the examples as one fleet composes (the `fleet` fixture:
+the render `make demo` shows).
 """
 
 import functools
@@ -33,7 +34,6 @@ from tests.validate import crossplane_validate
 
 REPO = render.REPO
 INPUTS = sorted((REPO / "tests" / "unit" / "testdata" / "model_replica" / "inputs").glob("*.yaml"))
-INPUTS += sorted((REPO / "examples" / "modelreplicas").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +41,15 @@ def schemas() -> Path:
     return require_tool("schemas").resolve()
 
 
-def composed(xr_path: Path):
-    return compose(parse(yaml.safe_load(xr_path.read_text()))).composed
+def composed(xr: Path | dict):
+    return compose(parse(xr if isinstance(xr, dict) else yaml.safe_load(xr.read_text()))).composed
+
+
+@pytest.fixture(scope="module")
+def fleet_replicas(fleet) -> list[dict]:
+    replicas = [r.xr for r in fleet.of_kind("ModelReplica")]
+    assert replicas, "the example fleet placed nothing"
+    return replicas
 
 
 class CoreSchemas:
@@ -109,10 +116,10 @@ def validate_objects(schemas: Path, resources: list[Path]) -> subprocess.Complet
     )
 
 
-def test_objects_and_custom_resources_match_their_crds(schemas, tmp_path):
+def test_objects_and_custom_resources_match_their_crds(schemas, fleet_replicas, tmp_path):
     core = core_schemas(schemas / "openapi")
     objects, custom = [], []
-    for xr_path in INPUTS:
+    for xr_path in [*INPUTS, *fleet_replicas]:
         for c in composed(xr_path):
             objects.append(c.object)
             if not core.knows(c.manifest):
@@ -137,6 +144,17 @@ def test_core_kinds_match_the_kubernetes_openapi_document(schemas, xr_path):
             assert core.errors(c.manifest) == [], f"{c.key} ({c.manifest['kind']})"
             checked += 1
     assert checked >= 4  # namespace, health record, claim template(s), service at least
+
+
+def test_core_kinds_of_the_example_fleet_match_the_kubernetes_openapi_document(
+    schemas, fleet_replicas
+):
+    core = core_schemas(schemas / "openapi")
+    for replica in fleet_replicas:
+        for c in composed(replica):
+            if core.knows(c.manifest):
+                name = replica["metadata"]["name"]
+                assert core.errors(c.manifest) == [], f"{name}: {c.key} ({c.manifest['kind']})"
 
 
 def test_the_core_check_rejects_an_unknown_field_and_a_wrong_type(schemas):

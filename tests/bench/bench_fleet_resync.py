@@ -1,0 +1,477 @@
+"""A full resync of the control plane: every ModelDeployment reconciled once, through
+the real compose-model-deployment over gRPC, with the required resources Crossplane
+would send it.
+
+    .venv/bin/python tests/bench/bench_fleet_resync.py [--runs 3] [--sizes 100x50,1000x200]
+
+Each size is M ModelDeployments (1-20 replicas each, seeded) across C InferenceClusters
+(four GPU pools each, sized so the fleet fits with room to spare). The fleet's
+ModelReplicas are the ones compose-model-deployment composes (manifests.model_replica,
+with the autoscaling member list) as the API server lists them: with an owner reference,
+managedFields, resource refs and status conditions (Crossplane strips none of it), for
+a steady-state placement: each deployment on up to three clusters. A reconcile request
+carries what the function asks for: its ModelDeployment, its own ModelReplicas as
+observed resources, and as required resources every InferenceCluster and every
+ModelReplica in the fleet (compose-model-deployment asks for both without a selector).
+
+The function runs as Crossplane runs it (`python -m
+functions.compose_model_deployment.main --insecure`), with the receive limit raised so
+that sizes past the default still measure; the request size is then compared with the
+limits:
+
+- the SDK's server (crossplane-function-sdk-python, cli.py): receive and send 4 MiB by
+  default (`--max-recv-message-size` / MAX_RECV_MESSAGE_SIZE, in MB);
+- Crossplane v2.2.1 (internal/xfn/function_runner.go) dials with grpc-go defaults: it
+  sends up to math.MaxInt32 and receives responses up to 4 MiB, and has no flag to
+  change either.
+
+A resync is M calls, one after another (Crossplane's reconcilers would run a few at a
+time; one at a time shows the per-reconcile cost). It prints, per size, the median of
+`--runs` resyncs of: wall time, CPU of the function per reconcile, request and response
+bytes, and the function's RSS at the end (peak, VmHWM). The first resync warms the
+function's parse memo as a running function's first reconcile does.
+
+Not a test: pytest does not collect bench_*.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1  # noqa: E402
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1  # noqa: E402
+
+from functions.common import contracts  # noqa: E402
+from functions.compose_model_deployment.fn import (  # noqa: E402
+    REQUIRED_CLUSTERS,
+    REQUIRED_REPLICAS,
+)
+from functions.compose_model_deployment.manifests import (  # noqa: E402
+    autoscaling_spec,
+    model_replica,
+    replica_key,
+)
+from functions.compose_model_deployment.model import read_cluster, read_deployment  # noqa: E402
+
+MIB = 1024 * 1024
+SDK_DEFAULT_LIMIT = 4 * MIB  # crossplane.function.cli.DEFAULT_MAX_RECV_MESSAGE_SIZE (MB)
+CROSSPLANE_RESPONSE_LIMIT = 4 * MIB  # grpc-go defaultClientMaxReceiveMessageSize
+BENCH_LIMIT_MB = 1024  # what this benchmark's function accepts, to measure past 4 MiB
+SIZES = ((100, 50), (100, 200), (1000, 50), (1000, 200))
+POOLS = (
+    ("h100", "NVIDIA H100 80GB HBM3", "Hopper", "80Gi", 8),
+    ("a100", "NVIDIA A100-SXM4-80GB", "Ampere", "80Gi", 8),
+    ("l40s", "NVIDIA L40S", "Ada Lovelace", "48Gi", 4),
+    ("b200", "NVIDIA B200", "Blackwell", "180Gi", 8),
+)
+SELECTOR = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'
+SPREAD = 3  # clusters per deployment at most
+
+
+def clusters(count: int, gpus_needed: int) -> list[dict]:
+    per_pool_gpus = max(16, 2 * gpus_needed // (count * len(POOLS)))
+    return [
+        {
+            "apiVersion": contracts.API_GROUP_VERSION,
+            "kind": contracts.KIND_INFERENCE_CLUSTER,
+            "metadata": {
+                "name": f"cluster-{i:03d}",
+                "uid": f"uid-ic-{i}",
+                "resourceVersion": "1",
+                "labels": {"fleet.example.com/tier": "production"},
+            },
+            "spec": {
+                "stack": "Standard",
+                "region": f"region-{i % 7}",
+                "providerConfigRef": {"name": f"cluster-{i:03d}"},
+                "nodePools": [
+                    {
+                        "name": name,
+                        "nodes": -(-per_pool_gpus // per_node),
+                        "maxNodes": 2 * -(-per_pool_gpus // per_node),
+                        "nodeSelector": {"karpenter.sh/nodepool": name},
+                        "devices": {
+                            "driver": "gpu.nvidia.com",
+                            "perNode": per_node,
+                            "attributes": {
+                                "productName": {"string": product},
+                                "architecture": {"string": arch},
+                            },
+                            "capacity": {"memory": memory},
+                        },
+                        "fabrics": [{"name": "f0", "nodes": -(-per_pool_gpus // per_node)}],
+                    }
+                    for name, product, arch, memory, per_node in POOLS
+                ],
+            },
+        }
+        for i in range(count)
+    ]
+
+
+def deployment(index: int, replicas: int, gpus: int) -> dict:
+    name = f"model-{index:05d}"
+    return {
+        "apiVersion": contracts.API_GROUP_VERSION,
+        "kind": contracts.KIND_MODEL_DEPLOYMENT,
+        "metadata": {"name": name, "namespace": f"team-{index % 20:02d}", "uid": f"uid-{name}"},
+        "spec": {
+            "replicas": replicas,
+            "source": {"uri": f"hf://org/{name}"},
+            "profile": "default",
+            "template": {
+                "spec": {
+                    "clusterSelector": {"matchLabels": {"fleet.example.com/tier": "production"}},
+                    "engines": [
+                        {
+                            "name": "vllm",
+                            "type": "vllm",
+                            "members": [
+                                {
+                                    "role": "Standalone",
+                                    "nodeSelector": {
+                                        "devices": [
+                                            {
+                                                "name": "gpu",
+                                                "count": gpus,
+                                                "selectors": [{"cel": SELECTOR}],
+                                            }
+                                        ]
+                                    },
+                                    "template": {
+                                        "spec": {
+                                            "containers": [
+                                                {
+                                                    "name": "engine",
+                                                    "image": "vllm/vllm-openai:v0.11.0",
+                                                    "args": ["--model", f"org/{name}"],
+                                                }
+                                            ]
+                                        }
+                                    },
+                                }
+                            ],
+                        }
+                    ],
+                }
+            },
+            "autoscaling": {
+                "mode": "shadow",
+                "minReplicas": 1,
+                "maxReplicas": replicas * 2,
+                "signals": {
+                    "demand": f'sum(rate(modelplane_requests_total{{deployment="{name}"}}[2m]))'
+                },
+            },
+        },
+    }
+
+
+def _fields_v1(value) -> dict:
+    """A managedFields fieldsV1 set for a value: every key path, as the API server records
+    it for a server-side apply (lists approximated by one entry)."""
+    if isinstance(value, dict):
+        return {f"f:{k}": _fields_v1(v) for k, v in value.items()}
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return {"k:{}": _fields_v1(value[0])}
+    return {}
+
+
+COMPOSED_KINDS = (
+    "Namespace", "ConfigMap", "ResourceClaimTemplate", "Deployment", "Service", "Role",
+    "RoleBinding", "ServiceAccount", "Deployment", "Service", "InferencePool", "HTTPRoute",
+    "ScaledObject", "AdaptivePolicy",
+)  # fmt: skip
+
+
+def as_listed(body: dict, owner: dict, cluster: str, ready: int) -> dict:
+    """A ModelReplica as Crossplane lists it from the API server for a required resource:
+    the composed body plus what the API server and the XR's own reconcile add (owner
+    reference, managedFields, resource refs, status conditions); none of it is stripped."""
+    name = body["metadata"]["name"]
+    body["metadata"].update(
+        uid=f"uid-{name}",
+        resourceVersion="184467",
+        generation=1,
+        creationTimestamp="2026-11-01T00:00:00Z",
+        ownerReferences=[
+            {
+                "apiVersion": contracts.API_GROUP_VERSION,
+                "kind": contracts.KIND_MODEL_DEPLOYMENT,
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+        annotations={"crossplane.io/composition-resource-name": replica_key(cluster)},
+    )
+    body["spec"]["crossplane"] = {
+        "compositionRef": {"name": "modelreplicas.modelplane.ai"},
+        "resourceRefs": [
+            {
+                "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+                "kind": "Object",
+                "name": f"{name}-{kind.lower()}-{i}",
+            }
+            for i, kind in enumerate(COMPOSED_KINDS)
+        ],
+    }
+    conditions = [
+        {
+            "type": kind,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": "2026-11-01T00:05:00Z",
+            "observedGeneration": 1,
+        }
+        for kind, reason, message in (
+            ("Ready", "Available", ""),
+            ("Synced", "ReconcileSuccess", ""),
+            ("Composed", "Composed", f"Composed 14 objects for cluster {cluster}"),
+            ("WorkloadReady", "Available", f"{ready} of {ready} replicas ready on {cluster}"),
+            ("Serving", "Serving", f"{ready} replicas serve on cluster {cluster}"),
+        )
+    ]
+    body["status"] = {"readyReplicas": ready, "conditions": conditions}
+    body["metadata"]["managedFields"] = [
+        {
+            "manager": "apiextensions.crossplane.io/composed/" + owner["metadata"]["uid"],
+            "operation": "Apply",
+            "apiVersion": contracts.API_GROUP_VERSION,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": _fields_v1(
+                {"metadata": {"labels": body["metadata"].get("labels", {})}, "spec": body["spec"]}
+            ),
+            "time": "2026-11-01T00:00:00Z",
+        },
+        {
+            "manager": "apiextensions.crossplane.io/composite",
+            "operation": "Apply",
+            "apiVersion": contracts.API_GROUP_VERSION,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": _fields_v1({"status": body["status"]}),
+            "subresource": "status",
+            "time": "2026-11-01T00:05:00Z",
+        },
+    ]
+    return body
+
+
+class Fleet:
+    """M deployments, C clusters, and the ModelReplicas of a steady-state placement."""
+
+    def __init__(self, deployments: int, cluster_count: int, seed: int = 17) -> None:
+        rng = random.Random(seed)
+        shapes = [(rng.randint(1, 20), rng.choice((1, 1, 2, 4, 8))) for _ in range(deployments)]
+        self.deployments = [deployment(i, r, g) for i, (r, g) in enumerate(shapes)]
+        self.clusters = clusters(cluster_count, sum(r * g for r, g in shapes))
+        parsed = [read_cluster(c) for c in self.clusters]
+        self.replicas_of: dict[str, list[dict]] = {}
+        for i, xr in enumerate(self.deployments):
+            spec = read_deployment(xr)
+            used = min(SPREAD, spec.replicas)
+            targets = [
+                (parsed[(i * SPREAD + k) % cluster_count], POOLS[i % len(POOLS)][0])
+                for k in range(used)
+            ]
+            autoscaling = autoscaling_spec(spec, targets)
+            own = []
+            for k, (cluster, pool) in enumerate(targets):
+                n = spec.replicas // used + (1 if k < spec.replicas % used else 0)
+                body = model_replica(spec, cluster, cluster.pool(pool), n, autoscaling=autoscaling)
+                body["metadata"]["namespace"] = spec.namespace
+                body = as_listed(body, xr, cluster.name, n)
+                own.append(body)
+            self.replicas_of[xr["metadata"]["uid"]] = own
+        self.all_replicas = [r for rs in self.replicas_of.values() for r in rs]
+        # The required resources are the same for every reconcile: build them once.
+        shared = fnv1.RunFunctionRequest()
+        for c in self.clusters:
+            shared.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(c)
+        for r in self.all_replicas:
+            shared.required_resources[REQUIRED_REPLICAS].items.add().resource.update(r)
+        self.shared = shared
+
+    def request(self, xr: dict) -> fnv1.RunFunctionRequest:
+        req = fnv1.RunFunctionRequest()
+        req.CopyFrom(self.shared)
+        req.meta.tag = xr["metadata"]["uid"]
+        req.observed.composite.resource.update(xr)
+        for body in self.replicas_of[xr["metadata"]["uid"]]:
+            key = body["metadata"]["annotations"]["crossplane.io/composition-resource-name"]
+            req.observed.resources[key].resource.update(body)
+        return req
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Function:
+    """compose-model-deployment as its own process, the way Crossplane runs it."""
+
+    def __init__(self, limit_mb: int) -> None:
+        self.port = _free_port()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "functions.compose_model_deployment.main",
+                "--insecure",
+                "--address",
+                f"127.0.0.1:{self.port}",
+                f"--max-recv-message-size={limit_mb}",
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        # The client is Crossplane's side: it sends without limit and receives 4 MiB.
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{self.port}",
+            options=[
+                ("grpc.max_send_message_length", -1),
+                ("grpc.max_receive_message_length", CROSSPLANE_RESPONSE_LIMIT),
+            ],
+        )
+        grpc.channel_ready_future(self.channel).result(timeout=30)
+        self.stub = grpcv1.FunctionRunnerServiceStub(self.channel)
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mib(self) -> tuple[float, float]:
+        status = dict(
+            line.split(":", 1)
+            for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines()
+        )
+        return (int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024)
+
+    def close(self) -> None:
+        self.channel.close()
+        os.killpg(self.process.pid, signal.SIGTERM)
+        self.process.wait(timeout=30)
+
+
+def resync(function: Function, fleet: Fleet) -> dict:
+    cpu_before = function.cpu_seconds()
+    request_bytes, response_bytes, latencies = [], [], []
+    start = time.perf_counter()
+    for xr in fleet.deployments:
+        req = fleet.request(xr)
+        request_bytes.append(req.ByteSize())
+        began = time.perf_counter()
+        rsp = function.stub.RunFunction(req, timeout=120)
+        latencies.append(time.perf_counter() - began)
+        response_bytes.append(rsp.ByteSize())
+        assert not any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results), rsp.results
+    wall = time.perf_counter() - start
+    return {
+        "wall": wall,
+        "cpu_per_reconcile_ms": (function.cpu_seconds() - cpu_before) * 1000 / len(latencies),
+        "latency_ms": statistics.median(latencies) * 1000,
+        "request": max(request_bytes),
+        "response": max(response_bytes),
+    }
+
+
+def limit_check(fleet: Fleet) -> str:
+    """What a function with the SDK's default limit says to the largest request."""
+    function = Function(SDK_DEFAULT_LIMIT // MIB)
+    try:
+        function.stub.RunFunction(fleet.request(fleet.deployments[0]), timeout=120)
+        return "accepted"
+    except grpc.RpcError as err:
+        return f"{err.code().name}: {err.details()[:80]}"
+    finally:
+        function.close()
+
+
+def largest_fitting(cluster_count: int, limit: int = SDK_DEFAULT_LIMIT) -> tuple[int, int, int]:
+    """The most deployments whose reconcile request still fits `limit` (bisection on the
+    request size; nothing is run), with the fleet's replicas and ModelReplicas then."""
+    low, high = 1, 4000
+    while high - low > 1:
+        middle = (low + high) // 2
+        fleet = Fleet(middle, cluster_count)
+        if fleet.request(fleet.deployments[0]).ByteSize() <= limit:
+            low = middle
+        else:
+            high = middle
+    fleet = Fleet(low, cluster_count)
+    replicas = sum(d["spec"]["replicas"] for d in fleet.deployments)
+    return low, replicas, len(fleet.all_replicas)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-limit-search", action="store_true")
+    parser.add_argument(
+        "--sizes",
+        default=",".join(f"{m}x{c}" for m, c in SIZES),
+        help="deployments x clusters, comma-separated",
+    )
+    args = parser.parse_args()
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+    print(
+        f"full resync, median of {args.runs}; limits: SDK server receives/sends "
+        f"{SDK_DEFAULT_LIMIT // MIB} MiB by default, Crossplane receives responses up to "
+        f"{CROSSPLANE_RESPONSE_LIMIT // MIB} MiB and sends without limit"
+    )
+    header = (
+        f"{'deployments':>11} {'clusters':>8} {'replicas':>8} {'MRs':>6} {'resync s':>9} "
+        f"{'ms/call':>8} {'cpu ms':>7} {'request':>9} {'response':>9} {'rss MiB':>8} "
+        f"{'peak MiB':>8}  at the SDK's default limit"
+    )
+    print(header)
+    for deployments, cluster_count in sizes:
+        fleet = Fleet(deployments, cluster_count)
+        function = Function(BENCH_LIMIT_MB)
+        try:
+            runs = [resync(function, fleet) for _ in range(args.runs)]
+            rss, peak = function.rss_mib()
+        finally:
+            function.close()
+        median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        replicas = sum(d["spec"]["replicas"] for d in fleet.deployments)
+        verdict = limit_check(fleet) if median["request"] > SDK_DEFAULT_LIMIT else "fits"
+        print(
+            f"{deployments:>11} {cluster_count:>8} {replicas:>8} {len(fleet.all_replicas):>6} "
+            f"{median['wall']:>9.1f} {median['latency_ms']:>8.1f} "
+            f"{median['cpu_per_reconcile_ms']:>7.1f} {median['request'] / MIB:>7.2f}Mi "
+            f"{median['response'] / 1024:>7.1f}Ki {rss:>8.0f} {peak:>8.0f}  {verdict}",
+            flush=True,
+        )
+    if args.no_limit_search:
+        return
+    for cluster_count in sorted({c for _, c in sizes}):
+        most, replicas, objects = largest_fitting(cluster_count)
+        print(
+            f"across {cluster_count} clusters a request passes {SDK_DEFAULT_LIMIT // MIB} MiB "
+            f"after {most} deployments ({replicas} replicas, {objects} ModelReplicas)"
+        )
+
+
+if __name__ == "__main__":
+    main()
