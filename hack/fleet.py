@@ -164,7 +164,8 @@ def summary(box: fleetbox.FleetBox) -> str:
         for condition in xr.get("status", {}).get("conditions", []):
             if condition.get("status") != "True" and condition.get("message"):
                 lines.append(
-                    f"      {condition['type']} {condition.get('reason', '')}: {condition['message'][:300]}"
+                    f"      {condition['type']} {condition.get('reason', '')}: "
+                    f"{condition['message'][:300]}"
                 )
         for placement in xr.get("status", {}).get("placements", []) or []:
             where = (

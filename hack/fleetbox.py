@@ -75,6 +75,31 @@ EXAMPLE_SECRETS = {
     "prometheus-remote-write": {"authorization": "Bearer fleet-box"},
 }
 EXAMPLE_NAMESPACES = ("ml-team",)
+# The Secret per member that compose-serving-stack copies to its peers (runtime_hosting).
+PEER_SECRET_PREFIX = "modelplane-peer-"
+# The cluster inventory API's ClusterProfile, which compose-serving-stack writes one of
+# per peer on every member. Its CRD is a prerequisite the platform installs (no chart of
+# the substrate carries it, and its module is not served here), so the box stands in with
+# a structural CRD that keeps whatever it is given.
+CLUSTER_PROFILE_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "clusterprofiles.multicluster.x-k8s.io"},
+    "spec": {
+        "group": "multicluster.x-k8s.io",
+        "scope": "Namespaced",
+        "names": {
+            "plural": "clusterprofiles", "singular": "clusterprofile",
+            "kind": "ClusterProfile", "listKind": "ClusterProfileList",
+        },
+        "versions": [{
+            "name": "v1alpha1", "served": True, "storage": True, "subresources": {"status": {}},
+            "schema": {
+                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            },
+        }],
+    },
+}  # fmt: skip
 WAIT_SECONDS = 120.0
 POLL_SECONDS = 0.25
 
@@ -380,7 +405,7 @@ class FleetBox:
         self, cluster: str, *args: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess:
         """The real kubectl against one cluster of the box."""
-        result = subprocess.run(
+        result = subprocess.run(  # noqa: PLW1510 - the caller decides (check=...)
             [str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfigs[cluster]}", *args],
             input=stdin,
             capture_output=True,
@@ -444,8 +469,11 @@ class FleetBox:
             # stored version only, None conversion serves the same objects.
             crd["spec"].pop("conversion", None)
             documents.append(crd)
+        documents.append(CLUSTER_PROFILE_CRD)
         for name in self.members:
-            self.kubectl(name, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(documents))
+            self.kubectl(
+                name, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(documents)
+            )
         for name in self.members:
             self._wait_crds_established(name)
 
@@ -516,7 +544,7 @@ class FleetBox:
         self.processes[core.name] = core
         # The Secret the package manager reads a revision's webhook CA bundle from (the
         # Deployment runtime makes it; our packages carry no CRDs, so it is never used).
-        for function, server in self.functions.items():
+        for function in self.functions:
             crt = self.certs.root / function / "tls.crt"
             self.kubectl(
                 "control-plane", "create", "secret", "generic", _tls_secret(function),
@@ -583,12 +611,11 @@ class FleetBox:
             "provider-kubernetes",
             [
                 str(self.bin / "provider-kubernetes"),
-                "--poll=5s",
-                "--sync=1m",
+                "--poll=30s",
+                "--sync=5m",
                 f"--webhook-port={free_port()}",
                 f"--metrics-bind-address=127.0.0.1:{free_port()}",
                 f"--health-probe-bind-addr=127.0.0.1:{free_port()}",
-                "--enable-watches",
             ],
             self.root / "provider-kubernetes.log",
             env={
@@ -603,9 +630,21 @@ class FleetBox:
         """One kubeconfig Secret and ClusterProviderConfig per member, and one for the
         control plane itself (where the example TelemetryDestination's gateway runs)."""
         documents = []
-        targets = {**{n: m for n, m in self.members.items()}, CONTROL_PLANE_CONFIG: self.control}
+        targets = {**self.members, CONTROL_PLANE_CONFIG: self.control}
         for name, cluster in targets.items():
             config = kubeconfig(cluster.server, cluster.ca_file, cluster.token, cluster.name)
+            if name in self.members:
+                # What the platform team provides for each member's peers (README: the
+                # runtime): a kubeconfig peers' agents reach it with. A real one is
+                # built for the member's modelplane-peer ServiceAccount; the box has no
+                # token controller, so it carries the member's admin token.
+                documents.append({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {
+                        "name": f"{PEER_SECRET_PREFIX}{name}", "namespace": CROSSPLANE_NAMESPACE,
+                    },
+                    "stringData": {"kubeconfig": yaml.safe_dump(config)},
+                })  # fmt: skip
             secret = f"{name}-kubeconfig"
             documents.append({
                 "apiVersion": "v1", "kind": "Secret",
@@ -621,7 +660,8 @@ class FleetBox:
                 },
             }
             documents.append({
-                "apiVersion": "kubernetes.m.crossplane.io/v1alpha1", "kind": "ClusterProviderConfig",
+                "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+                "kind": "ClusterProviderConfig",
                 "metadata": {"name": name}, "spec": {"credentials": credentials},
             })  # fmt: skip
             documents.append({

@@ -1,0 +1,137 @@
+"""Reading and changing claims on the fleet box the way a user and an operator do: with
+the real kubectl against the control plane, and against each member for what
+provider-kubernetes put there."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import fleetbox
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+CONTROL = "control-plane"
+# Long enough for a claim to go through core, our functions and provider-kubernetes
+# (poll 5 s) on a loaded 2-core machine.
+CONVERGE_SECONDS = 180.0
+
+
+def get(
+    box: fleetbox.FleetBox,
+    resource: str,
+    name: str,
+    namespace: str | None = None,
+    cluster: str = CONTROL,
+) -> dict | None:
+    args = ["get", resource, name, "-o", "json"]
+    if namespace:
+        args += ["-n", namespace]
+    done = box.kubectl(cluster, *args, check=False)
+    if done.returncode != 0:
+        if "NotFound" in done.stderr or "not found" in done.stderr:
+            return None
+        raise fleetbox.FleetBoxError(done.stderr)
+    return json.loads(done.stdout)
+
+
+def apply_document(box: fleetbox.FleetBox, document: dict, cluster: str = CONTROL) -> None:
+    box.kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(document))
+
+
+def delete(box: fleetbox.FleetBox, resource: str, name: str, namespace: str | None = None) -> None:
+    args = ["delete", resource, name, "--ignore-not-found", "--wait=false"]
+    if namespace:
+        args += ["-n", namespace]
+    box.kubectl(CONTROL, *args)
+
+
+def example(relative: str) -> dict:
+    return yaml.safe_load((EXAMPLES / relative).read_text())
+
+
+def renamed(document: dict, name: str) -> dict:
+    """A copy of an example claim under another name (tests never share claims)."""
+    copied = copy.deepcopy(document)
+    copied["metadata"]["name"] = name
+    return copied
+
+
+def composed_objects(box: fleetbox.FleetBox, root: str, namespace: str | None = None) -> list[dict]:
+    """The provider-kubernetes Objects composed under a root XR: Crossplane labels every
+    composed resource, however deep, with the name of the XR at the root (a
+    ModelDeployment's go through its ModelReplicas)."""
+    args = [
+        "get",
+        "objects.kubernetes.m.crossplane.io",
+        "-l",
+        f"crossplane.io/composite={root}",
+        "-o",
+        "json",
+    ]
+    args += ["-n", namespace] if namespace else ["-A"]
+    return json.loads(box.kubectl(CONTROL, *args).stdout)["items"]
+
+
+def remote_identity(obj: dict) -> tuple[str, dict]:
+    """Where an Object's manifest lives: (member, {apiVersion, kind, metadata})."""
+    manifest = obj["spec"]["forProvider"]["manifest"]
+    metadata = {"name": manifest["metadata"]["name"]}
+    if manifest["metadata"].get("namespace"):
+        metadata["namespace"] = manifest["metadata"]["namespace"]
+    stub = {"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], "metadata": metadata}
+    return obj["spec"]["providerConfigRef"]["name"], stub
+
+
+def remote_get(box: fleetbox.FleetBox, member: str, stub: dict) -> dict | None:
+    done = box.kubectl(
+        member, "get", "-f", "-", "-o", "json", stdin=yaml.safe_dump(stub), check=False
+    )
+    if done.returncode != 0:
+        if "NotFound" in done.stderr or "not found" in done.stderr:
+            return None
+        raise fleetbox.FleetBoxError(f"{member}: {done.stderr}")
+    found = json.loads(done.stdout)
+    if found.get("kind") == "List":  # `kubectl get -f` answers some kinds with a List
+        return found["items"][0] if found.get("items") else None
+    return found
+
+
+def describe(stub: dict) -> str:
+    meta = stub["metadata"]
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{stub['kind']} {where}{meta['name']}"
+
+
+def replicas_of(box: fleetbox.FleetBox, deployment: str, namespace: str) -> list[dict]:
+    done = box.kubectl(
+        CONTROL, "get", "modelreplicas", "-n", namespace, "-l",
+        f"modelplane.ai/deployment={deployment}", "-o", "json",
+    )  # fmt: skip
+    return json.loads(done.stdout)["items"]
+
+
+def everything_composed_for(
+    box: fleetbox.FleetBox, deployment: str, namespace: str, *, deleted_with_it: bool = False
+) -> list[tuple[str, dict]]:
+    """Every member object a deployment composed (through its ModelReplicas) for the
+    member to hold: (member, stub). Observe-only Objects (the health record the member's
+    agent writes) are left out: nothing here creates them."""
+    return [
+        remote_identity(o)
+        for o in composed_objects(box, deployment, namespace)
+        if not observe_only(o) and (deletes(o) or not deleted_with_it)
+    ]
+
+
+def deletes(obj: dict) -> bool:
+    """Whether deleting the Object deletes what it manages (a tenant's Namespace, shared
+    by every deployment there, is kept on purpose)."""
+    policies = obj["spec"].get("managementPolicies") or ["*"]
+    return "*" in policies or "Delete" in policies
+
+
+def observe_only(obj: dict) -> bool:
+    return obj["spec"].get("managementPolicies") == ["Observe"]

@@ -1,0 +1,70 @@
+"""The end-to-end tier: the fleet box (hack/fleetbox.py), started once for the tier.
+
+A real control plane (kube-apiserver, kube-controller-manager, Crossplane core,
+provider-kubernetes, our four functions over mTLS) and two member API servers. The
+examples are applied once, as a user applies them, by the session fixture; tests that
+change things apply their own claims (named for the test) and delete them, so tests do
+not see each other's state. Every process is stopped at the end of the run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import fleetbox
+import pytest
+
+from tests.conftest import require_tool
+
+# (what, seconds) measured by the tests, printed at the end of the run.
+MEASURED: dict[str, list[float]] = {}
+
+
+def measured(what: str, seconds: float) -> float:
+    MEASURED.setdefault(what, []).append(seconds)
+    return seconds
+
+
+@pytest.fixture(scope="package")  # stopped when the tier ends, not at the end of the run
+def box():
+    for tool in fleetbox.REQUIRED_TOOLS:
+        require_tool(tool)
+    # The examples' two members, and two spare ones the change tests put their own
+    # clusters on (so they never move the examples' replicas).
+    fleet = fleetbox.FleetBox(members=(*fleetbox.DEFAULT_MEMBERS, "e2e-a", "e2e-b"))
+    try:
+        fleet.start()
+    except BaseException:
+        print(fleet.logs() if fleet.processes else "")
+        raise
+    measured("fleet box start (3 API servers, core, provider, 4 functions)", fleet.timings["start"])
+    began = time.monotonic()
+    fleet.apply_examples()
+    fleet.example_applied_at = began
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+
+
+def pytest_collection_modifyitems(items):
+    """The examples first: they measure the box as a user first meets it, before the
+    change tests add claims of their own."""
+    here = [i for i, item in enumerate(items) if item.path.parent.name == "e2e"]
+    ordered = sorted(
+        (items[i] for i in here), key=lambda item: item.path.name != "test_examples.py"
+    )
+    for slot, item in zip(here, ordered, strict=True):
+        items[slot] = item
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not MEASURED:
+        return
+    terminalreporter.section("fleet box timings")
+    for what, values in MEASURED.items():
+        figures = ", ".join(f"{v:.1f}" for v in values)
+        terminalreporter.write_line(
+            f"{what}: median {statistics.median(values):.1f} s over {len(values)} ({figures})"
+        )

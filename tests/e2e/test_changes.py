@@ -1,0 +1,290 @@
+"""Change and react, as users and operators change a live fleet: scale a deployment,
+take a cluster out of its selector, delete a destination, delete a deployment — and
+restart Crossplane core and our functions in the middle. Each test applies its own
+claims (named for it) and removes them."""
+
+from __future__ import annotations
+
+import time
+
+import fleetbox
+import pytest
+
+from tests.e2e import claims
+from tests.e2e.conftest import measured
+
+NAMESPACE = "ml-team"
+TIER = "fleet.example.com/tier"
+# The tier of this module's own clusters (on the box's spare members), which no example
+# deployment selects, so these tests never move the examples' replicas.
+E2E_TIER = "e2e"
+H100, B200 = "e2e-a", "e2e-b"
+
+
+def _deployment(name: str, replicas: int, tier: str) -> dict:
+    document = claims.renamed(claims.example("modeldeployments/llama-8b-vllm.yaml"), name)
+    document["spec"]["replicas"] = replicas
+    document["spec"]["template"]["spec"]["clusterSelector"] = {"matchLabels": {TIER: tier}}
+    document["spec"].pop("autoscaling", None)
+    return document
+
+
+def _cluster(example: str, name: str) -> dict:
+    """A copy of an example cluster on one of the box's spare members (named for it)."""
+    document = claims.renamed(claims.example(f"inferenceclusters/{example}"), name)
+    document["metadata"]["labels"] = {TIER: E2E_TIER}
+    document["spec"]["providerConfigRef"] = {"name": name}
+    return document
+
+
+def _placed(box, name: str) -> dict[str, int]:
+    xr = claims.get(box, "modeldeployment", name, NAMESPACE)
+    by_cluster: dict[str, int] = {}
+    for placement in (xr or {}).get("status", {}).get("placements", []) or []:
+        by_cluster[placement["cluster"]] = (
+            by_cluster.get(placement["cluster"], 0) + placement["replicas"]
+        )
+    return by_cluster
+
+
+def _member_objects(box, name: str) -> list[tuple[str, dict]]:
+    return claims.everything_composed_for(box, name, NAMESPACE)
+
+
+def _wait_on_members(box, name: str, clusters: set[str]) -> list[tuple[str, dict]]:
+    """Wait until the deployment's workloads exist on exactly `clusters`."""
+
+    def there():
+        composed = _member_objects(box, name)
+        members = {
+            member
+            for member, stub in composed
+            if stub["kind"] in {"Deployment", "LeaderWorkerSet", "PodCliqueSet"}
+        }
+        assert members == clusters, f"workloads on {members}"
+        missing = [
+            f"{claims.describe(s)} on {m}"
+            for m, s in composed
+            if claims.remote_get(box, m, s) is None
+        ]
+        assert not missing, missing
+        return composed
+
+    return fleetbox.wait_for(
+        f"{name}'s workloads on {sorted(clusters)}", there, claims.CONVERGE_SECONDS
+    )
+
+
+def _wait_gone(box, remote: list[tuple[str, dict]]) -> None:
+    def gone():
+        left = [
+            f"{claims.describe(s)} on {m}"
+            for m, s in remote
+            if claims.remote_get(box, m, s) is not None
+        ]
+        assert not left, left
+        return True
+
+    fleetbox.wait_for("composed resources gone from the members", gone, claims.CONVERGE_SECONDS)
+
+
+@pytest.fixture(scope="module")
+def clusters(box):
+    """Copies of the example clusters on the spare members, in the tier E2E_TIER."""
+    made = [_cluster("us-east-h100.yaml", H100), _cluster("eu-west-b200.yaml", B200)]
+    for cluster in made:
+        claims.apply_document(box, cluster)
+    yield E2E_TIER
+    for cluster in made:
+        claims.delete(box, "inferencecluster", cluster["metadata"]["name"])
+
+
+def _wait_total(box, name: str, replicas: int) -> dict[str, int]:
+    def placed():
+        got = _placed(box, name)
+        assert sum(got.values()) == replicas, f"placements {got}"
+        return got
+
+    return fleetbox.wait_for(f"{name} placed {replicas} replicas", placed, claims.CONVERGE_SECONDS)
+
+
+def test_scaling_a_deployment_up_and_down_reaches_the_members(box, clusters):
+    name = "e2e-scale"
+    try:
+        for replicas in (1, 4, 1):
+            claims.apply_document(box, _deployment(name, replicas, clusters))
+            placed = _wait_total(box, name, replicas)
+            _wait_on_members(box, name, set(placed))
+    finally:
+        claims.delete(box, "modeldeployment", name, NAMESPACE)
+
+
+def test_deleting_a_deployment_removes_everything_it_composed_everywhere(box, clusters):
+    name = "e2e-delete"
+    claims.apply_document(box, _deployment(name, 4, clusters))
+    _wait_on_members(box, name, set(_wait_total(box, name, 4)))
+    remote = claims.everything_composed_for(box, name, NAMESPACE, deleted_with_it=True)
+    kept = [s for s in claims.everything_composed_for(box, name, NAMESPACE) if s not in remote]
+    assert {stub["kind"] for _m, stub in kept} == {"Namespace"}, kept
+    replicas = [r["metadata"]["name"] for r in claims.replicas_of(box, name, NAMESPACE)]
+    assert replicas
+    claims.delete(box, "modeldeployment", name, NAMESPACE)
+
+    def control_plane_clean():
+        left = [r["metadata"]["name"] for r in claims.replicas_of(box, name, NAMESPACE)]
+        objects = [o["metadata"]["name"] for o in claims.composed_objects(box, name, NAMESPACE)]
+        deployment = claims.get(box, "modeldeployment", name, NAMESPACE)
+        assert deployment is None, "the deployment is still there"
+        assert not left, left
+        assert not objects, objects
+        return True
+
+    fleetbox.wait_for(
+        "the deployment, its replicas and Objects gone",
+        control_plane_clean,
+        claims.CONVERGE_SECONDS,
+    )
+    _wait_gone(box, remote)
+
+
+def test_a_cluster_taken_out_of_the_selector_loses_its_replicas(box, clusters):
+    name = "e2e-move"
+    claims.apply_document(box, _deployment(name, 4, clusters))
+    try:
+        placed = _wait_total(box, name, 4)
+        before = _wait_on_members(box, name, set(placed))
+        assert set(placed) == {H100, B200}, f"4 replicas should spread over both clusters: {placed}"
+        box.kubectl(
+            claims.CONTROL,
+            "label",
+            "inferencecluster",
+            B200,
+            f"{TIER}=e2e-elsewhere",
+            "--overwrite",
+        )
+        try:
+
+            def moved():
+                got = _placed(box, name)
+                assert B200 not in got, f"placements {got}"
+                assert got.get(H100), f"placements {got}"
+                return got
+
+            after = fleetbox.wait_for(
+                f"{name}'s replicas off {B200}", moved, claims.CONVERGE_SECONDS
+            )
+            _wait_on_members(box, name, set(after))
+            deleted = claims.everything_composed_for(box, name, NAMESPACE, deleted_with_it=True)
+            assert not [m for m, _s in deleted if m == B200]
+            _wait_gone(box, [(m, s) for m, s in before if m == B200 and s["kind"] != "Namespace"])
+        finally:
+            box.kubectl(
+                claims.CONTROL,
+                "label",
+                "inferencecluster",
+                B200,
+                f"{TIER}={E2E_TIER}",
+                "--overwrite",
+            )
+    finally:
+        claims.delete(box, "modeldeployment", name, NAMESPACE)
+
+
+def _identities(box, composed) -> dict[tuple[str, str], str]:
+    return {
+        (m, claims.describe(s)): claims.remote_get(box, m, s)["metadata"]["uid"]
+        for m, s in composed
+    }
+
+
+def test_restarting_core_and_every_function_deletes_and_duplicates_nothing(box, clusters):
+    name = "e2e-restart"
+    claims.apply_document(box, _deployment(name, 4, clusters))
+    try:
+        before = _identities(box, _wait_on_members(box, name, set(_wait_total(box, name, 4))))
+        replicas = {
+            r["metadata"]["name"]: r["metadata"]["uid"]
+            for r in claims.replicas_of(box, name, NAMESPACE)
+        }
+        box.processes["crossplane-core"].restart()
+        for server in box.functions.values():
+            server.process.restart()
+            box.wait_function(server)
+        box.point_functions()
+        # A change after the restarts is reconciled by the restarted processes.
+        began = time.monotonic()
+        claims.apply_document(box, _deployment(name, 5, clusters))
+        placed = _wait_total(box, name, 5)
+        after = _wait_on_members(box, name, set(placed))
+        measured("reconcile after restarting core and the functions", time.monotonic() - began)
+        still = _identities(box, after)
+        # Nothing was deleted and recreated: every object keeps its identity (uid).
+        assert {k: still.get(k) for k in before} == before
+        assert len(after) == len(still), "a member object is composed twice"
+        now = {
+            r["metadata"]["name"]: r["metadata"]["uid"]
+            for r in claims.replicas_of(box, name, NAMESPACE)
+        }
+        assert {k: now.get(k) for k in replicas} == replicas
+    finally:
+        claims.delete(box, "modeldeployment", name, NAMESPACE)
+
+
+def test_time_from_applying_a_deployment_to_workloads_on_every_member(box, clusters):
+    for attempt in range(3):
+        name = f"e2e-timed-{attempt}"
+        began = time.monotonic()
+        claims.apply_document(box, _deployment(name, 4, clusters))
+        try:
+            _wait_on_members(box, name, set(_wait_total(box, name, 4)))
+            measured(
+                "ModelDeployment applied to workloads on every member", time.monotonic() - began
+            )
+        finally:
+            claims.delete(box, "modeldeployment", name, NAMESPACE)
+
+
+def _composed_by_key(box, cluster: str) -> dict[str, tuple[str, dict]]:
+    return {
+        o["metadata"]["annotations"][
+            "crossplane.io/composition-resource-name"
+        ]: claims.remote_identity(o)
+        for o in claims.composed_objects(box, cluster)
+        if not claims.observe_only(o)
+    }
+
+
+def test_deleting_the_destination_removes_collectors_and_nothing_else(box, clusters):
+    destination = claims.example("telemetrydestinations/fleet.yaml")
+    name = destination["metadata"]["name"]
+
+    def with_collector():
+        composed = _composed_by_key(box, H100)
+        assert any("collector" in key for key in composed), sorted(composed)
+        missing = [k for k, (m, s) in composed.items() if claims.remote_get(box, m, s) is None]
+        assert not missing, missing
+        return composed
+
+    before = fleetbox.wait_for(
+        f"{H100} composed with its collector", with_collector, claims.CONVERGE_SECONDS
+    )
+    kept = {k: v for k, v in before.items() if "collector" not in k}
+    kept_uids = {k: claims.remote_get(box, m, s)["metadata"]["uid"] for k, (m, s) in kept.items()}
+    claims.delete(box, "telemetrydestination", name)
+    try:
+
+        def collectors_gone():
+            composed = _composed_by_key(box, H100)
+            assert not [k for k in composed if "collector" in k], sorted(composed)
+            return composed
+
+        after = fleetbox.wait_for(
+            "collectors no longer composed", collectors_gone, claims.CONVERGE_SECONDS
+        )
+        _wait_gone(box, [v for k, v in before.items() if "collector" in k])
+        assert set(after) == set(kept), "deleting the destination changed more than the collector"
+        now = {k: claims.remote_get(box, m, s)["metadata"]["uid"] for k, (m, s) in kept.items()}
+        assert now == kept_uids, "something besides the collector was deleted or recreated"
+    finally:
+        claims.apply_document(box, destination)
+    fleetbox.wait_for(f"{H100}'s collector back", with_collector, claims.CONVERGE_SECONDS)

@@ -1,0 +1,160 @@
+"""The examples, applied to a real control plane as a user applies them: every claim is
+reconciled through our functions, the status our functions write survives the API
+server (nothing pruned) and says what `crossplane render` says, and what they compose
+reaches the member clusters through provider-kubernetes."""
+
+from __future__ import annotations
+
+import time
+
+import fleetbox
+import pytest
+import yaml
+
+import render
+from tests.e2e import claims
+from tests.e2e.conftest import measured
+
+EXAMPLE_DEPLOYMENTS = sorted((claims.EXAMPLES / "modeldeployments").glob("*.yaml"))
+EXAMPLE_CLUSTERS = sorted((claims.EXAMPLES / "inferenceclusters").glob("*.yaml"))
+# What each stack's engine workload is on the member.
+WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet", "PodCliqueSet"}
+
+
+def _example_claims() -> list[tuple[str, str, str | None]]:
+    found = []
+    for path in fleetbox.FleetBox.example_paths(None):
+        document = yaml.safe_load(path.read_text())
+        found.append(
+            (
+                document["kind"].lower(),
+                document["metadata"]["name"],
+                document["metadata"].get("namespace"),
+            )
+        )
+    return found
+
+
+@pytest.fixture(scope="module")
+def settled(box):
+    """Every example claim Synced, and every example deployment's replicas composed."""
+
+    def synced():
+        pending = []
+        for kind, name, namespace in _example_claims():
+            xr = claims.get(box, kind, name, namespace)
+            if xr is None or not fleetbox.is_true(xr, "Synced"):
+                pending.append((kind, name, fleetbox.conditions(xr or {}).get("Synced")))
+        assert not pending, pending
+        return True
+
+    fleetbox.wait_for("every example claim Synced", synced, claims.CONVERGE_SECONDS)
+    measured(
+        "examples applied to every example claim Synced", time.monotonic() - box.example_applied_at
+    )
+    return box
+
+
+@pytest.mark.parametrize(("kind", "name", "namespace"), _example_claims(), ids=str)
+def test_every_example_claim_is_synced_and_its_conditions_say_why(settled, kind, name, namespace):
+    xr = claims.get(settled, kind, name, namespace)
+    conditions = fleetbox.conditions(xr)
+    assert conditions["Synced"]["status"] == "True", conditions["Synced"]
+    ready = conditions.get("Ready")
+    assert ready is not None, f"{kind} {name} has no Ready condition: {conditions}"
+    if ready["status"] != "True":
+        # Nothing runs pods here: a claim that is not ready must say why in one of its
+        # own conditions (our functions write them), never be silent.
+        explained = [
+            c
+            for c in conditions.values()
+            if c["type"] not in {"Synced", "Ready"} and c["status"] == "False" and c.get("message")
+        ]
+        assert explained, f"{kind} {name} is not ready and no condition says why: {conditions}"
+
+
+def _rendered_status(function_servers, tmp_path, deployment):
+    required = tmp_path / "clusters.yaml"
+    required.write_text("\n---\n".join(p.read_text() for p in EXAMPLE_CLUSTERS))
+    result = render.render(function_servers, deployment, required=required)
+    assert result.returncode == 0, result.stderr
+    return result.documents[0]["status"]
+
+
+def _paths(value, prefix=""):
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield f"{prefix}.{key}"
+            yield from _paths(inner, f"{prefix}.{key}")
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from _paths(inner, f"{prefix}[{index}]")
+
+
+@pytest.mark.parametrize("deployment", EXAMPLE_DEPLOYMENTS, ids=lambda p: p.stem)
+def test_deployment_status_survives_the_api_server_and_matches_render(
+    settled, function_servers, tmp_path, deployment
+):
+    document = yaml.safe_load(deployment.read_text())
+    expected = _rendered_status(function_servers, tmp_path, deployment)
+
+    def placed():
+        xr = claims.get(
+            settled,
+            "modeldeployment",
+            document["metadata"]["name"],
+            document["metadata"]["namespace"],
+        )
+        return xr if xr.get("status", {}).get("placements") == expected.get("placements") else None
+
+    xr = fleetbox.wait_for(
+        f"{deployment.stem}'s placements as render printed them ({expected.get('placements')})",
+        placed,
+        claims.CONVERGE_SECONDS,
+    )
+    live = xr["status"]
+    # Every field our function wrote is still there: an API server prunes, silently,
+    # any status field its schema lacks.
+    live_paths = set(_paths(live))
+    pruned = [
+        p
+        for p in _paths({k: v for k, v in expected.items() if k != "conditions"})
+        if p not in live_paths
+    ]
+    assert not pruned, f"the API server pruned {pruned} from {deployment.stem}'s status"
+    ours = {c["type"] for c in expected.get("conditions", [])}
+    assert ours <= {c["type"] for c in live.get("conditions", [])}
+
+
+def test_composed_resources_reach_the_members(settled):
+    """Each example deployment's engine workloads, Services and routes exist on the
+    member its replicas were placed on; each cluster's runtime and collector too."""
+
+    def everything_there():
+        missing = []
+        for path in EXAMPLE_DEPLOYMENTS:
+            document = yaml.safe_load(path.read_text())
+            composed = claims.everything_composed_for(
+                settled, document["metadata"]["name"], document["metadata"]["namespace"]
+            )
+            kinds = {stub["kind"] for _member, stub in composed}
+            if not kinds & WORKLOAD_KINDS:
+                missing.append(f"{path.stem}: no engine workload composed yet ({sorted(kinds)})")
+            for member, stub in composed:
+                if claims.remote_get(settled, member, stub) is None:
+                    missing.append(f"{path.stem}: {claims.describe(stub)} not on {member}")
+        for path in EXAMPLE_CLUSTERS:
+            name = yaml.safe_load(path.read_text())["metadata"]["name"]
+            for obj in claims.composed_objects(settled, name):
+                if claims.observe_only(obj):
+                    continue
+                member, stub = claims.remote_identity(obj)
+                applied = {"Namespace", "CustomResourceDefinition", "Deployment", "ConfigMap"}
+                if stub["kind"] in applied and claims.remote_get(settled, member, stub) is None:
+                    missing.append(f"{name}: {claims.describe(stub)} not on {member}")
+        assert not missing, missing
+        return True
+
+    fleetbox.wait_for(
+        "every composed resource on its member", everything_there, claims.CONVERGE_SECONDS
+    )
