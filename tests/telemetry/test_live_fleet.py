@@ -310,7 +310,7 @@ def self_signed_certificate(workdir: Path) -> tuple[Path, Path]:
 def cluster_collector_config(
     name: str, engine: FakeEngine, listen: gateway.Listen, token: Path, ca: Path
 ) -> dict:
-    vllm = yaml.safe_load((REPO / "apis/metricmappings/builtin/vllm.yaml").read_text())
+    vllm = yaml.safe_load((REPO / "functions/common/builtin_mappings/vllm.yaml").read_text())
     config = render_cluster_collector_config(
         CollectorCluster(name),
         parse_mappings([vllm]).accepted,
