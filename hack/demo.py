@@ -111,6 +111,11 @@ def _clusters(fleet: Fleet, engines_on: dict[str, set[str]]) -> list[str]:
                 f"{mappings}; engines here: {engines}"
                 + (f"; collected under their own names: {', '.join(unmapped)}" if unmapped else "")
             )
+            in_use = ", ".join(
+                f"{m['engineType']} by {m['mapping']} ({m['source']})"
+                for m in telemetry.get("mappings") or []
+            )
+            lines.append(f"    mappings   {in_use or 'none'}")
         else:
             lines.append(f"    collector  none: {telemetry.get('reason', '')}")
         lines.append(f"    conditions {_conditions(xr)}")

@@ -694,11 +694,7 @@ class FleetBox:
 
         wait_for("XRDs established", offered)
         self._wait_crds_established("control-plane")
-        builtin = sorted((REPO / "apis" / "metricmappings" / "builtin").glob("*.yaml"))
-        wait_for(
-            "built-in MetricMappings applied",
-            lambda: self.kubectl("control-plane", "apply", *[f"-f={p}" for p in builtin]),
-        )
+        # No MetricMapping is applied: the built-ins are in effect on a fresh install.
 
     # -- examples ------------------------------------------------------------------
 

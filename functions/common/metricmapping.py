@@ -281,3 +281,77 @@ def parse_mappings(resources: Iterable[Mapping[str, Any]]) -> ParsedMappings:
         by_engine[mapping.engine] = name
         accepted.append(mapping)
     return ParsedMappings(tuple(accepted), tuple(refused))
+
+
+SOURCE_BUILTIN: Final = "BuiltIn"
+SOURCE_METRIC_MAPPING: Final = "MetricMapping"
+
+
+@dataclass(frozen=True)
+class MappingInUse:
+    """Which mapping normalizes one engine type's metrics, and where it comes from."""
+
+    engine: str
+    name: str
+    source: str  # SOURCE_BUILTIN or SOURCE_METRIC_MAPPING
+
+    def to_status(self) -> dict[str, str]:
+        return {"engineType": self.engine, "mapping": self.name, "source": self.source}
+
+
+@dataclass(frozen=True)
+class ResolvedMappings:
+    """The mappings a collector uses: one per engine type, a platform team's first.
+
+    `refused` holds only platform teams' mappings: the built-ins are held to the same
+    parse by the tests, and one that failed it would be a bug in a release, not
+    something a cluster's status could help anyone fix.
+    """
+
+    accepted: tuple[MetricMapping, ...]
+    refused: tuple[RefusedMapping, ...]
+    builtin_engines: frozenset[str] = frozenset()
+
+    @property
+    def mapped_engines(self) -> frozenset[str]:
+        return frozenset(m.engine for m in self.accepted)
+
+    @property
+    def in_use(self) -> tuple[MappingInUse, ...]:
+        return tuple(
+            MappingInUse(
+                m.engine,
+                m.name,
+                SOURCE_BUILTIN if m.engine in self.builtin_engines else SOURCE_METRIC_MAPPING,
+            )
+            for m in self.accepted
+        )
+
+
+def resolve_mappings(
+    applied: Iterable[Mapping[str, Any]], builtin: Iterable[Mapping[str, Any]]
+) -> ResolvedMappings:
+    """The built-in mappings, each replaced by a platform team's mapping for its engine type.
+
+    Replacement is whole, by engine type, never merged entry by entry: a team that maps
+    vLLM itself gets exactly its mapping, not a mix whose result nobody wrote down. A
+    platform team's mapping that is refused does not take its engine type away from the
+    built-in: the built-in keeps normalizing it (the refusal is reported), since falling
+    back to raw names would break every dashboard for a typo. Sorted by engine type, so
+    the same inputs render the same config.
+    """
+    parsed = parse_mappings(applied)
+    taken = parsed.mapped_engines
+    builtins = parse_mappings(builtin)
+    if builtins.refused:
+        raise ValueError(
+            "a built-in MetricMapping does not parse: "
+            + "; ".join(r.message for r in builtins.refused)
+        )
+    kept_builtins = [m for m in builtins.accepted if m.engine not in taken]
+    accepted = sorted([*parsed.accepted, *kept_builtins], key=lambda m: m.engine)
+    return ResolvedMappings(
+        tuple(accepted),
+        parsed.refused,
+        frozenset(m.engine for m in kept_builtins),
+    )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from functions.common import contracts
-from functions.common.metricmapping import ParsedMappings
+from functions.common.metricmapping import ResolvedMappings
 from functions.compose_serving_stack import collector, collector_objects, runtime_hosting, substrate
 from functions.compose_serving_stack.envelope import Composed, Target
 from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH, Telemetry
@@ -117,7 +117,7 @@ class Plan:
 
 def plan(
     cluster: Cluster,
-    mappings: ParsedMappings,
+    mappings: ResolvedMappings,
     *,
     destination: DestinationState,
     peers: Sequence[str],
@@ -129,6 +129,7 @@ def plan(
         cluster.target, runtime_image, peers, prometheus_url=cluster.prometheus_url
     )
     unmapped_types = tuple(sorted(set(unmapped)))
+    in_use = mappings.in_use
 
     if destination.active is None:
         if destination.problem:
@@ -136,12 +137,14 @@ def plan(
                 MODE_PUSH,
                 f"{destination.problem}; the collector keeps its last config",
                 unmapped_engine_types=unmapped_types,
+                mappings=in_use,
             )
             return Plan(stack, telemetry, [c.key for c in stack], keep_observed_collector=True)
         telemetry = Telemetry(
             MODE_DISABLED,
             "no TelemetryDestination exists, so no collector runs on this cluster",
             unmapped_engine_types=unmapped_types,
+            mappings=in_use,
         )
         return Plan(stack, telemetry, [c.key for c in stack])
 
@@ -165,6 +168,7 @@ def plan(
         f"pushing OTLP to the gateway of TelemetryDestination {active.name}",
         destination=active.endpoint,
         unmapped_engine_types=unmapped_types,
+        mappings=in_use,
     )
     return Plan(
         stack + telemetry_resources,

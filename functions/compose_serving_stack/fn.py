@@ -19,8 +19,9 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions, contracts
+from functions.common.builtin_mappings import builtin_mapping_resources
 from functions.common.conditions import Condition
-from functions.common.metricmapping import parse_mappings
+from functions.common.metricmapping import resolve_mappings
 from functions.common.sdk import (
     describe_composite,
     keep_observed,
@@ -137,7 +138,8 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             )
             return rsp
 
-        mappings = parse_mappings(list(asked_mappings.items))
+        # The built-ins are always in effect; an applied mapping replaces its engine's.
+        mappings = resolve_mappings(list(asked_mappings.items), builtin_mapping_resources())
         destination = _destination_state(list(asked_destinations.items))
         peers = [
             str((c.get("metadata") or {}).get("name", ""))
@@ -197,7 +199,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 decided.telemetry.reason,
             )
         refusals = mappings_condition(
-            conditions.MAPPINGS_ACCEPTED, mappings.refused, len(mappings.accepted)
+            conditions.MAPPINGS_ACCEPTED, mappings.refused, mappings.in_use
         )
         composed_message = (
             f"{name} (stack {cluster.stack}, region {cluster.region}): "

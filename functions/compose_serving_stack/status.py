@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from functions.common import conditions
 from functions.common.conditions import Condition
-from functions.common.metricmapping import RefusedMapping
+from functions.common.metricmapping import SOURCE_BUILTIN, MappingInUse, RefusedMapping
 
 MODE_PUSH: Final = "Push"
 MODE_DISABLED: Final = "Disabled"
@@ -35,11 +35,15 @@ class Telemetry:
     reason: str
     destination: str = ""
     unmapped_engine_types: tuple[str, ...] = ()
+    # Per engine type, the mapping its metrics are normalized by: a built-in, or the
+    # platform team's MetricMapping that replaced it.
+    mappings: tuple[MappingInUse, ...] = ()
 
     def to_status(self) -> dict[str, Any]:
         status: dict[str, Any] = {
             "mode": self.mode,
             "reason": self.reason,
+            "mappings": [m.to_status() for m in self.mappings],
             "unmappedEngineTypes": list(self.unmapped_engine_types),
         }
         if self.destination:
@@ -116,20 +120,27 @@ def gateway_address(observed_gateway: Mapping[str, Any] | None) -> str:
     return ""
 
 
+def _in_use_summary(in_use: Sequence[MappingInUse]) -> str:
+    builtin = sum(1 for m in in_use if m.source == SOURCE_BUILTIN)
+    return (
+        f"{len(in_use)} mappings are in the collector "
+        f"({builtin} built-in, {len(in_use) - builtin} MetricMappings)"
+    )
+
+
 def mappings_condition(
-    condition_type: str, refused: Sequence[RefusedMapping], accepted: int
+    condition_type: str, refused: Sequence[RefusedMapping], in_use: Sequence[MappingInUse]
 ) -> Condition:
     if not refused:
         return Condition(
-            condition_type,
-            conditions.TRUE,
-            Reason.ALL_ACCEPTED,
-            f"{accepted} MetricMappings are in the collector",
+            condition_type, conditions.TRUE, Reason.ALL_ACCEPTED, _in_use_summary(in_use)
         )
     return Condition(
         condition_type,
         conditions.FALSE,
         Reason.REFUSED,
-        "refused (the rest of the collector config still renders): "
-        + "; ".join(r.message for r in refused),
+        "refused (the rest of the collector config still renders, and a built-in keeps "
+        "its engine type): "
+        + "; ".join(r.message for r in refused)
+        + f"; {_in_use_summary(in_use)}",
     )

@@ -31,6 +31,14 @@ Each gateway replica rolls up the clusters connected to it and stamps its own na
 (`modelplane.gateway`), so two replicas never overwrite one another's fleet series;
 read-time queries sum over replicas (`sum without (modelplane_gateway)` or any `sum by`).
 
+Ratios (the vocabulary's `mean` metrics, the KV-cache usage) are never summed: two
+clusters at 0.8 are a fleet at 0.8, not 1.6. Each replica's fleet series is the mean of
+its sources' ratios, beside a `<name>_sources` gauge counting them, so the fleet ratio
+over replicas is `sum(ratio * sources) / sum(sources)` (fleet_ratio_query): each source
+(a ModelReplica, one deployment on one cluster, already averaged over its pods by the
+cluster tier) weighs the same. Weighting by each cluster's KV capacity would need a
+division across two metrics in the pipeline, which no component of our collector does.
+
 SLO targets: attainment is exact only when the target is a bucket boundary the engine
 recorded. The gateway cannot invent a boundary the engine did not record (nor can any
 re-bucketing after the fact: the counts between two recorded boundaries are gone). What it
@@ -54,7 +62,7 @@ from functions.common.contracts import (
 )
 from functions.common.exposition import ottl_float, plain_decimal, prometheus_label
 from functions.common.telemetrydestination import SloTargets
-from functions.common.vocabulary import SLO_HISTOGRAMS, VOCABULARY, MetricType
+from functions.common.vocabulary import SLO_HISTOGRAMS, VOCABULARY, Aggregation, MetricType
 
 # Where each replica keeps its snapshot of every source's latest value (loopback only).
 SNAPSHOT_PORT: Final = 9465
@@ -99,6 +107,30 @@ SOURCE_LABELS: Final = frozenset(
 
 SLO_BOUNDARY_LABEL: Final = "modelplane_slo_boundary"
 SLO_BOUNDARY_MISSING: Final = "missing"
+
+
+# How many sources a ratio's fleet mean is over (a suffix on the ratio's own name).
+SOURCES_SUFFIX: Final = "_sources"
+RATIOS: Final = tuple(sorted(m.name for m in VOCABULARY if m.aggregation == Aggregation.MEAN))
+
+
+def sources_metric(ratio: str) -> str:
+    return ratio + SOURCES_SUFFIX
+
+
+def _fleet_aggregation_statements() -> list[str]:
+    """Sum everything but the ratios; average each ratio and count what it averaged."""
+    ratios_and_counts = sorted({*RATIOS, *(sources_metric(r) for r in RATIOS)})
+    summed = 'aggregate_on_attributes("sum")'
+    if ratios_and_counts:
+        summed += " where " + " and ".join(f'metric.name != "{n}"' for n in ratios_and_counts)
+    statements = [summed]
+    for ratio in RATIOS:
+        statements += [
+            f'aggregate_on_attributes("mean") where metric.name == "{ratio}"',
+            f'aggregate_on_attributes("count") where metric.name == "{sources_metric(ratio)}"',
+        ]
+    return statements
 
 
 def vocabulary_regex() -> str:
@@ -200,6 +232,15 @@ def processors(slo: SloTargets | None = None) -> dict[str, Any]:
                         *slo_boundary_statements(slo),
                     ],
                 },
+                {
+                    # A copy of each ratio, to be counted rather than averaged (its own
+                    # statement group: a copy is then seen by the next processor only).
+                    "context": "metric",
+                    "statements": [
+                        f'copy_metric(name="{sources_metric(r)}") where metric.name == "{r}"'
+                        for r in RATIOS
+                    ],
+                },
             ],
         },
         GROUP_FLEET: {},  # no keys: merge the now-identical resources into one
@@ -208,7 +249,15 @@ def processors(slo: SloTargets | None = None) -> dict[str, Any]:
             "metric_statements": [
                 {
                     "context": "metric",
-                    "statements": ['aggregate_on_attributes("sum")', *units],
+                    "statements": [
+                        *_fleet_aggregation_statements(),
+                        *units,
+                        *(
+                            f'set(metric.unit, "{{source}}") where metric.name == '
+                            f'"{sources_metric(r)}"'
+                            for r in RATIOS
+                        ),
+                    ],
                 }
             ],
         },
@@ -302,6 +351,14 @@ def fleet_value_query(metric: str) -> str:
     """A gauge or counter's fleet value, summed over gateway replicas."""
     gateway = prometheus_label(RESOURCE_ATTRIBUTE_GATEWAY)
     return f"sum without ({gateway}) ({metric}{fleet_selector()})"
+
+
+def fleet_ratio_query(ratio: str) -> str:
+    """A ratio's fleet value: each replica's mean weighted by the sources it averaged."""
+    gateway = prometheus_label(RESOURCE_ATTRIBUTE_GATEWAY)
+    mean = f"{ratio}{fleet_selector()}"
+    sources = f"{sources_metric(ratio)}{fleet_selector()}"
+    return f"sum without ({gateway}) ({mean} * {sources}) / sum without ({gateway}) ({sources})"
 
 
 def slo_queries(slo: SloTargets) -> dict[str, str]:

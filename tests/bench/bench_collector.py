@@ -108,7 +108,7 @@ def pods(count: int) -> list[engines.Pod]:
 
 
 def builtin() -> mappings.ParsedMappings:
-    paths = sorted((REPO / "apis" / "metricmappings" / "builtin").glob("*.yaml"))
+    paths = sorted((REPO / "functions" / "common" / "builtin_mappings").glob("*.yaml"))
     return mappings.parse_mappings([yaml.safe_load(p.read_text()) for p in paths])
 
 

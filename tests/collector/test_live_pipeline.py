@@ -59,7 +59,7 @@ INSTANCE_LABELS = {label for _, label in collector.INSTANCE_LABELS}
 
 
 def _builtin() -> mappings.ParsedMappings:
-    paths = sorted(glob.glob(str(REPO / "apis/metricmappings/builtin/*.yaml")))
+    paths = sorted(glob.glob(str(REPO / "functions/common/builtin_mappings/*.yaml")))
     return mappings.parse_mappings([yaml.safe_load(Path(p).read_text()) for p in paths])
 
 

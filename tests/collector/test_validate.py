@@ -56,7 +56,7 @@ def test_every_rendered_example_config_validates(otelcol, function_servers, xr, 
     required = tmp_path / "required"
     required.mkdir()
     shutil.copy(REPO / "examples" / "telemetrydestinations" / "fleet.yaml", required / "fleet.yaml")
-    for path in (REPO / "apis" / "metricmappings" / "builtin").glob("*.yaml"):
+    for path in (REPO / "functions" / "common" / "builtin_mappings").glob("*.yaml"):
         shutil.copy(path, required / path.name)
     result = render.render(function_servers, xr, required=required)
     assert result.returncode == 0, result.stderr

@@ -36,18 +36,20 @@ INPUTS = TESTDATA / "inputs"
 US_EAST = REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml"
 EU_WEST = REPO / "examples" / "inferenceclusters" / "eu-west-b200.yaml"
 DESTINATION = REPO / "examples" / "telemetrydestinations" / "fleet.yaml"
-BUILTIN = sorted((REPO / "apis" / "metricmappings" / "builtin").glob("*.yaml"))
+BUILTIN = sorted((REPO / "functions" / "common" / "builtin_mappings").glob("*.yaml"))
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 CASES = {
-    # case: (xr, required files)
-    "without-destination": (US_EAST, [*BUILTIN, INPUTS / "peer-cluster.yaml"]),
+    # case: (xr, required files). No MetricMapping is applied in most cases: the
+    # built-ins are in effect on a fresh install with nothing applied by hand.
+    "without-destination": (US_EAST, [INPUTS / "peer-cluster.yaml"]),
     "with-destination": (
         US_EAST,
-        [*BUILTIN, DESTINATION, INPUTS / "peer-cluster.yaml", INPUTS / "replica-llamacpp.yaml"],
+        [DESTINATION, INPUTS / "peer-cluster.yaml", INPUTS / "replica-llamacpp.yaml"],
     ),
-    "unsafe-mapping": (US_EAST, [*BUILTIN, DESTINATION, INPUTS / "mapping-unsafe.yaml"]),
-    "dynamo-with-destination": (EU_WEST, [*BUILTIN, DESTINATION]),
+    "unsafe-mapping": (US_EAST, [DESTINATION, INPUTS / "mapping-unsafe.yaml"]),
+    "dynamo-with-destination": (EU_WEST, [DESTINATION]),
+    "mapping-replaces-builtin": (US_EAST, [DESTINATION, INPUTS / "mapping-vllm-fork.yaml"]),
 }
 
 
@@ -154,7 +156,8 @@ def test_a_destination_composes_the_collector_with_the_rendered_config(rendered)
 
     config_map = _manifest(composed["collector-config"])
     config = yaml.safe_load(config_map["data"][collector_objects.CONFIG_KEY])
-    # The same config the pure renderer gives for these inputs, whole.
+    # The same config the pure renderer gives for these inputs, whole: no MetricMapping
+    # was applied, so that is the built-ins'.
     parsed = mappings.parse_mappings([yaml.safe_load(p.read_text()) for p in BUILTIN])
     expected = collector.render_cluster_collector_config(
         collector.CollectorCluster("us-east-1", contracts.STACK_STANDARD),
@@ -188,6 +191,44 @@ def test_the_token_travels_by_secret_reference_only(rendered):
     assert collector.TOKEN_FILE in text
     assert "tokenSecretRef" not in text
     assert source["name"] not in text
+
+
+def test_the_builtin_mappings_are_in_effect_with_nothing_applied(rendered):
+    telemetry = rendered["with-destination"][0]["status"]["telemetry"]
+    assert telemetry["mappings"] == [
+        {"engineType": engine, "mapping": engine, "source": mappings.SOURCE_BUILTIN}
+        for engine in ("sglang", "trtllm", "vllm")
+    ]
+    config_text = _manifest(_composed(rendered["with-destination"])["collector-config"])["data"][
+        collector_objects.CONFIG_KEY
+    ]
+    for source in (
+        "vllm:num_requests_running",
+        "sglang:num_queue_reqs",
+        "trtllm_kv_cache_utilization",
+    ):
+        assert f'"{source}"' in config_text
+    accepted = _condition(rendered["with-destination"], conditions.MAPPINGS_ACCEPTED)
+    assert accepted["status"] == "True"
+    assert "3 built-in, 0 MetricMappings" in accepted["message"]
+
+
+def test_a_platform_teams_mapping_replaces_the_builtin_for_its_engine_type(rendered):
+    documents = rendered["mapping-replaces-builtin"]
+    in_use = {m["engineType"]: m for m in documents[0]["status"]["telemetry"]["mappings"]}
+    assert in_use["vllm"] == {
+        "engineType": "vllm",
+        "mapping": "vllm-fork",
+        "source": mappings.SOURCE_METRIC_MAPPING,
+    }
+    assert in_use["sglang"]["source"] == mappings.SOURCE_BUILTIN
+    config_text = _manifest(_composed(documents)["collector-config"])["data"][
+        collector_objects.CONFIG_KEY
+    ]
+    # Replaced whole: the fork's names are renamed, the built-in's vLLM names are not.
+    assert '"acme_vllm:num_requests_running"' in config_text
+    assert '"vllm:num_requests_running"' not in config_text
+    assert '"sglang:num_queue_reqs"' in config_text
 
 
 def test_unmapped_engine_types_on_the_cluster_are_listed(rendered):

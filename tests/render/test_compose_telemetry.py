@@ -12,7 +12,7 @@ from functions.common import conditions
 from functions.common.contracts import OBJECT_KIND, TELEMETRY_TOKEN_SECRET_NAME
 
 TESTDATA = Path(__file__).parent / "testdata" / "telemetry"
-BUILTIN = render.REPO / "apis" / "metricmappings" / "builtin"
+BUILTIN = render.REPO / "functions" / "common" / "builtin_mappings"
 
 
 def condition(composite: dict, typ: str) -> dict:

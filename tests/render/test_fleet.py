@@ -41,8 +41,17 @@ def test_every_render_of_the_fleet_succeeds(fleet):
         contracts.KIND_MODEL_DEPLOYMENT,
         contracts.KIND_MODEL_REPLICA,
         contracts.KIND_TELEMETRY_DESTINATION,
-        contracts.KIND_METRIC_MAPPING,
     }
+
+
+def test_every_cluster_normalizes_the_builtin_engines_with_nothing_applied(fleet):
+    for rendered in fleet.of_kind(contracts.KIND_INFERENCE_CLUSTER):
+        in_use = rendered.composite["status"]["telemetry"]["mappings"]
+        assert [(m["engineType"], m["source"]) for m in in_use] == [
+            ("sglang", "BuiltIn"),
+            ("trtllm", "BuiltIn"),
+            ("vllm", "BuiltIn"),
+        ]
 
 
 @pytest.mark.parametrize(("namespace", "name"), DEPLOYMENTS, ids=lambda v: v)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import render
+from functions.common import builtin_mappings
 from tests.validate import crossplane_validate
 
 REPO = render.REPO
@@ -33,6 +34,14 @@ def test_every_example_is_valid(crossplane):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 failure cases" in done.stdout
     assert f"{len(render.example_xrs())} success cases" in done.stdout
+
+
+def test_the_builtin_mappings_are_valid_metricmappings(crossplane):
+    # A platform team may apply a copy of one to start their own.
+    builtin = sorted(builtin_mappings.DIRECTORY.glob("*.yaml"))
+    done = validate(crossplane, builtin)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(builtin)} success cases" in done.stdout
 
 
 def test_test_fixtures_are_valid(crossplane):

@@ -63,6 +63,7 @@ TOKEN = "fleet-token-for-the-live-test"
 TTFT = "modelplane_time_to_first_token"
 TOKENS = "modelplane_generation_tokens_total"
 RUNNING = "modelplane_requests_running"
+KV_CACHE = "modelplane_kv_cache_usage"
 # vLLM's own time-to-first-token buckets (0.5 among them, the SLO target below).
 VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5)
 # Time per output token deliberately without 0.05, the SLO target below: the gateway
@@ -124,12 +125,17 @@ class FakeEngine:
         tokens = prometheus_client.Counter(
             "vllm:generation_tokens", "Generated", labels, registry=registry
         )
+        # vLLM's own name (0.9 on) for the KV-cache occupancy, a 0-1 ratio despite "perc".
+        kv_cache = prometheus_client.Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage", labels, registry=registry
+        )
         with self._lock:
             self.registry = registry
             self.running = running.labels(MODEL)
             self.ttft = ttft.labels(MODEL)
             self.tpot = tpot.labels(MODEL)
             self.tokens = tokens.labels(MODEL)
+            self.kv_cache = kv_cache.labels(MODEL)
             self.app = prometheus_client.make_wsgi_app(registry)
 
     def _app(self, environ, start_response):
@@ -310,7 +316,7 @@ def self_signed_certificate(workdir: Path) -> tuple[Path, Path]:
 def cluster_collector_config(
     name: str, engine: FakeEngine, listen: gateway.Listen, token: Path, ca: Path
 ) -> dict:
-    vllm = yaml.safe_load((REPO / "apis/metricmappings/builtin/vllm.yaml").read_text())
+    vllm = yaml.safe_load((REPO / "functions/common/builtin_mappings/vllm.yaml").read_text())
     config = render_cluster_collector_config(
         CollectorCluster(name),
         parse_mappings([vllm]).accepted,
@@ -504,6 +510,19 @@ def test_fleet_series_are_the_sum_of_the_clusters(fleet):
     fleet_series = fleet.query(f"{RUNNING}{{{FLEET}}}")
     assert all(CLUSTER_LABEL not in s["metric"] for s in fleet_series)
     assert {s["metric"].get("model") for s in fleet_series} == {MODEL}
+
+
+def test_the_fleet_kv_cache_ratio_is_a_ratio_not_a_sum(fleet):
+    # Summed, two clusters at 0.6 and 0.9 were a fleet at 1.5.
+    fleet.engines["a"].kv_cache.set(0.6)
+    fleet.engines["b"].kv_cache.set(0.9)
+    fleet.settle("cluster a's KV ratio", f'sum({KV_CACHE}{{{CLUSTER_LABEL}="a"}})', 0.6)
+    fleet.settle("cluster b's KV ratio", f'sum({KV_CACHE}{{{CLUSTER_LABEL}="b"}})', 0.9)
+    fleet.settle("the fleet KV ratio", rollup.fleet_ratio_query(KV_CACHE), 0.75)
+    for series in fleet.query(f"{KV_CACHE}{{{FLEET}}}"):
+        assert 0 <= float(series["value"][1]) <= 1
+    sources = rollup.sources_metric(KV_CACHE)
+    assert fleet.value(f"sum({sources}{{{FLEET}}})") == 2
 
 
 def test_a_merged_histogram_is_the_bucket_by_bucket_sum(fleet):

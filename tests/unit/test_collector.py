@@ -26,7 +26,7 @@ DESTINATION = collector.CollectorDestination("telemetry.fleet.example.com:4317")
 
 
 def builtin() -> mappings.ParsedMappings:
-    paths = sorted((REPO / "apis" / "metricmappings" / "builtin").glob("*.yaml"))
+    paths = sorted((REPO / "functions" / "common" / "builtin_mappings").glob("*.yaml"))
     return mappings.parse_mappings([yaml.safe_load(p.read_text()) for p in paths])
 
 

@@ -6,6 +6,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from functions.common import builtin_mappings
 from functions.common import metricmapping as mappings
 from functions.compose_serving_stack import collector
 from tests.unit.test_collector import DESTINATION, REPO
@@ -106,10 +107,75 @@ def test_refuses(case):
 
 
 def test_accepts_every_builtin_mapping():
-    paths = sorted((REPO / "apis" / "metricmappings" / "builtin").glob("*.yaml"))
+    paths = sorted((REPO / "functions" / "common" / "builtin_mappings").glob("*.yaml"))
     parsed = mappings.parse_mappings([yaml.safe_load(p.read_text()) for p in paths])
     assert parsed.refused == ()
     assert sorted(parsed.mapped_engines) == ["sglang", "trtllm", "vllm"]
+
+
+BUILTINS = [
+    _mapping(name="sglang", engine="sglang"),
+    _mapping(name="vllm", engine="vllm"),
+]
+
+RESOLUTIONS = {
+    # case: (applied mappings, expected (engine, mapping, source) in use, refused names)
+    "nothing_applied_leaves_every_builtin_in_effect": (
+        [],
+        [("sglang", "sglang", "BuiltIn"), ("vllm", "vllm", "BuiltIn")],
+        [],
+    ),
+    "a_mapping_for_a_builtin_engine_replaces_it": (
+        [_mapping(name="vllm-fork", engine="vllm")],
+        [("sglang", "sglang", "BuiltIn"), ("vllm", "vllm-fork", "MetricMapping")],
+        [],
+    ),
+    "an_applied_copy_of_a_builtin_is_the_platform_teams_mapping": (
+        [_mapping(name="vllm", engine="vllm")],
+        [("sglang", "sglang", "BuiltIn"), ("vllm", "vllm", "MetricMapping")],
+        [],
+    ),
+    "a_mapping_for_a_new_engine_is_added_beside_the_builtins": (
+        [_mapping(name="llamacpp", engine="llamacpp")],
+        [
+            ("llamacpp", "llamacpp", "MetricMapping"),
+            ("sglang", "sglang", "BuiltIn"),
+            ("vllm", "vllm", "BuiltIn"),
+        ],
+        [],
+    ),
+    "a_refused_mapping_leaves_the_builtin_in_effect": (
+        [_mapping(name="vllm-typo", engine="vllm", metrics=[{"to": "nope", "from": ["a"]}])],
+        [("sglang", "sglang", "BuiltIn"), ("vllm", "vllm", "BuiltIn")],
+        ["vllm-typo"],
+    ),
+    "two_mappings_for_one_engine_keep_the_first_by_name": (
+        [_mapping(name="b-vllm"), _mapping(name="a-vllm")],
+        [("sglang", "sglang", "BuiltIn"), ("vllm", "a-vllm", "MetricMapping")],
+        ["b-vllm"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESOLUTIONS))
+def test_resolves(case):
+    applied, in_use, refused = RESOLUTIONS[case]
+    resolved = mappings.resolve_mappings(applied, BUILTINS)
+    assert [(m.engine, m.name, m.source) for m in resolved.in_use] == in_use
+    assert [r.name for r in resolved.refused] == refused
+    assert [m.engine for m in resolved.accepted] == [e for e, _, _ in in_use]
+
+
+def test_a_builtin_that_does_not_parse_is_a_bug_not_a_status():
+    broken = _mapping(name="vllm", metrics=[{"to": "nope", "from": ["a"]}])
+    with pytest.raises(ValueError, match="built-in MetricMapping does not parse"):
+        mappings.resolve_mappings([], [broken])
+
+
+def test_the_shipped_builtins_load_as_package_data():
+    assert builtin_mappings.builtin_mapping_files() == ("sglang.yaml", "trtllm.yaml", "vllm.yaml")
+    resolved = mappings.resolve_mappings([], builtin_mappings.builtin_mapping_resources())
+    assert [m.source for m in resolved.in_use] == ["BuiltIn"] * 3
 
 
 def test_a_second_mapping_for_one_engine_is_refused_and_the_first_by_name_kept():

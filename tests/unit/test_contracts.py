@@ -91,7 +91,7 @@ def test_reserved_label_prefix_is_the_one_in_contracts():
 
 
 def test_builtin_mappings_target_the_vocabulary():
-    for path in sorted((REPO / "apis" / "metricmappings" / "builtin").glob("*.yaml")):
+    for path in sorted((REPO / "functions" / "common" / "builtin_mappings").glob("*.yaml")):
         mapping = yaml.safe_load(path.read_text())
         for metric in mapping["spec"]["metrics"]:
             assert metric["to"] in vocabulary.VOCABULARY_BY_NAME, (path, metric["to"])

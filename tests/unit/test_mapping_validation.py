@@ -1,14 +1,13 @@
 """MetricMapping validation: compose-serving-stack's parse plus the roll-up's rules,
 each error naming the field and the rule."""
 
-from pathlib import Path
-
 import pytest
 import yaml
 
+from functions.common import builtin_mappings
 from functions.compose_telemetry.mapping_validation import validate_mapping
 
-BUILTIN = Path(__file__).resolve().parents[2] / "apis" / "metricmappings" / "builtin"
+BUILTIN = builtin_mappings.DIRECTORY
 
 
 def mapping(name="vllm", engine="vllm", metrics=None, labels=None):

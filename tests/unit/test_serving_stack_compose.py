@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from functions.common import contracts
-from functions.common.metricmapping import ParsedMappings
+from functions.common.metricmapping import ResolvedMappings
 from functions.compose_serving_stack import adaptivepolicy_crd, collector_objects, runtime_hosting
 from functions.compose_serving_stack.compose import (
     DestinationState,
@@ -35,7 +35,7 @@ def _plan(destination: DestinationState, *, node_tier=False, peers=("us-east-1",
     xr["spec"]["telemetry"] = {"nodeTier": node_tier}
     return plan(
         parse_cluster(xr),
-        ParsedMappings((), ()),
+        ResolvedMappings((), ()),
         destination=destination,
         peers=list(peers),
         unmapped=["llamacpp"],
