@@ -32,15 +32,20 @@ PLURAL_REPLICAS: Final = "modelreplicas"
 class ControlPlane:
     """The three kinds, read through one kubeconfig."""
 
-    def __init__(self, kubeconfig: str | None, context: str | None) -> None:
-        from kubernetes import client, config  # noqa: PLC0415  (slow import; --help stays fast)
+    def __init__(self, api) -> None:
+        from kubernetes import client  # noqa: PLC0415  (slow import; --help stays fast)
 
-        try:
-            api = config.new_client_from_config(config_file=kubeconfig, context=context)
-        except config.ConfigException as error:
-            raise click.ClickException(f"cannot load the kubeconfig: {error}") from error
         self.objects = client.CustomObjectsApi(api)
         self._client = client
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None, context: str | None) -> ControlPlane:
+        from kubernetes import config  # noqa: PLC0415
+
+        try:
+            return cls(config.new_client_from_config(config_file=kubeconfig, context=context))
+        except config.ConfigException as error:
+            raise click.ClickException(f"cannot load the kubeconfig: {error}") from error
 
     def _list(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
         try:
@@ -130,7 +135,7 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None) -> Non
 
 
 def _plane(ctx: click.Context) -> ControlPlane:
-    return ControlPlane(ctx.obj["kubeconfig"], ctx.obj["context"])
+    return ControlPlane.from_kubeconfig(ctx.obj["kubeconfig"], ctx.obj["context"])
 
 
 @main.command(help="The whole fleet in one answer: models, replicas, parked, unplaceable.")

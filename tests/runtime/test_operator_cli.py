@@ -279,3 +279,35 @@ def test_a_missing_model_is_named(kubeconfig):
     )
     assert done.returncode == 1
     assert "no ModelDeployment ml-team/nope" in done.stderr
+
+
+@pytest.mark.tools
+def test_model_health_reads_the_same_statuses_at_scrape_time(control_plane):
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader  # noqa: PLC0415
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+    from functions.runtime.model_health import ModelHealthMetrics  # noqa: PLC0415
+    from functions.runtime.operator_cli import ControlPlane  # noqa: PLC0415
+    from tests.unit.test_hub_metrics import scrape  # noqa: PLC0415
+
+    registry = CollectorRegistry()
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    api = control_plane.client()
+    try:
+        plane = ControlPlane(api)
+        ModelHealthMetrics(provider.get_meter("test"), lambda: plane.fleet(None))
+        got = scrape(registry)
+    finally:
+        api.close()
+
+    def value(metric, deployment):
+        labels = {"namespace": NAMESPACE, "deployment": deployment}
+        return next(v for ls, v in got[metric] if ls == labels)
+
+    assert value("modelplane_deployment_parked", "kev-0-5b") == 1
+    assert value("modelplane_deployment_consecutive_start_failures", "kev-0-5b") == 5
+    assert value("modelplane_deployment_unplaceable_replicas", "deepseek-v3") == 1
+    assert value("modelplane_deployment_ready_replicas", "deepseek-v3") == 0
+    assert value("modelplane_deployment_desired_replicas", "llama-3-1-8b") == 3
+    assert value("modelplane_deployment_parked", "llama-3-1-8b") == 0
