@@ -12,6 +12,10 @@ import sys
 from functions.common.contracts import FUNCTIONS
 
 RUNTIME = "runtime"
+# The operator's commands (`modelplane status`), reading the control plane: the same
+# names as functions.runtime.operator_cli.COMMANDS (asserted by the unit tests), kept
+# here so the dispatcher imports nothing it does not run.
+OPERATOR_COMMANDS = ("status", "explain", "retry")
 
 
 def _components() -> list[str]:
@@ -20,6 +24,10 @@ def _components() -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in OPERATOR_COMMANDS:
+        operator = importlib.import_module("functions.runtime.operator_cli").main
+        operator(args=args, prog_name="modelplane")
+        return
     if args and args[0] in _components():
         component = args.pop(0)
     else:
@@ -27,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     if component not in _components():
         sys.exit(
             f"modelplane: name a component as the first argument or in MODELPLANE_COMPONENT "
-            f"(one of: {', '.join(_components())}); got {component or 'nothing'!r}"
+            f"(one of: {', '.join(_components())}), or an operator command "
+            f"({', '.join(OPERATOR_COMMANDS)}); got {component or 'nothing'!r}"
         )
     if component == RUNTIME:
         command = importlib.import_module("functions.runtime.cli").main

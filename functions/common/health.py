@@ -8,6 +8,7 @@ read without a CRD, and the agent needs no more than `configmaps` RBAC in the na
 it serves.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -58,3 +59,16 @@ class HealthRecord:
             last_error=data.get(KEY_LAST_ERROR, ""),
             observed_at=data.get(KEY_OBSERVED_AT, ""),
         )
+
+
+def count_failures(records: Iterable[HealthRecord], definition: str) -> tuple[int, str]:
+    """Failures of one definition summed over the model's replicas, and the latest error."""
+    total = 0
+    latest: tuple[str, str] = ("", "")
+    for record in records:
+        if record.definition_hash != definition:
+            continue
+        total += record.consecutive_start_failures
+        if record.consecutive_start_failures > 0 and record.last_error:
+            latest = max(latest, (record.observed_at, record.last_error))
+    return total, latest[1]

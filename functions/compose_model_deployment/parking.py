@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from functions.common.health import HealthRecord
+from functions.common.health import HealthRecord, count_failures
 from functions.common.naming import stable_hash
 
 DEFAULT_MAX_CONSECUTIVE_FAILURES: Final = 5
@@ -75,19 +75,6 @@ class Decision:
     @property
     def is_parked(self) -> bool:
         return self.parked is not None
-
-
-def count_failures(records: Iterable[HealthRecord], definition: str) -> tuple[int, str]:
-    """Failures of one definition summed over the model's replicas, and the latest error."""
-    total = 0
-    latest: tuple[str, str] = ("", "")
-    for record in records:
-        if record.definition_hash != definition:
-            continue
-        total += record.consecutive_start_failures
-        if record.consecutive_start_failures > 0 and record.last_error:
-            latest = max(latest, (record.observed_at, record.last_error))
-    return total, latest[1]
 
 
 def decide(

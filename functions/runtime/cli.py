@@ -7,6 +7,7 @@ its loop without touching the others.
     modelplane-runtime agent --cluster us-east-1 --member us-east-1=in-cluster \\
         --member eu-west-1=/etc/modelplane/members/eu-west-1/kubeconfig ...
     modelplane-runtime scaler --cluster us-east-1 [--tls-cert-dir /tls]
+    modelplane-runtime model-health --kubeconfig in-cluster   # on the control plane
 """
 
 from __future__ import annotations
@@ -233,6 +234,36 @@ def scaler(*, cluster, kubeconfig, listen, tls_cert_dir, recheck, metrics_port):
     wait_for_shutdown()
     server.stop(grace=5).wait()
     cache.stop()
+
+
+# --- model health ----------------------------------------------------------------------
+
+
+@main.command(
+    "model-health",
+    help="Export every model's health (desired, ready, start failures, parked, "
+    "unplaceable), present at 0, read from the control plane at each scrape.",
+)
+@click.option(
+    "--kubeconfig",
+    default=IN_CLUSTER,
+    show_default=True,
+    help=f"The control plane's API server: a kubeconfig path or {IN_CLUSTER}.",
+)
+@metrics_option
+def model_health(*, kubeconfig, metrics_port):
+    from functions.runtime.metrics import METER_NAME, serve_prometheus  # noqa: PLC0415
+    from functions.runtime.model_health import ModelHealthMetrics  # noqa: PLC0415
+    from functions.runtime.operator_cli import ControlPlane  # noqa: PLC0415
+
+    if not metrics_port:
+        raise click.BadParameter("model-health only serves metrics", param_hint="--metrics-port")
+    plane = ControlPlane(client_for(kubeconfig))
+    metrics = serve_prometheus(metrics_port)
+    ModelHealthMetrics(metrics.provider.get_meter(METER_NAME), lambda: plane.fleet(None))
+    log.info("model health for the control plane on :%d/metrics", metrics_port)
+    wait_for_shutdown()
+    metrics.shutdown()
 
 
 if __name__ == "__main__":

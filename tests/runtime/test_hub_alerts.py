@@ -16,9 +16,11 @@ import yaml
 
 from functions.runtime import metrics as election_metrics
 from functions.runtime.hub_metrics import HUB_METRICS
+from functions.runtime.model_health import MODEL_HEALTH_METRICS
 from tests.conftest import REPO, require_tool
 
 RULE = REPO / "package" / "prometheusrule.yaml"
+PLAIN_RULES = REPO / "package" / "prometheus-rules.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +49,15 @@ def test_every_rule_parses(promtool, rule_file):
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 5 rules found" in done.stdout
+    assert "SUCCESS: 9 rules found" in done.stdout
 
 
 def test_rules_name_only_metrics_the_runtime_exports():
-    exported = set(HUB_METRICS) | {election_metrics.HUB_LEADING, election_metrics.FLEET_MEMBERS}
+    exported = (
+        set(HUB_METRICS)
+        | set(MODEL_HEALTH_METRICS)
+        | {election_metrics.HUB_LEADING, election_metrics.FLEET_MEMBERS}
+    )
     rule = yaml.safe_load(RULE.read_text())
     named = set()
     for group in rule["spec"]["groups"]:
@@ -60,6 +66,85 @@ def test_rules_name_only_metrics_the_runtime_exports():
     assert named
     assert named <= exported, named - exported
 
+
+def test_the_plain_rules_file_carries_the_same_groups():
+    """For a backend without the Prometheus Operator; regenerate: hack/gen_rules.py."""
+    import gen_rules  # noqa: PLC0415  (hack/, on sys.path through tests/conftest.py)
+
+    assert PLAIN_RULES.read_text() == gen_rules.plain_rules(), "run hack/gen_rules.py"
+
+
+def model(metric: str, deployment: str, values: str) -> dict:
+    return {
+        "series": f'{metric}{{namespace="ml",deployment="{deployment}"}}',
+        "values": values,
+    }
+
+
+def fired(alertname: str, deployment: str, severity: str = "warning") -> dict:
+    return {
+        "alertname": alertname,
+        "exp_alerts": [
+            {"exp_labels": {"severity": severity, "namespace": "ml", "deployment": deployment}}
+        ],
+    }
+
+
+MODEL_HEALTH_TESTS = [
+    {
+        # phi should have 2 and has none; llama serves; idle should have none.
+        "interval": "1m",
+        "input_series": [
+            model("modelplane_deployment_desired_replicas", "phi", "2x30"),
+            model("modelplane_deployment_ready_replicas", "phi", "0x30"),
+            model("modelplane_deployment_desired_replicas", "llama", "2x30"),
+            model("modelplane_deployment_ready_replicas", "llama", "2x30"),
+            model("modelplane_deployment_desired_replicas", "idle", "0x30"),
+            model("modelplane_deployment_ready_replicas", "idle", "0x30"),
+        ],
+        "alert_rule_test": [
+            {"eval_time": "10m", "alertname": "ModelNotServing", "exp_alerts": []},
+            {**fired("ModelNotServing", "phi", "critical"), "eval_time": "20m"},
+        ],
+    },
+    {
+        "interval": "1m",
+        "input_series": [
+            model("modelplane_deployment_parked", "kev", "0 0 1x10"),
+            model("modelplane_deployment_parked", "llama", "0x12"),
+        ],
+        "alert_rule_test": [
+            {"eval_time": "1m", "alertname": "ModelParked", "exp_alerts": []},
+            {**fired("ModelParked", "kev"), "eval_time": "5m"},
+        ],
+    },
+    {
+        "interval": "1m",
+        "input_series": [
+            model("modelplane_deployment_unplaceable_replicas", "phi", "1x30"),
+            model("modelplane_deployment_unplaceable_replicas", "llama", "0x30"),
+        ],
+        "alert_rule_test": [
+            # Shorter than a placement takes: not yet.
+            {"eval_time": "10m", "alertname": "ModelUnplaceable", "exp_alerts": []},
+            {**fired("ModelUnplaceable", "phi"), "eval_time": "20m"},
+        ],
+    },
+    {
+        # kev climbs to 4 and stays; stuck sits at 3 without climbing; llama never fails.
+        "interval": "1m",
+        "input_series": [
+            model("modelplane_deployment_consecutive_start_failures", "kev", "0 1 2 3 4x40"),
+            model("modelplane_deployment_consecutive_start_failures", "stuck", "3x45"),
+            model("modelplane_deployment_consecutive_start_failures", "llama", "0x45"),
+        ],
+        "alert_rule_test": [
+            {"eval_time": "1m", "alertname": "ModelStartFailuresClimbing", "exp_alerts": []},
+            {**fired("ModelStartFailuresClimbing", "kev"), "eval_time": "5m"},
+            {"eval_time": "30m", "alertname": "ModelStartFailuresClimbing", "exp_alerts": []},
+        ],
+    },
+]
 
 ALERT_TESTS = {
     "rule_files": ["rules.yaml"],
@@ -178,7 +263,7 @@ def with_annotations(tests: dict) -> dict:
         for group in yaml.safe_load(RULE.read_text())["spec"]["groups"]
         for r in group["rules"]
     }
-    values = {"ModelStartFailures": "3"}
+    values = {"ModelStartFailures": "3", "ModelNotServing": "2", "ModelUnplaceable": "1"}
     for case in tests["tests"]:
         for check in case["alert_rule_test"]:
             for alert in check["exp_alerts"]:
@@ -192,7 +277,8 @@ def with_annotations(tests: dict) -> dict:
 
 def test_alerts_fire_on_the_exported_series_and_stay_quiet_otherwise(promtool, rule_file):
     tests = rule_file.parent / "tests.yaml"
-    tests.write_text(yaml.safe_dump(with_annotations(ALERT_TESTS)))
+    every = {**ALERT_TESTS, "tests": ALERT_TESTS["tests"] + MODEL_HEALTH_TESTS}
+    tests.write_text(yaml.safe_dump(with_annotations(every)))
     done = subprocess.run(
         [str(promtool), "test", "rules", str(tests)],
         capture_output=True,

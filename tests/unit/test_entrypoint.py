@@ -52,3 +52,11 @@ def test_runtime_commands_say_what_they_need():
     )
     assert done.returncode == 0, done.stderr
     assert "external-push" in done.stdout
+
+
+def test_entrypoint_dispatches_the_operator_commands():
+    done = subprocess.run(
+        [*ENTRYPOINT, "status", "--help"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "json|yaml" in done.stdout or "[table|json|yaml]" in done.stdout

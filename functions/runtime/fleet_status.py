@@ -1,0 +1,533 @@
+"""The whole fleet in one answer: what `modelplane status` prints and the model-health
+metrics export.
+
+Derived only from what the control plane already says — the InferenceClusters' spec and
+conditions, the ModelDeployments' status (placements, unplaceable, parked, conditions)
+and the ModelReplicas' status (ready replicas, the agents' health records) — so it can
+never disagree with the conditions an operator reads in `kubectl describe`: it is a
+different question asked of the same facts.
+
+A model is counted against what it should have *now* (`status.desiredReplicas`), never
+against a minimum: a model that was asked for and fits nowhere is short, and a parked
+model is never satisfied. A model whose status has not been written yet (a new claim)
+is "pending", not "satisfied": not fetched yet is not empty.
+
+Pure: it takes the objects as plain dicts (as the API returns them) and returns plain
+dataclasses; the CLI and the metrics shell do the reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from functions.common import conditions
+from functions.common.health import HealthRecord, count_failures
+
+# A model's state, one word each, in the order an operator should look at them.
+STATE_PARKED: Final = "Parked"
+STATE_UNPLACEABLE: Final = "Unplaceable"
+STATE_SHORT: Final = "Short"
+STATE_PENDING: Final = "Pending"  # status not written yet: nothing decided
+STATE_SATISFIED: Final = "Satisfied"
+STATES: Final = (STATE_PARKED, STATE_UNPLACEABLE, STATE_SHORT, STATE_PENDING, STATE_SATISFIED)
+
+# The device attribute that names a pool's card (as a DRA driver publishes it); a pool
+# without it is counted under its driver's name.
+DEVICE_CLASS_ATTRIBUTE: Final = "productName"
+
+SCHEMA_VERSION: Final = "modelplane.ai/fleet-status/v1"
+
+
+@dataclass(frozen=True)
+class PoolSummary:
+    name: str
+    device_class: str
+    nodes: int
+    max_nodes: int  # == nodes for a static pool
+    devices_per_node: int
+    devices: int  # nodes * devices_per_node: the registered nodes' devices
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    name: str
+    region: str
+    stack: str
+    ready: str  # the Ready condition's status: True, False or Unknown
+    telemetry: str  # Push, Disabled, or "" before compose-serving-stack said
+    pools: list[PoolSummary]
+
+
+@dataclass(frozen=True)
+class DeviceClassTotal:
+    device_class: str
+    nodes: int
+    devices: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    cluster: str
+    node_pool: str
+    replicas: int
+    ready_replicas: int
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    replicas: int
+    reason: str
+    since: str
+
+
+@dataclass(frozen=True)
+class Parked:
+    since: str
+    failures: int
+    last_error: str
+    definition_hash: str
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    namespace: str
+    name: str
+    state: str
+    desired: int
+    placed: int
+    ready: int
+    # Consecutive start failures of the current definition, as parking counts them.
+    start_failures: int
+    last_error: str
+    placements: list[Placement]
+    unplaceable: Unplaceable | None
+    parked: Parked | None
+
+    @property
+    def satisfied(self) -> bool:
+        return self.state == STATE_SATISFIED
+
+
+@dataclass(frozen=True)
+class ModelTotals:
+    total: int
+    satisfied: int
+    short: int  # every model that is not satisfied: short, unplaceable, parked, pending
+
+
+@dataclass(frozen=True)
+class ReplicaTotals:
+    desired: int
+    placed: int
+    ready: int
+    unplaceable: int
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    clusters: list[ClusterSummary]
+    devices: list[DeviceClassTotal]
+    replicas: ReplicaTotals
+    models: ModelTotals
+    model_list: list[ModelSummary]
+    # The lines that turn "something is wrong" into a place to look.
+    unplaceable: list[ModelSummary] = field(default_factory=list)
+    parked: list[ModelSummary] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `-o json|yaml` document (fleet-status.schema.json describes it)."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "clusters": [_camel(asdict(c)) for c in self.clusters],
+            "devices": [_camel(asdict(d)) for d in self.devices],
+            "replicas": _camel(asdict(self.replicas)),
+            "models": _camel(asdict(self.models)),
+            "unplaceable": [
+                {"namespace": m.namespace, "name": m.name, **_camel(asdict(m.unplaceable))}
+                for m in self.unplaceable
+                if m.unplaceable
+            ],
+            "parked": [
+                {"namespace": m.namespace, "name": m.name, **_camel(asdict(m.parked))}
+                for m in self.parked
+                if m.parked
+            ],
+            "modelList": [_camel(asdict(m)) for m in self.model_list],
+        }
+
+
+def _camel(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_camel_key(k): _camel(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_camel(v) for v in value]
+    return value
+
+
+def _camel_key(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+# --- readers: the API's dicts to typed values ------------------------------------------
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _device_class(devices: Mapping[str, Any]) -> str:
+    attributes = devices.get("attributes") or {}
+    for name, attribute in sorted(attributes.items()):
+        if name.rsplit("/", 1)[-1] == DEVICE_CLASS_ATTRIBUTE and attribute.get("string"):
+            return str(attribute["string"])
+    return str(devices.get("driver", "unknown"))
+
+
+def read_cluster(obj: Mapping[str, Any]) -> ClusterSummary:
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    pools = []
+    for pool in spec.get("nodePools") or []:
+        devices = pool.get("devices") or {}
+        nodes = _int(pool.get("nodes"))
+        per_node = _int(devices.get("perNode"))
+        pools.append(
+            PoolSummary(
+                name=str(pool.get("name", "")),
+                device_class=_device_class(devices),
+                nodes=nodes,
+                max_nodes=_int(pool.get("maxNodes", nodes)),
+                devices_per_node=per_node,
+                devices=nodes * per_node,
+            )
+        )
+    return ClusterSummary(
+        name=str((obj.get("metadata") or {}).get("name", "")),
+        region=str(spec.get("region", "")),
+        stack=str(spec.get("stack", "")),
+        ready=conditions.condition_status(obj, conditions.READY) or conditions.UNKNOWN,
+        telemetry=str((status.get("telemetry") or {}).get("mode", "")),
+        pools=sorted(pools, key=lambda p: p.name),
+    )
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+
+
+def _replica_failures(
+    replicas: Iterable[Mapping[str, Any]], retried: Mapping[str, Any]
+) -> tuple[int, str]:
+    """Start failures of the current definition across the model's ModelReplicas.
+
+    The current definition is the one the ModelReplicas were composed with; failures a
+    retry already spent (status.retried) do not count again, as in parking.
+    """
+    replicas = list(replicas)
+    definitions = {str((r.get("spec") or {}).get("definitionHash", "")) for r in replicas}
+    if len(definitions) != 1:
+        return 0, ""  # none yet, or mid-rollout of a new definition: nothing counted
+    definition = definitions.pop()
+    records = [
+        HealthRecord(
+            definition_hash=str(health.get("definitionHash", "")),
+            consecutive_start_failures=_int(health.get("consecutiveStartFailures")),
+            last_error=str(health.get("lastError", "")),
+            observed_at=str(health.get("observedAt", "")),
+        )
+        for r in replicas
+        if (health := (r.get("status") or {}).get("health"))
+    ]
+    total, last_error = count_failures(records, definition)
+    spent = _int(retried.get("failures")) if retried.get("definitionHash") == definition else 0
+    return (total - spent if total >= spent else total), last_error
+
+
+def read_model(
+    deployment: Mapping[str, Any], replicas: Iterable[Mapping[str, Any]]
+) -> ModelSummary:
+    namespace, name = _key(deployment)
+    status = deployment.get("status") or {}
+    placements = sorted(
+        (
+            Placement(
+                cluster=str(p.get("cluster", "")),
+                node_pool=str(p.get("nodePool", "")),
+                replicas=_int(p.get("replicas")),
+                ready_replicas=_int(p.get("readyReplicas")),
+            )
+            for p in status.get("placements") or []
+        ),
+        key=lambda p: (p.cluster, p.node_pool),
+    )
+    raw_unplaceable = status.get("unplaceable") or {}
+    unplaceable = (
+        Unplaceable(
+            replicas=_int(raw_unplaceable.get("replicas")),
+            reason=str(raw_unplaceable.get("reason", "")),
+            since=str(raw_unplaceable.get("since", "")),
+        )
+        if _int(raw_unplaceable.get("replicas"))
+        else None
+    )
+    raw_parked = status.get("parked") or {}
+    parked = (
+        Parked(
+            since=str(raw_parked.get("since", "")),
+            failures=_int(raw_parked.get("failures")),
+            last_error=str(raw_parked.get("lastError", "")),
+            definition_hash=str(raw_parked.get("definitionHash", "")),
+        )
+        if raw_parked.get("definitionHash")
+        else None
+    )
+    if parked:
+        failures, last_error = parked.failures, parked.last_error
+    else:
+        failures, last_error = _replica_failures(replicas, status.get("retried") or {})
+
+    written = "desiredReplicas" in status
+    desired = _int(status.get("desiredReplicas"))
+    ready = _int(status.get("readyReplicas"))
+    if parked:
+        state = STATE_PARKED
+    elif unplaceable:
+        state = STATE_UNPLACEABLE
+    elif not written:
+        state = STATE_PENDING
+    elif ready >= desired:
+        state = STATE_SATISFIED
+    else:
+        state = STATE_SHORT
+    return ModelSummary(
+        namespace=namespace,
+        name=name,
+        state=state,
+        desired=desired,
+        placed=_int(status.get("placedReplicas")),
+        ready=ready,
+        start_failures=failures,
+        last_error=last_error,
+        placements=placements,
+        unplaceable=unplaceable,
+        parked=parked,
+    )
+
+
+# --- the summary ------------------------------------------------------------------------
+
+
+def summarize(
+    clusters: Iterable[Mapping[str, Any]],
+    deployments: Iterable[Mapping[str, Any]],
+    replicas: Iterable[Mapping[str, Any]],
+) -> FleetStatus:
+    """The fleet summary from the three kinds as listed (any order)."""
+    cluster_list = sorted((read_cluster(c) for c in clusters), key=lambda c: c.name)
+
+    by_deployment: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for replica in replicas:
+        namespace, _ = _key(replica)
+        owner = str((replica.get("spec") or {}).get("deployment", ""))
+        by_deployment.setdefault((namespace, owner), []).append(replica)
+    models = sorted(
+        (read_model(d, by_deployment.get(_key(d), [])) for d in deployments),
+        key=lambda m: (m.namespace, m.name),
+    )
+
+    by_class: dict[str, tuple[int, int]] = {}
+    for cluster in cluster_list:
+        for pool in cluster.pools:
+            nodes, devices = by_class.get(pool.device_class, (0, 0))
+            by_class[pool.device_class] = (nodes + pool.nodes, devices + pool.devices)
+
+    satisfied = sum(1 for m in models if m.satisfied)
+    return FleetStatus(
+        clusters=cluster_list,
+        devices=[DeviceClassTotal(c, n, d) for c, (n, d) in sorted(by_class.items())],
+        replicas=ReplicaTotals(
+            desired=sum(m.desired for m in models),
+            placed=sum(m.placed for m in models),
+            ready=sum(m.ready for m in models),
+            unplaceable=sum(m.unplaceable.replicas for m in models if m.unplaceable),
+        ),
+        models=ModelTotals(total=len(models), satisfied=satisfied, short=len(models) - satisfied),
+        model_list=models,
+        unplaceable=[m for m in models if m.unplaceable and not m.parked],
+        parked=[m for m in models if m.parked],
+    )
+
+
+# --- the table ----------------------------------------------------------------------------
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
+    return [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+
+
+def render_table(fleet: FleetStatus) -> str:
+    """The readable answer: totals first, then what needs a look, then the details."""
+    r, m = fleet.replicas, fleet.models
+    lines = [
+        f"Models:    {m.total} total, {m.satisfied} satisfied, {m.short} short",
+        f"Replicas:  {r.ready} ready of {r.desired} desired "
+        f"({r.placed} placed, {r.unplaceable} unplaceable)",
+        f"Clusters:  {len(fleet.clusters)} "
+        f"({sum(1 for c in fleet.clusters if c.ready == conditions.TRUE)} ready)",
+        "",
+    ]
+    if fleet.parked:
+        lines.append("PARKED (not placed again until the definition changes or a retry):")
+        lines += _table(
+            ["  MODEL", "FAILURES", "SINCE", "LAST ERROR"],
+            [
+                [
+                    f"  {p.namespace}/{p.name}",
+                    str(p.parked.failures),
+                    p.parked.since,
+                    p.parked.last_error or "-",
+                ]
+                for p in fleet.parked
+                if p.parked
+            ],
+        )
+        lines.append("")
+    if fleet.unplaceable:
+        lines.append("UNPLACEABLE (fits nowhere now):")
+        lines += _table(
+            ["  MODEL", "REPLICAS", "SINCE", "REASON"],
+            [
+                [
+                    f"  {u.namespace}/{u.name}",
+                    str(u.unplaceable.replicas),
+                    u.unplaceable.since,
+                    u.unplaceable.reason or "-",
+                ]
+                for u in fleet.unplaceable
+                if u.unplaceable
+            ],
+        )
+        lines.append("")
+    lines += _table(
+        ["MODEL", "STATE", "READY", "DESIRED", "PLACED", "FAILURES", "PLACEMENTS"],
+        [
+            [
+                f"{x.namespace}/{x.name}",
+                x.state,
+                str(x.ready),
+                str(x.desired),
+                str(x.placed),
+                str(x.start_failures),
+                ", ".join(
+                    f"{p.cluster}/{p.node_pool}={p.ready_replicas}/{p.replicas}"
+                    for p in x.placements
+                )
+                or "-",
+            ]
+            for x in fleet.model_list
+        ],
+    )
+    lines.append("")
+    lines += _table(
+        ["CLUSTER", "REGION", "STACK", "READY", "TELEMETRY", "POOLS"],
+        [
+            [
+                c.name,
+                c.region or "-",
+                c.stack or "-",
+                c.ready,
+                c.telemetry or "-",
+                ", ".join(
+                    f"{p.name}={p.nodes}x{p.devices_per_node} {p.device_class}" for p in c.pools
+                )
+                or "-",
+            ]
+            for c in fleet.clusters
+        ],
+    )
+    lines.append("")
+    lines += _table(
+        ["DEVICE CLASS", "NODES", "DEVICES"],
+        [[d.device_class, str(d.nodes), str(d.devices)] for d in fleet.devices],
+    )
+    return "\n".join(lines) + "\n"
+
+
+# --- one model, explained -------------------------------------------------------------------
+
+
+def next_step(model: ModelSummary) -> str:
+    """What an operator can do about a model in this state."""
+    if model.parked:
+        return (
+            f"Fix the cause ({model.parked.last_error or 'see the ModelReplicas'}) and change "
+            f"source, profile or engines, or run `modelplane retry {model.name} "
+            f"-n {model.namespace}`."
+        )
+    if model.unplaceable:
+        return (
+            "Make room (free or add nodes in a matching pool, or raise maxNodes) or relax "
+            "the device selectors; the next reconcile places it."
+        )
+    if model.state == STATE_PENDING:
+        return "Its status is not written yet: compose-model-deployment has not reconciled it."
+    if model.state == STATE_SHORT:
+        return "Replicas are placed but not ready yet; a start failure shows under FAILURES."
+    return "Nothing to do."
+
+
+def explain(deployment: Mapping[str, Any], replicas: Iterable[Mapping[str, Any]]) -> str:
+    """Why a model is where it is, from its status and its ModelReplicas'."""
+    replicas = sorted(replicas, key=_key)
+    model = read_model(deployment, replicas)
+    lines = [
+        f"{model.namespace}/{model.name}: {model.state} — {model.ready} of {model.desired} "
+        f"ready, {model.placed} placed",
+    ]
+    for condition in (deployment.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in (
+            conditions.REPLICAS_SCHEDULED,
+            conditions.REPLICAS_READY,
+            conditions.PARKED,
+        ):
+            lines.append(
+                f"  {condition['type']}={condition.get('status')} "
+                f"({condition.get('reason', '')}): {condition.get('message', '')}"
+            )
+    if model.parked:
+        lines.append(
+            f"  parked since {model.parked.since} after {model.parked.failures} consecutive "
+            f"start failures of definition {model.parked.definition_hash}: "
+            f"{model.parked.last_error or 'no error was reported'}"
+        )
+    if model.unplaceable:
+        lines.append(
+            f"  {model.unplaceable.replicas} replicas fit nowhere since "
+            f"{model.unplaceable.since}: {model.unplaceable.reason}"
+        )
+    for placement in model.placements:
+        lines.append(
+            f"  {placement.cluster}/{placement.node_pool}: {placement.ready_replicas} of "
+            f"{placement.replicas} ready"
+        )
+    for replica in replicas:
+        health = (replica.get("status") or {}).get("health") or {}
+        if _int(health.get("consecutiveStartFailures")):
+            lines.append(
+                f"  {_key(replica)[1]}: {health['consecutiveStartFailures']} consecutive "
+                f"start failures (definition {health.get('definitionHash', '?')}, "
+                f"{health.get('observedAt', '?')}): {health.get('lastError', '')}"
+            )
+    lines.append(f"Next: {next_step(model)}")
+    return "\n".join(lines) + "\n"

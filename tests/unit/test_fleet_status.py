@@ -1,0 +1,277 @@
+"""The fleet summary behind `modelplane status`, from recorded control-plane objects."""
+
+import json
+
+import jsonschema
+import pytest
+
+from functions.runtime import fleet_status
+from functions.runtime.fleet_status import (
+    STATE_PARKED,
+    STATE_PENDING,
+    STATE_SATISFIED,
+    STATE_SHORT,
+    STATE_UNPLACEABLE,
+    summarize,
+)
+from tests.conftest import REPO
+
+SCHEMA = json.loads((REPO / "schemas" / "fleet-status.schema.json").read_text())
+
+
+def cluster(name, pools, ready="True"):
+    return {
+        "metadata": {"name": name},
+        "spec": {"region": "us-east-1", "stack": "Standard", "nodePools": pools},
+        "status": {
+            "telemetry": {"mode": "Push"},
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
+def pool(name, nodes, per_node, product="H100"):
+    devices = {"driver": "gpu.nvidia.com", "perNode": per_node}
+    if product:
+        devices["attributes"] = {"productName": {"string": product}}
+    return {"name": name, "nodes": nodes, "devices": devices}
+
+
+def deployment(name, status, namespace="ml"):
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {}, "status": status}
+
+
+def replica(deployment_name, cluster_name, definition="d1", health=None, namespace="ml"):
+    obj = {
+        "metadata": {"name": f"{deployment_name}-{cluster_name}", "namespace": namespace},
+        "spec": {"deployment": deployment_name, "definitionHash": definition},
+        "status": {},
+    }
+    if health is not None:
+        obj["status"]["health"] = health
+    return obj
+
+
+def health(
+    failures, definition="d1", error="CrashLoopBackOff: unknown arch", at="2026-01-01T00:00:00Z"
+):
+    return {
+        "definitionHash": definition,
+        "consecutiveStartFailures": failures,
+        "lastError": error,
+        "observedAt": at,
+    }
+
+
+PLACED = deployment(
+    "llama",
+    {
+        "desiredReplicas": 2,
+        "placedReplicas": 2,
+        "readyReplicas": 2,
+        "placements": [
+            {"cluster": "us-east", "nodePool": "h100", "replicas": 2, "readyReplicas": 2}
+        ],
+    },
+)
+PARKED = deployment(
+    "kev",
+    {
+        "desiredReplicas": 1,
+        "placedReplicas": 0,
+        "readyReplicas": 0,
+        "placements": [],
+        "parked": {
+            "since": "2026-01-01T01:00:00Z",
+            "failures": 5,
+            "lastError": "unknown model architecture",
+            "definitionHash": "d9",
+            "retry": "",
+        },
+    },
+)
+UNPLACEABLE = deployment(
+    "phi",
+    {
+        "desiredReplicas": 1,
+        "placedReplicas": 0,
+        "readyReplicas": 0,
+        "placements": [],
+        "unplaceable": {
+            "replicas": 1,
+            "reason": "us-east/h100: 2 nodes lack 8 free devices",
+            "since": "2026-01-01T02:00:00Z",
+            "warnedAt": "2026-01-01T02:00:00Z",
+        },
+    },
+)
+SHORT = deployment(
+    "qwen",
+    {
+        "desiredReplicas": 3,
+        "placedReplicas": 3,
+        "readyReplicas": 1,
+        "placements": [
+            {"cluster": "us-east", "nodePool": "h100", "replicas": 1, "readyReplicas": 1},
+            {"cluster": "eu-west", "nodePool": "a100", "replicas": 2, "readyReplicas": 0},
+        ],
+    },
+)
+PENDING = deployment("new", {})
+SCALED_TO_ZERO = deployment(
+    "idle", {"desiredReplicas": 0, "placedReplicas": 0, "readyReplicas": 0, "placements": []}
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "obj", "state"),
+    [
+        ("a_model_with_every_desired_replica_ready_is_satisfied", PLACED, STATE_SATISFIED),
+        ("a_parked_model_is_parked_never_satisfied", PARKED, STATE_PARKED),
+        ("a_model_that_fits_nowhere_is_unplaceable", UNPLACEABLE, STATE_UNPLACEABLE),
+        ("a_placed_model_not_yet_ready_is_short", SHORT, STATE_SHORT),
+        ("a_model_without_a_written_status_is_pending_not_satisfied", PENDING, STATE_PENDING),
+        ("a_model_that_should_have_zero_now_is_satisfied", SCALED_TO_ZERO, STATE_SATISFIED),
+        (
+            "parked_wins_over_unplaceable",
+            deployment("both", {**UNPLACEABLE["status"], "parked": PARKED["status"]["parked"]}),
+            STATE_PARKED,
+        ),
+    ],
+)
+def test_model_state(name, obj, state):
+    assert fleet_status.read_model(obj, []).state == state, name
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "replicas", "failures", "error"),
+    [
+        ("no_replicas_no_failures", SHORT["status"], [], 0, ""),
+        (
+            "failures_of_the_current_definition_are_summed_across_clusters",
+            SHORT["status"],
+            [replica("qwen", "a", health=health(2)), replica("qwen", "b", health=health(1))],
+            3,
+            "CrashLoopBackOff: unknown arch",
+        ),
+        (
+            "failures_of_an_old_definition_do_not_count",
+            SHORT["status"],
+            [replica("qwen", "a", health=health(4, definition="d0"))],
+            0,
+            "",
+        ),
+        (
+            "failures_a_retry_already_spent_do_not_count_again",
+            {**SHORT["status"], "retried": {"definitionHash": "d1", "failures": 5}},
+            [replica("qwen", "a", health=health(7))],
+            2,
+            "CrashLoopBackOff: unknown arch",
+        ),
+        (
+            "a_counter_below_the_retry_baseline_starts_a_new_run",
+            {**SHORT["status"], "retried": {"definitionHash": "d1", "failures": 5}},
+            [replica("qwen", "a", health=health(1))],
+            1,
+            "CrashLoopBackOff: unknown arch",
+        ),
+        (
+            "mid_rollout_of_a_new_definition_nothing_is_counted",
+            SHORT["status"],
+            [replica("qwen", "a", health=health(2)), replica("qwen", "b", definition="d2")],
+            0,
+            "",
+        ),
+        (
+            "a_parked_model_reports_the_failures_that_parked_it",
+            PARKED["status"],
+            [],
+            5,
+            "unknown model architecture",
+        ),
+    ],
+)
+def test_start_failures(name, status, replicas, failures, error):
+    model = fleet_status.read_model(deployment("qwen", status), replicas)
+    assert (model.start_failures, model.last_error) == (failures, error), name
+
+
+def fleet():
+    return summarize(
+        [
+            cluster("us-east", [pool("h100", 2, 8), pool("l4", 4, 1, product=None)]),
+            cluster("eu-west", [pool("a100", 1, 8, product="A100")], ready="False"),
+        ],
+        [PLACED, PARKED, UNPLACEABLE, SHORT, PENDING],
+        [replica("qwen", "eu-west", health=health(2))],
+    )
+
+
+def test_summary_counts_models_against_what_they_should_have_now():
+    summary = fleet()
+    assert summary.models == fleet_status.ModelTotals(total=5, satisfied=1, short=4)
+    assert summary.replicas == fleet_status.ReplicaTotals(
+        desired=7, placed=5, ready=3, unplaceable=1
+    )
+
+
+def test_summary_names_the_parked_and_the_unplaceable_models():
+    summary = fleet()
+    assert [m.name for m in summary.parked] == ["kev"]
+    assert [m.name for m in summary.unplaceable] == ["phi"]
+
+
+def test_summary_totals_devices_by_class_with_the_driver_for_unnamed_cards():
+    assert [(d.device_class, d.nodes, d.devices) for d in fleet().devices] == [
+        ("A100", 1, 8),
+        ("H100", 2, 16),
+        ("gpu.nvidia.com", 4, 4),
+    ]
+
+
+def test_summary_is_sorted_whatever_the_listing_order():
+    shuffled = summarize(
+        [
+            cluster("eu-west", [pool("a100", 1, 8, product="A100")], ready="False"),
+            cluster("us-east", [pool("l4", 4, 1, product=None), pool("h100", 2, 8)]),
+        ],
+        [SHORT, PENDING, UNPLACEABLE, PARKED, PLACED],
+        [replica("qwen", "eu-west", health=health(2))],
+    )
+    assert shuffled == fleet()
+
+
+def test_json_document_validates_against_the_published_schema():
+    jsonschema.validate(fleet().to_dict(), SCHEMA)
+    jsonschema.validate(summarize([], [], []).to_dict(), SCHEMA)
+
+
+def test_schema_lists_every_state():
+    states = SCHEMA["properties"]["modelList"]["items"]["properties"]["state"]["enum"]
+    assert sorted(states) == sorted(fleet_status.STATES)
+
+
+def test_table_puts_parked_and_unplaceable_first_with_their_reasons():
+    table = fleet_status.render_table(fleet())
+    assert table.index("PARKED") < table.index("UNPLACEABLE (") < table.index("\nMODEL ")
+    assert "ml/kev" in table
+    assert "unknown model architecture" in table
+    assert "us-east/h100: 2 nodes lack 8 free devices" in table
+    assert "Models:    5 total, 1 satisfied, 4 short" in table
+    assert "eu-west/a100=0/2" in table
+
+
+def test_explain_says_what_to_do_next():
+    text = fleet_status.explain(PARKED, [])
+    assert "parked since 2026-01-01T01:00:00Z after 5 consecutive start failures" in text
+    assert "modelplane retry kev -n ml" in text
+    text = fleet_status.explain(SHORT, [replica("qwen", "eu-west", health=health(2))])
+    assert "eu-west/a100: 0 of 2 ready" in text
+    assert "2 consecutive start failures" in text
+
+
+def test_operator_commands_are_the_ones_the_entrypoint_dispatches():
+    from functions import entrypoint  # noqa: PLC0415
+    from functions.runtime import operator_cli  # noqa: PLC0415
+
+    assert entrypoint.OPERATOR_COMMANDS == operator_cli.COMMANDS
