@@ -22,6 +22,10 @@ from functions.compose_model_deployment.cel_env import (
     qualify,
 )
 
+# No count in this API comes near it (the XRDs bound them far lower); a value past it is
+# refused before it reaches arithmetic that would grow with it.
+INT_LIMIT = 2**31 - 1
+
 
 class InputError(ValueError):
     """Input no placement can be made from: `path: rule`."""
@@ -134,8 +138,14 @@ def _int(value: Any, path: str, default: int | None = None) -> int:
         if default is None:
             raise InputError(path, "is required")
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise InputError(path, f"must be an integer, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not value.is_integer())
+    ):
+        raise InputError(path, f"must be an integer, got {str(value)[:40]!r}")
+    if not -INT_LIMIT <= value <= INT_LIMIT:
+        raise InputError(path, f"{value:.0f} is outside ±{INT_LIMIT}")
     return int(value)
 
 
@@ -292,7 +302,28 @@ class Cluster:
         return self.pools_by_name.get(name)
 
 
+def cluster_name(ic: Any) -> str:
+    """An InferenceCluster's name, whatever else is wrong with it ("" if it has none)."""
+    meta = ic.get("metadata") if isinstance(ic, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
 def read_cluster(ic: dict) -> Cluster:
+    """An InferenceCluster as typed values; InputError naming the field for any shape it
+    cannot be read from (wrong types included), never another exception."""
+    try:
+        return _read_cluster(ic)
+    except InputError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
+        raise InputError(
+            f"InferenceCluster {cluster_name(ic) or '<unnamed>'}",
+            f"cannot be read ({type(err).__name__}: a field has the wrong type)",
+        ) from None
+
+
+def _read_cluster(ic: dict) -> Cluster:
     meta = ic.get("metadata") or {}
     spec = ic.get("spec") or {}
     name = str(meta.get("name", ""))
@@ -397,6 +428,27 @@ class Holding:
 
 
 def read_holding(mr: dict) -> Holding:
+    """A ModelReplica as typed values; InputError naming it for any shape it cannot be
+    read from."""
+    meta = mr.get("metadata") if isinstance(mr, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    who = f"ModelReplica {meta.get('namespace', '')}/{meta.get('name', '<unnamed>')}"
+    try:
+        return _read_holding(mr)
+    except InputError as err:
+        raise InputError(f"{who}: {err.path}", err.rule) from None
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
+        raise InputError(
+            who, f"cannot be read ({type(err).__name__}: a field has the wrong type)"
+        ) from None
+
+
+def _count(value: Any, path: str) -> int:
+    """A non-negative count a controller or the agent wrote (0 when unset)."""
+    return max(0, _int(value, path, default=0))
+
+
+def _read_holding(mr: dict) -> Holding:
     meta = mr.get("metadata") or {}
     spec = mr.get("spec") or {}
     status = mr.get("status") or {}
@@ -406,16 +458,23 @@ def read_holding(mr: dict) -> Holding:
         members = engine.get("members") or []
         leader = next((m for m in members if m.get("role") == contracts.ROLE_LEADER), None)
         if leader is not None:
-            gangs.append(1 + int(leader.get("workerNodes") or 0))
+            gangs.append(1 + _count(leader.get("workerNodes"), "spec.engines[].workerNodes"))
             continue
         for m in members:
-            pods.append(sum(int(d.get("count") or 0) for d in m.get("devices") or []))
+            pods.append(
+                sum(
+                    _count(d.get("count"), "spec.engines[].devices[].count")
+                    for d in m.get("devices") or []
+                )
+            )
     raw_health = status.get("health")
     health = None
     if raw_health:
         health = HealthRecord(
             definition_hash=str(raw_health.get("definitionHash", "")),
-            consecutive_start_failures=max(0, int(raw_health.get("consecutiveStartFailures") or 0)),
+            consecutive_start_failures=_count(
+                raw_health.get("consecutiveStartFailures"), "status.health.consecutiveStartFailures"
+            ),
             last_error=str(raw_health.get("lastError", "")),
             observed_at=str(raw_health.get("observedAt", "")),
         )
@@ -427,9 +486,9 @@ def read_holding(mr: dict) -> Holding:
         deployment=str(spec.get("deployment", "")),
         cluster=str((spec.get("cluster") or {}).get("name", "")),
         pool=str((spec.get("nodePool") or {}).get("name", "")),
-        replicas=max(0, int(spec.get("replicas") or 0)),
+        replicas=_count(spec.get("replicas"), "spec.replicas"),
         footprint=Footprint(tuple(sorted(gangs, reverse=True)), tuple(sorted(pods, reverse=True))),
         order=(str(meta.get("creationTimestamp", "")), namespace, name),
-        ready_replicas=max(0, int(status.get("readyReplicas") or 0)),
+        ready_replicas=_count(status.get("readyReplicas"), "status.readyReplicas"),
         health=health,
     )

@@ -1,0 +1,151 @@
+"""One bad object never stops the fleet, and no credential leaves in a message.
+
+Issue 20, classes 2 and 4: a malformed InferenceCluster or ModelReplica is reported and
+frozen (never treated as gone); an exception nobody anticipated becomes a fatal result
+naming the XR, with every composed resource kept; URL credentials are refused without
+being echoed, and redacted from any text that may quote them.
+"""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions.common import contracts
+from functions.common.redact import REDACTED, redact, url_credentials
+from functions.compose_model_deployment.fn import (
+    REQUIRED_CLUSTERS,
+    REQUIRED_REPLICAS,
+    FunctionRunner,
+)
+from tests.unit.test_placement_status import NOW, REPO_EXAMPLE
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cluster(name: str) -> dict:
+    files = {"us-east-1": "us-east-h100.yaml", "eu-west-1": "eu-west-b200.yaml"}
+    return yaml.safe_load((REPO / "examples" / "inferenceclusters" / files[name]).read_text())
+
+
+def _our_replica(cluster: str, pool: str, replicas: int) -> dict:
+    return {
+        "apiVersion": contracts.API_GROUP_VERSION,
+        "kind": contracts.KIND_MODEL_REPLICA,
+        "metadata": {
+            "name": f"llama-3-1-8b-{cluster}",
+            "namespace": "ml-team",
+            "labels": {"x": "y"},
+        },
+        "spec": {
+            "deployment": "llama-3-1-8b",
+            "replicas": replicas,
+            "cluster": {"name": cluster},
+            "nodePool": {"name": pool},
+            "engines": [{"members": [{"role": "Unified", "devices": [{"count": 1}]}]}],
+        },
+    }
+
+
+def _request(clusters: list[dict], observed: dict[str, dict]) -> fnv1.RunFunctionRequest:
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(yaml.safe_load((REPO / REPO_EXAMPLE).read_text()))
+    for key, body in observed.items():
+        req.observed.resources[key].resource.update(body)
+    req.required_resources[REQUIRED_CLUSTERS].SetInParent()
+    req.required_resources[REQUIRED_REPLICAS].SetInParent()
+    for c in clusters:
+        req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(c)
+    for body in observed.values():
+        req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(body)
+    return req
+
+
+def _run(req, runner=None):
+    return asyncio.run((runner or FunctionRunner(clock=lambda: NOW)).RunFunction(req))
+
+
+def _severities(rsp, severity):
+    return [r.message for r in rsp.results if r.severity == severity]
+
+
+MALFORMED_CLUSTERS = {
+    "a_driver_version_as_real_drivers_publish_it": lambda ic: ic["spec"]["nodePools"][0]["devices"][
+        "attributes"
+    ].update(driverVersion={"version": "535.129.03"}),
+    "an_attribute_that_is_not_a_typed_value": lambda ic: ic["spec"]["nodePools"][0]["devices"][
+        "attributes"
+    ].update(productName="H100"),
+    "node_pools_that_are_not_a_list_of_objects": lambda ic: ic["spec"].update(nodePools=["h100"]),
+    "a_capacity_that_is_not_a_quantity": lambda ic: ic["spec"]["nodePools"][0]["devices"][
+        "capacity"
+    ].update(memory="80 gigs"),
+    "a_node_count_that_is_infinite": lambda ic: ic["spec"]["nodePools"][0].update(
+        nodes=float("inf")
+    ),
+}
+
+
+@pytest.mark.parametrize("break_it", MALFORMED_CLUSTERS.values(), ids=MALFORMED_CLUSTERS.keys())
+def test_a_malformed_cluster_keeps_the_replicas_it_runs_and_says_why(break_it):
+    us, eu = _cluster("us-east-1"), _cluster("eu-west-1")
+    break_it(us)
+    ours = _our_replica("us-east-1", "h100", 2)
+    rsp = _run(_request([us, eu], {"modelreplica-us-east-1": ours}))
+    assert not _severities(rsp, fnv1.SEVERITY_FATAL)
+    kept = resource.struct_to_dict(rsp.desired.resources["modelreplica-us-east-1"].resource)
+    assert kept["spec"] == ours["spec"]  # exactly as observed: not moved, not rewritten
+    warnings = _severities(rsp, fnv1.SEVERITY_WARNING)
+    assert any("keeping 2 replicas on us-east-1 as they are" in w for w in warnings), warnings
+    # The rest of the deployment (3 replicas) is placed on the readable cluster.
+    placed = resource.struct_to_dict(rsp.desired.resources["modelreplica-eu-west-1"].resource)
+    assert placed["spec"]["replicas"] == 1
+
+
+def test_a_malformed_replica_of_another_deployment_is_warned_about_not_fatal():
+    other = _our_replica("us-east-1", "h100", 1)
+    other["metadata"].update(name="other", namespace="team-b")
+    other["spec"].update(deployment="other", replicas="many")
+    req = _request([_cluster("us-east-1")], {})
+    req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(other)
+    rsp = _run(req)
+    assert not _severities(rsp, fnv1.SEVERITY_FATAL)
+    assert any("ModelReplica team-b/other" in w for w in _severities(rsp, fnv1.SEVERITY_WARNING))
+
+
+class _Exploding(FunctionRunner):
+    def _compose(self, *args, **kwargs):
+        raise RuntimeError("boom at https://admin:hunter2@example.com/?token=abc")
+
+
+def test_an_unexpected_exception_is_a_fatal_naming_the_xr_that_keeps_what_runs():
+    ours = _our_replica("us-east-1", "h100", 3)
+    req = _request([_cluster("us-east-1")], {"modelreplica-us-east-1": ours})
+    rsp = _run(req, _Exploding(clock=lambda: NOW))
+    fatal = _severities(rsp, fnv1.SEVERITY_FATAL)
+    assert len(fatal) == 1
+    assert fatal[0].startswith("ModelDeployment ml-team/llama-3-1-8b: unexpected error")
+    assert "hunter2" not in fatal[0]
+    assert "abc" not in fatal[0]
+    assert list(rsp.desired.resources) == ["modelreplica-us-east-1"]
+
+
+@pytest.mark.parametrize(
+    ("url", "found"),
+    [
+        ("https://user:pw@otlp.example.com/v1", ["user-info (user:password@)"]),
+        ("https://otlp.example.com/v1?api_key=s3cret", ["query parameter 'api_key'"]),
+        ("https://otlp.example.com/v1?X-Amz-Signature=aa", ["query parameter 'X-Amz-Signature'"]),
+        ("https://otlp.example.com/v1?region=eu", []),
+    ],
+)
+def test_url_credentials_are_named_without_their_values(url, found):
+    assert url_credentials(url) == found
+
+
+def test_redact_removes_user_info_and_credential_query_values():
+    text = "dial 'https://u:p4ss@h:443/x?sig=abc&region=eu' failed"
+    assert redact(text) == f"dial 'https://{REDACTED}@h:443/x?sig={REDACTED}&region=eu' failed"
