@@ -30,10 +30,12 @@ from functions.common.sdk import (
     set_conditions,
 )
 from functions.common.telemetrydestination import (
+    ENV_SECRET_NAMESPACES,
     InvalidDestination,
     active_destination,
     identity_of,
     parse_destination,
+    secret_namespaces_from,
 )
 from functions.compose_serving_stack import collector_objects, substrate
 from functions.compose_serving_stack.compose import (
@@ -73,7 +75,9 @@ def _destination_state(destinations: list[dict]) -> DestinationState:
     winner = active_destination([identity_of(d) for d in destinations])
     chosen = next(d for d in destinations if identity_of(d) == winner)
     try:
-        parsed = parse_destination(chosen)
+        parsed = parse_destination(
+            chosen, secret_namespaces_from(os.environ.get(ENV_SECRET_NAMESPACES))
+        )
     except InvalidDestination as err:
         return DestinationState(problem=f"TelemetryDestination {winner.name} is invalid: {err}")
     token = parsed.gateway.token

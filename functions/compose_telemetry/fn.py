@@ -12,6 +12,8 @@ composed and whatever was composed before is kept.
 
 from __future__ import annotations
 
+import os
+
 from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
@@ -27,10 +29,12 @@ from functions.common.sdk import (
     sdk_condition,
 )
 from functions.common.telemetrydestination import (
+    ENV_SECRET_NAMESPACES,
     InvalidDestination,
     active_destination,
     identity_of,
     parse_destination,
+    secret_namespaces_from,
 )
 from functions.compose_telemetry import gateway
 from functions.compose_telemetry.mapping_validation import validate_mapping
@@ -115,7 +119,9 @@ class FunctionRunner(GuardedRunner):
         name = describe_composite(xr)
         # 1. Resolve inputs.
         try:
-            destination = parse_destination(xr)
+            destination = parse_destination(
+                xr, secret_namespaces_from(os.environ.get(ENV_SECRET_NAMESPACES))
+            )
         except InvalidDestination as err:
             # Fatal: Crossplane applies nothing, so what runs now keeps running.
             response.fatal(rsp, f"{name}: {err}")

@@ -16,11 +16,18 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.common import contracts
 from functions.common.redact import REDACTED, redact, url_credentials
+from functions.common.telemetrydestination import (
+    DEFAULT_SECRET_NAMESPACES,
+    InvalidDestination,
+    parse_destination,
+    secret_namespaces_from,
+)
 from functions.compose_model_deployment.fn import (
     REQUIRED_CLUSTERS,
     REQUIRED_REPLICAS,
     FunctionRunner,
 )
+from functions.compose_telemetry.fn import FunctionRunner as TelemetryRunner
 from tests.unit.test_placement_status import NOW, REPO_EXAMPLE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,3 +156,61 @@ def test_url_credentials_are_named_without_their_values(url, found):
 def test_redact_removes_user_info_and_credential_query_values():
     text = "dial 'https://u:p4ss@h:443/x?sig=abc&region=eu' failed"
     assert redact(text) == f"dial 'https://{REDACTED}@h:443/x?sig={REDACTED}&region=eu' failed"
+
+
+# --- TelemetryDestination: credentials and Secret namespaces -------------------------------
+
+
+def _destination(**exporter) -> dict:
+    body = yaml.safe_load((REPO / "examples" / "telemetrydestinations" / "fleet.yaml").read_text())
+    body["spec"]["exporter"].update(exporter)
+    return body
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://admin:hunter2@metrics.example.com/api/v1/write",
+        "https://metrics.example.com/api/v1/write?api_key=hunter2",
+        "https://metrics.example.com/api/v1/write?region=eu&X-Amz-Signature=hunter2",
+        "https://hunter2@metrics.example.com/api/v1/write",
+        "admin:hunter2@metrics.example.com:4317",
+    ],
+)
+def test_an_endpoint_with_a_credential_is_refused_without_echoing_it(endpoint):
+    with pytest.raises(InvalidDestination) as refused:
+        parse_destination(_destination(endpoint=endpoint))
+    assert "must not carry credentials" in str(refused.value)
+    assert "hunter2" not in str(refused.value)
+
+
+def test_a_refused_destination_never_reaches_a_condition_with_its_password():
+    xr = _destination(endpoint="https://admin:hunter2@metrics.example.com/api/v1/write")
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    rsp = asyncio.run(TelemetryRunner().RunFunction(req))
+    assert "hunter2" not in str(rsp)
+    assert [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+
+
+def test_secret_references_are_confined_to_the_allowed_namespaces():
+    xr = _destination()
+    xr["spec"]["gateway"]["tokenSecretRef"]["namespace"] = "kube-system"
+    with pytest.raises(InvalidDestination) as refused:
+        parse_destination(xr)
+    assert "spec.gateway.tokenSecretRef.namespace: Secrets of a TelemetryDestination" in str(
+        refused.value
+    )
+    allowed = secret_namespaces_from("kube-system, crossplane-system")
+    assert parse_destination(xr, allowed).gateway.token.namespace == "kube-system"
+
+
+def test_the_allowed_namespaces_default_when_the_setting_is_empty():
+    assert secret_namespaces_from("") == secret_namespaces_from(None) == DEFAULT_SECRET_NAMESPACES
+
+
+def test_a_trailing_newline_does_not_pass_a_full_string_pattern():
+    xr = _destination()
+    xr["spec"]["gateway"]["endpoint"] = "gateway.example.com:4317\n"
+    with pytest.raises(InvalidDestination, match=r"spec\.gateway\.endpoint"):
+        parse_destination(xr)
