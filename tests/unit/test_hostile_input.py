@@ -15,6 +15,7 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.common import contracts
+from functions.common.quantity import parse_quantity
 from functions.common.redact import REDACTED, redact, url_credentials
 from functions.common.telemetrydestination import (
     DEFAULT_SECRET_NAMESPACES,
@@ -22,11 +23,18 @@ from functions.common.telemetrydestination import (
     parse_destination,
     secret_namespaces_from,
 )
+from functions.compose_model_deployment.cel_env import (
+    DeviceProfile,
+    SelectorError,
+    compile_selector,
+    evaluate,
+)
 from functions.compose_model_deployment.fn import (
     REQUIRED_CLUSTERS,
     REQUIRED_REPLICAS,
     FunctionRunner,
 )
+from functions.compose_model_deployment.model import InputError, read_cluster
 from functions.compose_telemetry.fn import FunctionRunner as TelemetryRunner
 from tests.unit.test_placement_status import NOW, REPO_EXAMPLE
 
@@ -214,3 +222,62 @@ def test_a_trailing_newline_does_not_pass_a_full_string_pattern():
     xr["spec"]["gateway"]["endpoint"] = "gateway.example.com:4317\n"
     with pytest.raises(InvalidDestination, match=r"spec\.gateway\.endpoint"):
         parse_destination(xr)
+
+
+# --- Bounded cost: selectors and quantities ------------------------------------------------
+
+_LIST_100 = "[" + ",".join(str(i) for i in range(100)) + "]"
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        ("device.driver == 'x' && " * 60 + "true", "at most 1024"),
+        ("(" * 33 + "true" + ")" * 33, "nests brackets 33 deep; at most 32"),
+        (f"{_LIST_100}.all(x, {_LIST_100}.all(y, x + y >= 0))", "exceeds the budget"),
+        (f"{_LIST_100}.map(x, {_LIST_100}.map(y, x)).size() > 0", "exceeds the budget"),
+        (
+            "[1].all(a, [1].all(b, [1].all(c, device.attributes['x'].all(k, "
+            "device.attributes['x'].all(j, device.attributes['x'].all(i, true))))))",
+            "exceeds the budget",
+        ),
+    ],
+)
+def test_a_selector_over_its_limits_is_refused_naming_the_limit(selector, message):
+    with pytest.raises(SelectorError, match=message):
+        compile_selector(selector)
+
+
+def test_a_selector_over_budget_is_a_fatal_naming_the_field():
+    req = _request([_cluster("us-east-1")], {})
+    engines = req.observed.composite.resource["spec"]["template"]["spec"]["engines"]
+    selectors = engines[0]["members"][0]["nodeSelector"]["devices"][0]["selectors"]
+    selectors[0]["cel"] = f"{_LIST_100}.all(x, {_LIST_100}.all(y, x + y >= 0))"
+    fatal = _severities(_run(req), fnv1.SEVERITY_FATAL)
+    assert len(fatal) == 1
+    assert "devices[0].selectors[0].cel: estimated cost exceeds the budget" in fatal[0]
+
+
+def test_a_value_that_doubles_at_run_time_stops_at_the_value_budget():
+    binds = "".join(f"cel.bind(a{i + 1}, a{i} + a{i}, " for i in range(16))
+    selector = f'cel.bind(a0, "xxxxxxxxxxxxxxxx", {binds}size(a16) > 0' + ")" * 17
+    result = evaluate(selector, DeviceProfile("gpu.nvidia.com", (), ()))
+    assert not result.matched
+    assert "over the runtime cost budget" in result.error
+
+
+def test_string_concatenation_compares_as_a_string():
+    assert evaluate('"ab" + "cd" == "abcd"', DeviceProfile("d", (), ())).matched
+
+
+@pytest.mark.parametrize("text", ["1e999999999", "1e-999999999", "9" * 70, "1e19", "20Ei", "1Gi\n"])
+def test_quantities_are_bounded_in_exponent_magnitude_and_length(text):
+    with pytest.raises(ValueError, match="quantity"):
+        parse_quantity(text)
+
+
+def test_a_huge_capacity_is_a_field_error_not_a_hang():
+    ic = _cluster("us-east-1")
+    ic["spec"]["nodePools"][0]["devices"]["capacity"]["memory"] = "1e999999999"
+    with pytest.raises(InputError, match=r"devices\.capacity\.memory"):
+        read_cluster(ic)
