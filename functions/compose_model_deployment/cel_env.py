@@ -86,7 +86,7 @@ class Semver:
     __slots__ = ("major", "minor", "patch", "prerelease", "text")
 
     def __init__(self, text: str) -> None:
-        match = _SEMVER_RE.match(text)
+        match = _SEMVER_RE.fullmatch(text)
         if not match:
             raise ValueError(f"invalid semver {text!r}")
         self.text = text
@@ -142,7 +142,7 @@ def _semver(text: Any) -> Semver:
 
 
 def _is_semver(text: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(bool(_SEMVER_RE.match(str(text))))
+    return celtypes.BoolType(bool(_SEMVER_RE.fullmatch(str(text))))
 
 
 def _compare(a: Any, b: Any) -> int:

@@ -133,6 +133,32 @@ class Deployment:
         return any(t.tolerates(taint) for t in self.tolerations)
 
 
+def _bool(value: Any, path: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InputError(path, f"must be true or false, got {str(value)[:40]!r}")
+    return value
+
+
+def _bounded(value: int, path: str, low: int, high: int) -> int:
+    """The XRD's minimum and maximum, checked again (the function must not rely on them)."""
+    if not low <= value <= high:
+        raise InputError(path, f"{value} is outside {low}-{high}")
+    return value
+
+
+def _list_of(value: Any, path: str, limit: int) -> list[dict]:
+    """A list of objects of at most `limit` entries (the XRD's maxItems)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise InputError(path, "must be a list of objects")
+    if len(value) > limit:
+        raise InputError(path, f"has {len(value)} entries; at most {limit}")
+    return value
+
+
 def _int(value: Any, path: str, default: int | None = None) -> int:
     if value is None:
         if default is None:
@@ -169,11 +195,17 @@ def _selector(raw: dict | None, path: str) -> LabelSelector:
 def read_deployment(xr: dict) -> Deployment:
     """The ModelDeployment XR as typed values (the XRD has already validated its shape)."""
     meta = xr.get("metadata") or {}
+    if meta.get("namespace") == contracts.SYSTEM_NAMESPACE:
+        raise InputError(
+            "metadata.namespace",
+            f"{contracts.SYSTEM_NAMESPACE} is the suite's own namespace on every member; "
+            "deploy models in a tenant namespace",
+        )
     spec = xr.get("spec") or {}
     template = spec.get("template") or {}
     tspec = template.get("spec") or {}
     mode = (tspec.get("serving") or {}).get("mode") or contracts.SERVING_UNIFIED
-    raw_engines = tspec.get("engines") or []
+    raw_engines = _list_of(tspec.get("engines"), "spec.template.spec.engines", 4)
     if not raw_engines:
         raise InputError("spec.template.spec.engines", "needs at least one engine")
     engines = tuple(
@@ -195,7 +227,9 @@ def read_deployment(xr: dict) -> Deployment:
     return Deployment(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "")),
-        replicas=_int(spec.get("replicas"), "spec.replicas", default=1),
+        replicas=_bounded(
+            _int(spec.get("replicas"), "spec.replicas", default=1), "spec.replicas", 0, 1000
+        ),
         source=source,
         profile=profile,
         serving_mode=mode,
@@ -208,11 +242,16 @@ def read_deployment(xr: dict) -> Deployment:
         pod_metadata=template.get("metadata") or {},
         autoscaling=spec.get("autoscaling"),
         parking=ParkingPolicy(
-            enabled=bool(raw_parking.get("enabled", True)),
-            max_consecutive_failures=_int(
-                raw_parking.get("maxConsecutiveFailures"),
+            enabled=_bool(raw_parking.get("enabled"), "spec.parking.enabled", True),
+            max_consecutive_failures=_bounded(
+                _int(
+                    raw_parking.get("maxConsecutiveFailures"),
+                    "spec.parking.maxConsecutiveFailures",
+                    default=parking.DEFAULT_MAX_CONSECUTIVE_FAILURES,
+                ),
                 "spec.parking.maxConsecutiveFailures",
-                default=parking.DEFAULT_MAX_CONSECUTIVE_FAILURES,
+                1,
+                100,
             ),
         ),
         retry=str((meta.get("annotations") or {}).get(contracts.ANNOTATION_RETRY, "")),
@@ -221,10 +260,15 @@ def read_deployment(xr: dict) -> Deployment:
 
 
 def _read_engine(raw: dict, path: str, mode: str) -> Engine:
-    raw_members = raw.get("members") or []
+    raw_members = _list_of(raw.get("members"), f"{path}.members", 4)
     leader = next((m for m in raw_members if m.get("role") == contracts.ROLE_LEADER), None)
     leader_workers = (
-        _int((leader.get("worker") or {}).get("nodes"), f"{path}.members[leader].worker.nodes")
+        _bounded(
+            _int((leader.get("worker") or {}).get("nodes"), f"{path}.members[leader].worker.nodes"),
+            f"{path}.members[leader].worker.nodes",
+            1,
+            63,
+        )
         if leader
         else 0
     )
@@ -237,12 +281,15 @@ def _read_engine(raw: dict, path: str, mode: str) -> Engine:
         if role == contracts.ROLE_WORKER and leader is None:
             raise InputError(f"{mpath}.role", "a Worker member needs a Leader member")
         devices = []
-        for k, d in enumerate((m.get("nodeSelector") or {}).get("devices") or []):
+        raw_devices = _list_of(
+            (m.get("nodeSelector") or {}).get("devices"), f"{mpath}.nodeSelector.devices", 4
+        )
+        for k, d in enumerate(raw_devices):
             dpath = f"{mpath}.nodeSelector.devices[{k}]"
-            count = _int(d.get("count"), f"{dpath}.count")
-            if count < 1:
-                raise InputError(f"{dpath}.count", "must be at least 1")
-            selectors = tuple(str(s.get("cel", "")) for s in d.get("selectors") or [])
+            count = _bounded(_int(d.get("count"), f"{dpath}.count"), f"{dpath}.count", 1, 64)
+            selectors = tuple(
+                str(s.get("cel", "")) for s in _list_of(d.get("selectors"), f"{dpath}.selectors", 8)
+            )
             devices.append(DeviceRequest(str(d.get("name", "")), count, selectors, dpath))
         if not devices:
             raise InputError(f"{mpath}.nodeSelector.devices", "needs at least one device")

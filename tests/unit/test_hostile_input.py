@@ -7,6 +7,7 @@ being echoed, and redacted from any text that may quote them.
 """
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -34,11 +35,14 @@ from functions.compose_model_deployment.fn import (
     REQUIRED_REPLICAS,
     FunctionRunner,
 )
-from functions.compose_model_deployment.model import InputError, read_cluster
+from functions.compose_model_deployment.model import InputError, read_cluster, read_deployment
+from functions.compose_model_replica.model import InvalidReplica
+from functions.compose_model_replica.model import parse as parse_replica
 from functions.compose_telemetry.fn import FunctionRunner as TelemetryRunner
 from tests.unit.test_placement_status import NOW, REPO_EXAMPLE
 
 REPO = Path(__file__).resolve().parents[2]
+REPLICA_INPUTS = REPO / "tests" / "unit" / "testdata" / "model_replica" / "inputs"
 
 
 def _cluster(name: str) -> dict:
@@ -281,3 +285,59 @@ def test_a_huge_capacity_is_a_field_error_not_a_hang():
     ic["spec"]["nodePools"][0]["devices"]["capacity"]["memory"] = "1e999999999"
     with pytest.raises(InputError, match=r"devices\.capacity\.memory"):
         read_cluster(ic)
+
+
+# --- What the XRD checks, checked again ------------------------------------------------
+
+
+def _deployment_xr() -> dict:
+    return yaml.safe_load((REPO / REPO_EXAMPLE).read_text())
+
+
+RECHECKED = {
+    "a_model_in_the_suites_own_namespace": (
+        lambda xr: xr["metadata"].update(namespace=contracts.SYSTEM_NAMESPACE),
+        "metadata.namespace",
+    ),
+    "replicas_past_the_xrd_maximum": (
+        lambda xr: xr["spec"].update(replicas=1001),
+        "spec.replicas: 1001 is outside 0-1000",
+    ),
+    "parking_enabled_as_a_string": (
+        lambda xr: xr["spec"].update(parking={"enabled": "false"}),
+        "spec.parking.enabled: must be true or false",
+    ),
+    "a_failure_threshold_of_zero": (
+        lambda xr: xr["spec"].update(parking={"maxConsecutiveFailures": 0}),
+        "spec.parking.maxConsecutiveFailures: 0 is outside 1-100",
+    ),
+    "five_engines": (
+        lambda xr: xr["spec"]["template"]["spec"].update(
+            engines=xr["spec"]["template"]["spec"]["engines"] * 5
+        ),
+        "spec.template.spec.engines: has 5 entries; at most 4",
+    ),
+}
+
+
+@pytest.mark.parametrize(("break_it", "message"), RECHECKED.values(), ids=RECHECKED.keys())
+def test_the_function_rechecks_what_the_xrd_checks(break_it, message):
+    xr = _deployment_xr()
+    break_it(xr)
+    with pytest.raises(InputError, match=re.escape(message)):
+        read_deployment(xr)
+
+
+def test_a_version_with_a_trailing_newline_is_not_a_version():
+    assert not evaluate('isSemver("1.2.3\\n")', DeviceProfile("d", (), ())).matched
+    ic = _cluster("us-east-1")
+    ic["spec"]["nodePools"][0]["devices"]["attributes"]["driverVersion"] = {"version": "1.2.3\n"}
+    with pytest.raises(InputError, match="not a semantic version"):
+        read_cluster(ic)
+
+
+def test_a_model_replica_in_the_suites_own_namespace_is_refused():
+    xr = yaml.safe_load(next(iter(sorted(REPLICA_INPUTS.glob("*.yaml")))).read_text())
+    xr["metadata"]["namespace"] = contracts.SYSTEM_NAMESPACE
+    with pytest.raises(InvalidReplica, match=r"metadata\.namespace"):
+        parse_replica(xr)
