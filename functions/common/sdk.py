@@ -102,7 +102,8 @@ KEPT_METADATA: Final = ("name", "namespace", "labels", "annotations")
 def kept_manifest(observed: Mapping[str, Any], metadata: Iterable[str] = KEPT_METADATA) -> dict:
     """A composed resource as observed, cut to what a desired resource carries."""
     kept = {k: observed[k] for k in KEPT_FIELDS if k in observed}
-    meta = kept.get("metadata") or {}
+    meta = kept.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}  # whatever shape it was observed in
     kept["metadata"] = {k: meta[k] for k in metadata if k in meta}
     return kept
 
@@ -150,8 +151,9 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
     `RunFunction` runs it on a worker thread, so CPU-bound work (parsing a fleet,
     evaluating selectors) never blocks the event loop that answers other requests; and it
     turns an exception nobody anticipated into a fatal result naming the XR, never a gRPC
-    error. A fatal result makes Crossplane apply nothing, and the response still carries
-    every observed composed resource as desired: one bad request never deletes what runs.
+    error. A fatal result makes Crossplane apply nothing, and every fatal response (the
+    shell's own or the guard's) still carries every observed composed resource as
+    desired: one bad request never deletes what runs.
     """
 
     def __init__(self) -> None:
@@ -164,9 +166,17 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
         self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
         try:
-            return await asyncio.to_thread(self.run, req)
+            rsp = await asyncio.to_thread(self.run, req)
         except Exception as err:  # the point: no exception escapes
             return self.crashed(req, err)
+        if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
+            # Crossplane applies nothing after a fatal result; say the same in the
+            # response, so no reader of it (a test, a newer Crossplane) sees a deletion.
+            observed = observed_resources(req)
+            keep_observed(
+                rsp, observed, replaced=[k for k in observed if k in rsp.desired.resources]
+            )
+        return rsp
 
     def crashed(self, req: fnv1.RunFunctionRequest, err: Exception) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)

@@ -234,9 +234,22 @@ def parse_destination(
 ) -> TelemetryDestination:
     """A TelemetryDestination XR as typed values, or InvalidDestination listing every error.
 
-    `secret_namespaces`: where its Secret references may point (the module docstring)."""
+    `secret_namespaces`: where its Secret references may point (the module docstring).
+    Any shape at all gives a destination or InvalidDestination, never another exception:
+    compose-serving-stack reads it for every cluster in the fleet."""
+    try:
+        return _parse_destination(xr, secret_namespaces)
+    except InvalidDestination:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
+        raise InvalidDestination(
+            [f"cannot be read ({type(err).__name__}: a field has the wrong type)"]
+        ) from None
+
+
+def _parse_destination(xr: Any, secret_namespaces: frozenset[str]) -> TelemetryDestination:
     read = _Reader(secret_namespaces)
-    meta = xr.get("metadata") or {}
+    meta = read.obj(xr.get("metadata"), "metadata") or {}
     spec = read.obj(xr.get("spec"), "spec") or {}
 
     gateway_spec = read.obj(spec.get("gateway"), "spec.gateway") or {}
@@ -435,9 +448,15 @@ class DestinationIdentity:
     creation_timestamp: str  # RFC 3339 as the API server writes it; "" if unknown
 
 
-def identity_of(xr: dict) -> DestinationIdentity:
-    meta = xr.get("metadata") or {}
-    return DestinationIdentity(meta.get("name", ""), meta.get("creationTimestamp", "") or "")
+def identity_of(xr: Any) -> DestinationIdentity:
+    """Read from any shape: a destination whose metadata is broken still counts, by what
+    can be read of it."""
+    meta = xr.get("metadata") if isinstance(xr, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    name, created = meta.get("name"), meta.get("creationTimestamp")
+    return DestinationIdentity(
+        name if isinstance(name, str) else "", created if isinstance(created, str) else ""
+    )
 
 
 def active_destination(destinations: list[DestinationIdentity]) -> DestinationIdentity:

@@ -72,10 +72,11 @@ def plain(value):
 def _memo_key(struct: struct_pb2.Struct) -> object:
     """What identifies a resource's content: its uid and resourceVersion when the API
     server set them (any change bumps the version), else its exact bytes."""
-    if "metadata" in struct:
-        meta = struct["metadata"]
-        if "uid" in meta and "resourceVersion" in meta and meta["uid"]:
-            return (meta["uid"], meta["resourceVersion"])
+    meta = struct["metadata"] if "metadata" in struct else None  # noqa: SIM401 (a Struct has no .get)
+    if isinstance(meta, struct_pb2.Struct) and "uid" in meta and "resourceVersion" in meta:
+        uid, version = meta["uid"], meta["resourceVersion"]
+        if uid and isinstance(uid, str) and isinstance(version, str):
+            return (uid, version)
     return struct.SerializeToString(deterministic=True)
 
 
