@@ -360,6 +360,10 @@ _ENV = celpy.Environment()
 MAX_SELECTOR_LENGTH: Final = 1024
 MAX_NESTING_DEPTH: Final = 32
 MAX_COST: Final = 10_000
+# All of a deployment's selectors together (up to 4 engines x 4 members x 4 devices x 8
+# selectors = 512 by the XRD): about 1 s per distinct device profile in the fleet, once
+# (results are memoized per selector and profile across reconciles).
+MAX_DEPLOYMENT_COST: Final = 50_000
 MAX_UNKNOWN_RANGE: Final = 64
 _COMPREHENSIONS: Final = frozenset({"all", "exists", "exists_one", "map", "filter"})
 
@@ -428,8 +432,19 @@ def estimated_cost(node: Any) -> int:
     return min(cost, MAX_COST + 1)
 
 
-@lru_cache(maxsize=4096)
 def compile_selector(text: str) -> celpy.Runner:
+    """Parse a selector and bind the DRA library; SelectorError if it cannot run anywhere
+    or is over the cost limits above (the message names the limit)."""
+    return _compiled(text)[0]
+
+
+def selector_cost(text: str) -> int:
+    """The estimated cost of a selector (SelectorError as compile_selector)."""
+    return _compiled(text)[1]
+
+
+@lru_cache(maxsize=4096)
+def _compiled(text: str) -> tuple[celpy.Runner, int]:
     """Parse a selector and bind the DRA library; SelectorError if it cannot run anywhere
     or is over the cost limits above (the message names the limit)."""
     if len(text) > MAX_SELECTOR_LENGTH:
@@ -463,7 +478,7 @@ def compile_selector(text: str) -> celpy.Runner:
         raise SelectorError(
             f"refers to {sorted(variables)[0]!r}; a device selector can only read `device`"
         )
-    return _ENV.program(ast, functions=LIBRARY)
+    return _ENV.program(ast, functions=LIBRARY), cost
 
 
 def _is_cel_bind(node: lark.Tree) -> bool:

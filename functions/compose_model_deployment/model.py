@@ -14,6 +14,7 @@ from typing import Any
 from functions.common import contracts
 from functions.common.health import HealthRecord
 from functions.common.quantity import parse_quantity
+from functions.common.redact import url_credentials
 from functions.common.scheduling import Taint, Toleration
 from functions.compose_model_deployment import parking
 from functions.compose_model_deployment.cel_env import (
@@ -223,6 +224,14 @@ def read_deployment(xr: dict) -> Deployment:
     )
     raw_parking = spec.get("parking") or {}
     source = spec.get("source") or {}
+    uri = source.get("uri") if isinstance(source, dict) else None
+    if isinstance(uri, str) and url_credentials(uri):
+        # Named, never echoed: the URI is copied to every ModelReplica and its pods.
+        raise InputError(
+            "spec.source.uri",
+            f"must not carry credentials (found {', '.join(url_credentials(uri))}); "
+            "use spec.source.credentialsSecretRef",
+        )
     profile = str(spec.get("profile") or "default")
     return Deployment(
         name=str(meta.get("name", "")),

@@ -30,6 +30,7 @@ from functions.compose_model_deployment.cel_env import (
     compile_selector,
     evaluate,
 )
+from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.fn import (
     REQUIRED_CLUSTERS,
     REQUIRED_REPLICAS,
@@ -38,6 +39,8 @@ from functions.compose_model_deployment.fn import (
 from functions.compose_model_deployment.model import InputError, read_cluster, read_deployment
 from functions.compose_model_replica.model import InvalidReplica
 from functions.compose_model_replica.model import parse as parse_replica
+from functions.compose_serving_stack.compose import InvalidCluster
+from functions.compose_serving_stack.compose import parse_cluster as parse_stack_cluster
 from functions.compose_telemetry.fn import FunctionRunner as TelemetryRunner
 from tests.unit.test_placement_status import NOW, REPO_EXAMPLE
 
@@ -341,3 +344,49 @@ def test_a_model_replica_in_the_suites_own_namespace_is_refused():
     xr["metadata"]["namespace"] = contracts.SYSTEM_NAMESPACE
     with pytest.raises(InvalidReplica, match=r"metadata\.namespace"):
         parse_replica(xr)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "https://user:hunter2@huggingface.co/meta-llama/Llama-3.1-8B",
+        "s3://bucket/model?X-Amz-Signature=hunter2",
+    ],
+)
+def test_a_model_source_with_a_credential_is_refused_without_echoing_it(uri):
+    xr = _deployment_xr()
+    xr["spec"]["source"]["uri"] = uri
+    with pytest.raises(InputError, match="must not carry credentials") as refused:
+        read_deployment(xr)
+    assert "hunter2" not in str(refused.value)
+
+
+def test_an_oci_digest_is_not_mistaken_for_a_credential():
+    xr = _deployment_xr()
+    xr["spec"]["source"]["uri"] = "oci://registry.example.com/models/llama@sha256:abcd"
+    assert read_deployment(xr).source["uri"].endswith("@sha256:abcd")
+
+
+def test_a_prometheus_url_with_a_password_is_refused_without_echoing_it():
+    ic = _cluster("us-east-1")
+    ic["spec"]["runtime"]["prometheusURL"] = "http://admin:hunter2@prometheus:9090"
+    with pytest.raises(InvalidCluster, match="must not carry credentials") as refused:
+        parse_stack_cluster(ic)
+    assert "hunter2" not in str(refused.value)
+
+
+def test_a_deployment_whose_selectors_together_are_over_budget_is_refused():
+    xr = _deployment_xr()
+    selector = "[" + ",".join(str(i) for i in range(60)) + "].all(x, x + 1 > 0)"
+    devices = [
+        {
+            "name": f"gpu{k}",
+            "count": 1,
+            "selectors": [{"cel": f"{selector} || {j} > 0"} for j in range(8)],
+        }
+        for k in range(4)
+    ]
+    member = xr["spec"]["template"]["spec"]["engines"][0]["members"][0]
+    member["nodeSelector"]["devices"] = devices
+    with pytest.raises(InputError, match="the device selectors together"):
+        check_selectors(read_deployment(xr))
