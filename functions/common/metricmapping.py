@@ -251,22 +251,38 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
     )
 
 
+def _mapping_name(resource: Any) -> str:
+    meta = resource.get("metadata") if isinstance(resource, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
 def parse_mappings(resources: Iterable[Mapping[str, Any]]) -> ParsedMappings:
     """Every MetricMapping the cluster's collector may use, and every one it may not.
 
     Sorted by name, so the same set always renders the same config. Two mappings for
     one engine are ambiguous: the first by name is used and the others are refused.
     """
-    ordered = sorted(resources, key=lambda r: str(r.get("metadata", {}).get("name", "")))
+    ordered = sorted(resources, key=_mapping_name)
     accepted: list[MetricMapping] = []
     refused: list[RefusedMapping] = []
     by_engine: dict[str, str] = {}
     for resource in ordered:
-        name = str(resource.get("metadata", {}).get("name", ""))
+        name = _mapping_name(resource)
         try:
             mapping = parse_mapping(resource)
         except _Refusal as refusal:
             refused.append(RefusedMapping(name, refusal.field, refusal.rule))
+            continue
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
+            # One broken mapping is refused; it never stops every cluster's collector.
+            refused.append(
+                RefusedMapping(
+                    name,
+                    "spec",
+                    f"cannot be read ({type(err).__name__}: a field has the wrong type)",
+                )
+            )
             continue
         if mapping.engine in by_engine:
             refused.append(

@@ -4,6 +4,12 @@ compose-model-deployment compares device capacities in CEL selectors, where two
 quantities must compare as resource.Quantity.Cmp does (exactly, so `1Gi` equals
 `1024Mi`); the runtime sums node allocatable and pod requests, where a float is enough.
 Both read the text with the one grammar here, so a quantity one accepts the other does.
+
+Bounded, as Kubernetes bounds resource.Quantity: the text is at most MAX_TEXT characters,
+an exponent (`1e9`) is within ±MAX_EXPONENT, and the magnitude is at most 2^63-1 (the
+int64 Kubernetes keeps; it caps larger values, this refuses them, saying so). Without
+these, `1e999999999` in a selector or a cluster capacity would compute a number with a
+billion digits.
 """
 
 import re
@@ -11,9 +17,12 @@ from fractions import Fraction
 from typing import Any, Final
 
 _QUANTITY_RE: Final = re.compile(
-    r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+    r"(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?"
 )
+MAX_TEXT: Final = 64
+MAX_EXPONENT: Final = 64
+MAX_MAGNITUDE: Final = 2**63 - 1
 _BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL: Final = {
     "n": Fraction(1, 10**9),
@@ -30,17 +39,24 @@ _DECIMAL: Final = {
 
 def parse_quantity(text: str) -> Fraction:
     """The exact value of a Kubernetes quantity string; ValueError if it is not one."""
-    match = _QUANTITY_RE.match(text.strip())
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"a quantity is at most {MAX_TEXT} characters, got {len(text)}")
+    match = _QUANTITY_RE.fullmatch(text)
     if not match:
         raise ValueError(f"invalid quantity {text!r}")
     value = Fraction(match["num"])
     suffix = match["suffix"] or ""
     if suffix in _BINARY:
-        return value * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return value * _DECIMAL[suffix]
-    if suffix:
-        return value * Fraction(10) ** int(suffix[1:])
+        value *= _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        value *= _DECIMAL[suffix]
+    elif suffix:
+        exponent = int(suffix[1:])
+        if abs(exponent) > MAX_EXPONENT:
+            raise ValueError(f"quantity {text!r}: the exponent is outside ±{MAX_EXPONENT}")
+        value *= Fraction(10) ** exponent
+    if abs(value) > MAX_MAGNITUDE:
+        raise ValueError(f"quantity {text!r} is larger than {MAX_MAGNITUDE}")
     return value
 
 

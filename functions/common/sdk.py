@@ -3,19 +3,23 @@
 Pure code never imports this module; it is for `fn.py` and `main.py` only.
 """
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, Generic, TypeVar
 
 import click
+import grpc
 from crossplane.function import cli as sdkcli
-from crossplane.function import resource, response
+from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 
 from functions.common import conditions
+from functions.common.redact import redact
 
 T = TypeVar("T")
 
@@ -98,7 +102,8 @@ KEPT_METADATA: Final = ("name", "namespace", "labels", "annotations")
 def kept_manifest(observed: Mapping[str, Any], metadata: Iterable[str] = KEPT_METADATA) -> dict:
     """A composed resource as observed, cut to what a desired resource carries."""
     kept = {k: observed[k] for k in KEPT_FIELDS if k in observed}
-    meta = kept.get("metadata") or {}
+    meta = kept.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}  # whatever shape it was observed in
     kept["metadata"] = {k: meta[k] for k in metadata if k in meta}
     return kept
 
@@ -123,13 +128,72 @@ def keep_observed(
             resource.update(rsp.desired.resources[key], kept_manifest(manifest, fields))
 
 
-def describe_composite(xr: dict) -> str:
-    """`Kind namespace/name` of an XR, for messages a person reads."""
-    meta = xr.get("metadata", {})
-    name = meta.get("name", "<unnamed>")
+def describe_composite(xr: Any) -> str:
+    """`Kind namespace/name` of an XR, for messages a person reads (whatever its shape)."""
+    xr = xr if isinstance(xr, Mapping) else {}
+    meta = xr.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = str(meta.get("name") or "<unnamed>")
     if meta.get("namespace"):
         name = f"{meta['namespace']}/{name}"
-    return f"{xr.get('kind', '<unknown kind>')} {name}"
+    return f"{xr.get('kind') or '<unknown kind>'} {name}"
+
+
+# --- Every request gets a response ----------------------------------------------------------
+
+# How much of an unexpected exception's text a fatal result quotes.
+CRASH_MESSAGE_LIMIT: Final = 300
+
+
+class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
+    """A function's shell: subclasses write `run(req) -> rsp`, plain synchronous code.
+
+    `RunFunction` runs it on a worker thread, so CPU-bound work (parsing a fleet,
+    evaluating selectors) never blocks the event loop that answers other requests; and it
+    turns an exception nobody anticipated into a fatal result naming the XR, never a gRPC
+    error. A fatal result makes Crossplane apply nothing, and every fatal response (the
+    shell's own or the guard's) still carries every observed composed resource as
+    desired: one bad request never deletes what runs.
+    """
+
+    def __init__(self) -> None:
+        self.log = logging.get_logger()
+
+    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        raise NotImplementedError
+
+    async def RunFunction(
+        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
+    ) -> fnv1.RunFunctionResponse:
+        try:
+            rsp = await asyncio.to_thread(self.run, req)
+        except Exception as err:  # the point: no exception escapes
+            return self.crashed(req, err)
+        if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
+            # Crossplane applies nothing after a fatal result; say the same in the
+            # response, so no reader of it (a test, a newer Crossplane) sees a deletion.
+            observed = observed_resources(req)
+            keep_observed(
+                rsp, observed, replaced=[k for k in observed if k in rsp.desired.resources]
+            )
+        return rsp
+
+    def crashed(self, req: fnv1.RunFunctionRequest, err: Exception) -> fnv1.RunFunctionResponse:
+        rsp = response.to(req)
+        try:
+            name = describe_composite(observed_composite(req))
+        except Exception:
+            name = "the composite resource"
+        with contextlib.suppress(Exception):  # a fatal alone still applies nothing
+            keep_observed(rsp, observed_resources(req))
+        detail = redact(f"{type(err).__name__}: {err}")[:CRASH_MESSAGE_LIMIT]
+        self.log.error("unexpected error", composite=name, error=detail)
+        response.fatal(
+            rsp,
+            f"{name}: unexpected error in the function ({detail}); nothing was applied and "
+            "every resource composed before is kept. Please report this with the input.",
+        )
+        return rsp
 
 
 def sdk_condition(condition: conditions.Condition) -> resource.Condition:

@@ -6,6 +6,16 @@ so it is checked again here: a function must not trust that the API server ran t
 rules (render, an older XRD, a direct etcd write). Every check returns the field path
 and the rule, all of them at once, so a person fixes the spec in one go.
 
+Credentials: an endpoint carrying one (URL user-info, a credential-looking query
+parameter) is refused with a message that names what was found but never its value, and
+no refusal quotes an endpoint that could hold one. A TelemetryDestination is
+cluster-scoped, and every Secret it references is copied to the gateway's cluster and
+sent to the endpoint it names; so its Secret references are confined to the namespaces
+the platform allows: `crossplane-system` and `modelplane-system` by default, or the
+comma-separated list in the functions' MODELPLANE_SECRET_NAMESPACES environment variable
+(set it in the DeploymentRuntimeConfig of compose-telemetry and compose-serving-stack).
+Otherwise anyone who may create a destination could ship any Secret anywhere.
+
 One destination per fleet: the oldest wins, by creationTimestamp and then by name, so
 every reconcile of every destination reaches the same answer without talking to the
 others.
@@ -23,7 +33,27 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from functions.common.contracts import SYSTEM_NAMESPACE
+from functions.common.redact import url_credentials
+
 DEFAULT_GATEWAY_REPLICAS = 2
+ENV_SECRET_NAMESPACES = "MODELPLANE_SECRET_NAMESPACES"
+DEFAULT_SECRET_NAMESPACES: frozenset[str] = frozenset({"crossplane-system", SYSTEM_NAMESPACE})
+
+
+def secret_namespaces_from(setting: str | None) -> frozenset[str]:
+    """The namespaces a destination's Secrets may live in, from the environment variable's
+    value (a comma-separated list); unset or empty means the default."""
+    names = frozenset(n.strip() for n in (setting or "").split(",") if n.strip())
+    return names or DEFAULT_SECRET_NAMESPACES
+
+
+def _shown(value: str) -> str:
+    """A user's value as a refusal may quote it: never one that may hold a credential."""
+    if "@" in value or url_credentials(value):
+        return "the value given"
+    return repr(value if len(value) <= 100 else value[:100] + "…")
+
 
 # A DNS name or IPv4 address and a port: what a gRPC client dials.
 _HOST_PORT_RE = re.compile(
@@ -40,6 +70,8 @@ _UNSAFE_IN_ENDPOINT_RE = re.compile(r"[\s\"'`{}\\$<>^|]")
 _DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+# What the XRD allows for an endpoint (maxLength).
+ENDPOINT_LIMIT = 2048
 # Headers the exporter sets itself; a Secret must not override them.
 _RESERVED_HEADERS = frozenset({"content-type", "content-length", "content-encoding", "host"})
 
@@ -126,8 +158,24 @@ class InvalidDestination(ValueError):
 class _Reader:
     """Walks a plain dict, collecting every error with its field path."""
 
-    def __init__(self) -> None:
+    def __init__(self, secret_namespaces: frozenset[str] = DEFAULT_SECRET_NAMESPACES) -> None:
         self.errors: list[str] = []
+        self.secret_namespaces = secret_namespaces
+
+    def secret_namespace(self, value: Any, path: str) -> str:
+        namespace = self.string(value, path, _DNS_LABEL_RE, "a namespace name")
+        if (
+            namespace
+            and _DNS_LABEL_RE.fullmatch(namespace)
+            and (namespace not in self.secret_namespaces)
+        ):
+            self.fail(
+                path,
+                f"Secrets of a TelemetryDestination must be in one of "
+                f"{', '.join(sorted(self.secret_namespaces))} (the platform's "
+                f"{ENV_SECRET_NAMESPACES}), not {namespace!r}",
+            )
+        return namespace
 
     def fail(self, path: str, rule: str) -> None:
         self.errors.append(f"{path}: {rule}")
@@ -151,8 +199,8 @@ class _Reader:
         if not isinstance(value, str):
             self.fail(path, "must be a string")
             return ""
-        if pattern is not None and not pattern.match(value):
-            self.fail(path, f"{value!r} is not {what}")
+        if pattern is not None and not pattern.fullmatch(value):
+            self.fail(path, f"{_shown(value)} is not {what}")
         return value
 
     def boolean(self, value: Any, path: str, default: bool) -> bool:
@@ -167,9 +215,7 @@ class _Reader:
         ref = self.obj(value, path) or {}
         return SecretKeyRef(
             name=self.string(ref.get("name"), f"{path}.name", _DNS_SUBDOMAIN_RE, "a Secret name"),
-            namespace=self.string(
-                ref.get("namespace"), f"{path}.namespace", _DNS_LABEL_RE, "a namespace name"
-            ),
+            namespace=self.secret_namespace(ref.get("namespace"), f"{path}.namespace"),
             key=self.string(ref.get("key"), f"{path}.key", _SECRET_KEY_RE, "a Secret key"),
         )
 
@@ -179,16 +225,31 @@ class _Reader:
             return None
         return SecretRef(
             name=self.string(ref.get("name"), f"{path}.name", _DNS_SUBDOMAIN_RE, "a Secret name"),
-            namespace=self.string(
-                ref.get("namespace"), f"{path}.namespace", _DNS_LABEL_RE, "a namespace name"
-            ),
+            namespace=self.secret_namespace(ref.get("namespace"), f"{path}.namespace"),
         )
 
 
-def parse_destination(xr: dict) -> TelemetryDestination:
-    """A TelemetryDestination XR as typed values, or InvalidDestination listing every error."""
-    read = _Reader()
-    meta = xr.get("metadata") or {}
+def parse_destination(
+    xr: dict, secret_namespaces: frozenset[str] = DEFAULT_SECRET_NAMESPACES
+) -> TelemetryDestination:
+    """A TelemetryDestination XR as typed values, or InvalidDestination listing every error.
+
+    `secret_namespaces`: where its Secret references may point (the module docstring).
+    Any shape at all gives a destination or InvalidDestination, never another exception:
+    compose-serving-stack reads it for every cluster in the fleet."""
+    try:
+        return _parse_destination(xr, secret_namespaces)
+    except InvalidDestination:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
+        raise InvalidDestination(
+            [f"cannot be read ({type(err).__name__}: a field has the wrong type)"]
+        ) from None
+
+
+def _parse_destination(xr: Any, secret_namespaces: frozenset[str]) -> TelemetryDestination:
+    read = _Reader(secret_namespaces)
+    meta = read.obj(xr.get("metadata"), "metadata") or {}
     spec = read.obj(xr.get("spec"), "spec") or {}
 
     gateway_spec = read.obj(spec.get("gateway"), "spec.gateway") or {}
@@ -198,13 +259,15 @@ def parse_destination(xr: dict) -> TelemetryDestination:
     if provider_kind not in ("ClusterProviderConfig", "ProviderConfig"):
         read.fail(
             "spec.gateway.providerConfigRef.kind",
-            f"{provider_kind!r} is not one of ClusterProviderConfig, ProviderConfig",
+            f"{_shown(str(provider_kind))} is not one of ClusterProviderConfig, ProviderConfig",
         )
     replicas = gateway_spec.get("replicas", DEFAULT_GATEWAY_REPLICAS)
     if isinstance(replicas, float) and replicas.is_integer():
         replicas = int(replicas)  # protobuf Structs carry every number as a float
     if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= 10:
-        read.fail("spec.gateway.replicas", f"{replicas!r} is not an integer from 1 to 10")
+        read.fail(
+            "spec.gateway.replicas", f"{_shown(str(replicas))} is not an integer from 1 to 10"
+        )
         replicas = DEFAULT_GATEWAY_REPLICAS
     gateway = Gateway(
         provider_config_name=read.string(
@@ -259,7 +322,7 @@ def _parse_exporter(read: _Reader, spec: dict) -> Exporter:
     except ValueError:
         read.fail(
             "spec.exporter.type",
-            f"{raw_type!r} is not one of {', '.join(t.value for t in ExporterType)}",
+            f"{_shown(str(raw_type))} is not one of {', '.join(t.value for t in ExporterType)}",
         )
         exporter_type = ExporterType.OTLP_GRPC
 
@@ -294,9 +357,9 @@ def _parse_exporter(read: _Reader, spec: dict) -> Exporter:
             entry.get("name"), f"{path}.name", _HEADER_NAME_RE, "a header name ([A-Za-z0-9-]+)"
         )
         if name.lower() in _RESERVED_HEADERS:
-            read.fail(f"{path}.name", f"{name!r} is set by the exporter itself")
+            read.fail(f"{path}.name", f"{_shown(name)} is set by the exporter itself")
         if name and name.lower() in seen:
-            read.fail(f"{path}.name", f"{name!r} is listed twice (header names ignore case)")
+            read.fail(f"{path}.name", f"{_shown(name)} is listed twice (header names ignore case)")
         seen.add(name.lower())
         headers.append(
             ExporterHeader(
@@ -310,12 +373,25 @@ def _check_exporter_endpoint(
     read: _Reader, kind: ExporterType, endpoint: str, tls: ExporterTLS
 ) -> None:
     path = "spec.exporter.endpoint"
+    credentials = url_credentials(endpoint)
+    if credentials or "@" in endpoint:
+        # Named, never echoed: the refusal reaches a condition, an event and a log.
+        found = ", ".join(credentials) or "an @ (user-info)"
+        read.fail(
+            path,
+            f"must not carry credentials (found {found}); put them in a Secret and "
+            "reference it from spec.exporter.headers",
+        )
+        return
     if _UNSAFE_IN_ENDPOINT_RE.search(endpoint):
         read.fail(path, "must not contain whitespace, quotes, braces, $, \\, <, >, ^ or |")
         return
+    if len(endpoint) > ENDPOINT_LIMIT:
+        read.fail(path, f"is {len(endpoint)} characters; at most {ENDPOINT_LIMIT}")
+        return
     if kind is ExporterType.OTLP_GRPC:
-        if not _HOST_PORT_RE.match(endpoint):
-            read.fail(path, f"{endpoint!r} is not host:port, which OTLPGRPC dials")
+        if not _HOST_PORT_RE.fullmatch(endpoint):
+            read.fail(path, f"{_shown(endpoint)} is not host:port, which OTLPGRPC dials")
             return
         _check_port(read, endpoint, path)
         return
@@ -323,19 +399,18 @@ def _check_exporter_endpoint(
         parts = urlsplit(endpoint)
         hostname = parts.hostname
     except ValueError as err:  # e.g. an unclosed [IPv6 literal
-        read.fail(path, f"{endpoint!r} is not a URL ({err})")
+        read.fail(path, f"{_shown(endpoint)} is not a URL ({err})")
         return
     if parts.scheme not in ("http", "https") or not hostname:
         read.fail(
-            path, f"{endpoint!r} is not an http:// or https:// URL, which {kind.value} posts to"
+            path,
+            f"{_shown(endpoint)} is not an http:// or https:// URL, which {kind.value} posts to",
         )
         return
-    if parts.username or parts.password:
-        read.fail(path, "must not carry credentials; put them in a header from a Secret")
     try:
         parts.port  # noqa: B018  (raises on a port outside 0-65535)
     except ValueError:
-        read.fail(path, f"{endpoint!r} has a port outside 1-65535")
+        read.fail(path, f"{_shown(endpoint)} has a port outside 1-65535")
     if parts.scheme == "http" and not tls.insecure:
         read.fail(
             path,
@@ -345,7 +420,7 @@ def _check_exporter_endpoint(
 
 
 def _check_port(read: _Reader, endpoint: str, path: str) -> None:
-    match = _HOST_PORT_RE.match(endpoint)
+    match = _HOST_PORT_RE.fullmatch(endpoint)
     if match and not 1 <= int(match["port"]) <= 65535:
         read.fail(path, f"port {match['port']} is outside 1-65535")
 
@@ -373,9 +448,15 @@ class DestinationIdentity:
     creation_timestamp: str  # RFC 3339 as the API server writes it; "" if unknown
 
 
-def identity_of(xr: dict) -> DestinationIdentity:
-    meta = xr.get("metadata") or {}
-    return DestinationIdentity(meta.get("name", ""), meta.get("creationTimestamp", "") or "")
+def identity_of(xr: Any) -> DestinationIdentity:
+    """Read from any shape: a destination whose metadata is broken still counts, by what
+    can be read of it."""
+    meta = xr.get("metadata") if isinstance(xr, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    name, created = meta.get("name"), meta.get("creationTimestamp")
+    return DestinationIdentity(
+        name if isinstance(name, str) else "", created if isinstance(created, str) else ""
+    )
 
 
 def active_destination(destinations: list[DestinationIdentity]) -> DestinationIdentity:

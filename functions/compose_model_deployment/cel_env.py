@@ -27,12 +27,13 @@ of a thousand pools usually has a handful of distinct device profiles.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache, total_ordering
-from typing import Any
+from typing import Any, Final
 
 import celpy
 import lark
@@ -85,7 +86,7 @@ class Semver:
     __slots__ = ("major", "minor", "patch", "prerelease", "text")
 
     def __init__(self, text: str) -> None:
-        match = _SEMVER_RE.match(text)
+        match = _SEMVER_RE.fullmatch(text)
         if not match:
             raise ValueError(f"invalid semver {text!r}")
         self.text = text
@@ -141,7 +142,7 @@ def _semver(text: Any) -> Semver:
 
 
 def _is_semver(text: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(bool(_SEMVER_RE.match(str(text))))
+    return celtypes.BoolType(bool(_SEMVER_RE.fullmatch(str(text))))
 
 
 def _compare(a: Any, b: Any) -> int:
@@ -257,6 +258,32 @@ def _same_kind(a: Any, b: Any) -> bool:
     return type(a) is type(b)
 
 
+# The longest string, bytes or list `+` builds (see "Bounded cost" below).
+MAX_VALUE_SIZE: Final = 64 * 1024
+
+
+class CostExceeded(Exception):
+    """A selector outgrew its runtime budget; deliberately not an error cel-python catches,
+    so it ends the evaluation at once."""
+
+
+def _bounded_add(a: Any, b: Any) -> Any:
+    """CEL `+`, refusing a string, bytes or list past MAX_VALUE_SIZE.
+
+    The result keeps its CEL type (Python's `+` on two StringTypes gives a plain str,
+    which CEL equality would then compare as another type)."""
+    if isinstance(a, str | bytes | list) and isinstance(b, str | bytes | list):
+        if len(a) + len(b) > MAX_VALUE_SIZE:
+            raise CostExceeded(f"a value grew past {MAX_VALUE_SIZE} characters or elements")
+        if isinstance(a, celtypes.StringType) and isinstance(b, str):
+            return celtypes.StringType(str(a) + str(b))
+        if isinstance(a, celtypes.BytesType) and isinstance(b, bytes):
+            return celtypes.BytesType(bytes(a) + bytes(b))
+        if isinstance(a, celtypes.ListType) and isinstance(b, list):
+            return celtypes.ListType([*a, *b])
+    return operator.add(a, b)
+
+
 LIBRARY: dict[str, Callable[..., Any]] = {
     "quantity": _quantity,
     "isQuantity": _is_quantity,
@@ -275,6 +302,7 @@ LIBRARY: dict[str, Callable[..., Any]] = {
     "minor": _version_part(1),
     "patch": _version_part(2),
     "_==_": _heterogeneous_eq,
+    "_+_": _bounded_add,
     "_!=_": _heterogeneous_ne,
 }
 
@@ -313,16 +341,132 @@ class SelectorError(ValueError):
 
 _ENV = celpy.Environment()
 
+# --- Bounded cost ---------------------------------------------------------------------------
+#
+# Kubernetes bounds a DRA selector three ways: its length (the XRD: 1024 characters), the
+# parser's nesting depth, and a cost budget (CELSelectorExpressionMaxCost, 1,000,000)
+# estimated before it runs and tracked while it runs. cel-python tracks no cost, so the
+# budget is estimated here, statically and conservatively, in evaluation steps. The
+# budget is 10,000 steps, not 1,000,000: an interpreted step costs about 20 µs in
+# cel-python (a hundred times cel-go), so 10,000 steps is about 0.2 s for one (selector,
+# device profile) pair, and every realistic selector costs under 100. Every AST
+# node is one step, and a comprehension (all, exists, exists_one, map, filter, and the
+# cel.bind rewritten to map) costs its body once per element of its range. A range's size
+# is known for a list literal (its elements) and a map/filter of one (its range's size);
+# any other range is taken as MAX_UNKNOWN_RANGE elements (more than a device has
+# attributes). Values can still grow while a selector runs (cel.bind doubling a string),
+# so `+` refuses to build a string or list past MAX_VALUE_SIZE: an evaluation error, no
+# match, as the scheduler would answer once its runtime budget ran out.
+MAX_SELECTOR_LENGTH: Final = 1024
+MAX_NESTING_DEPTH: Final = 32
+MAX_COST: Final = 10_000
+# All of a deployment's selectors together (up to 4 engines x 4 members x 4 devices x 8
+# selectors = 512 by the XRD): about 1 s per distinct device profile in the fleet, once
+# (results are memoized per selector and profile across reconciles).
+MAX_DEPLOYMENT_COST: Final = 50_000
+MAX_UNKNOWN_RANGE: Final = 64
+_COMPREHENSIONS: Final = frozenset({"all", "exists", "exists_one", "map", "filter"})
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest bracket nesting of `text` outside string literals."""
+    depth = deepest = 0
+    quote = ""
+    escaped = False
+    for ch in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
+
+
+def _comprehension(node: lark.Tree) -> bool:
+    return (
+        node.data == "member_dot_arg"
+        and len(node.children) > 2
+        and str(node.children[1]) in _COMPREHENSIONS
+    )
+
+
+def _range_size(node: Any) -> int:
+    """How many elements an expression that a comprehension ranges over may have."""
+    while (
+        isinstance(node, lark.Tree)
+        and len(node.children) == 1
+        and isinstance(node.children[0], lark.Tree)
+    ):
+        if node.data == "list_lit":
+            break
+        node = node.children[0]
+    if not isinstance(node, lark.Tree):
+        return MAX_UNKNOWN_RANGE
+    if node.data == "list_lit":
+        exprlist = node.children[0] if node.children else None
+        return len(exprlist.children) if isinstance(exprlist, lark.Tree) else 0
+    if _comprehension(node) and str(node.children[1]) in ("map", "filter"):
+        return _range_size(node.children[0])
+    return MAX_UNKNOWN_RANGE
+
+
+def estimated_cost(node: Any) -> int:
+    """Evaluation steps a selector may take at most (see above); saturates past MAX_COST."""
+    if not isinstance(node, lark.Tree):
+        return 0
+    if _comprehension(node):
+        receiver, _name, args = node.children[0], node.children[1], node.children[2]
+        body = sum(estimated_cost(c) for c in getattr(args, "children", ())[1:])
+        cost = 1 + estimated_cost(receiver) + _range_size(receiver) * max(body, 1)
+    else:
+        cost = 1 + sum(estimated_cost(c) for c in node.children)
+    return min(cost, MAX_COST + 1)
+
+
+def compile_selector(text: str) -> celpy.Runner:
+    """Parse a selector and bind the DRA library; SelectorError if it cannot run anywhere
+    or is over the cost limits above (the message names the limit)."""
+    return _compiled(text)[0]
+
+
+def selector_cost(text: str) -> int:
+    """The estimated cost of a selector (SelectorError as compile_selector)."""
+    return _compiled(text)[1]
+
 
 @lru_cache(maxsize=4096)
-def compile_selector(text: str) -> celpy.Runner:
-    """Parse a selector and bind the DRA library; SelectorError if it cannot run anywhere."""
+def _compiled(text: str) -> tuple[celpy.Runner, int]:
+    """Parse a selector and bind the DRA library; SelectorError if it cannot run anywhere
+    or is over the cost limits above (the message names the limit)."""
+    if len(text) > MAX_SELECTOR_LENGTH:
+        raise SelectorError(f"is {len(text)} characters; at most {MAX_SELECTOR_LENGTH}")
+    if _nesting_depth(text) > MAX_NESTING_DEPTH:
+        raise SelectorError(
+            f"nests brackets {_nesting_depth(text)} deep; at most {MAX_NESTING_DEPTH}"
+        )
     try:
         ast = _ENV.compile(text)
     except (celpy.CELParseError, lark.exceptions.LarkError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else "syntax error"
         raise SelectorError(f"does not compile: {first_line}") from None
+    except RecursionError:
+        raise SelectorError(f"nests too deeply to parse (at most {MAX_NESTING_DEPTH})") from None
     ast = _rewrite_binds(ast)
+    cost = estimated_cost(ast)
+    if cost > MAX_COST:
+        raise SelectorError(
+            f"estimated cost exceeds the budget of {MAX_COST} evaluation steps (each "
+            "comprehension costs its body once per element); simplify the selector"
+        )
     unknown = sorted(_called_functions(ast) - KNOWN_FUNCTIONS)
     if unknown:
         raise SelectorError(
@@ -334,7 +478,7 @@ def compile_selector(text: str) -> celpy.Runner:
         raise SelectorError(
             f"refers to {sorted(variables)[0]!r}; a device selector can only read `device`"
         )
-    return _ENV.program(ast, functions=LIBRARY)
+    return _ENV.program(ast, functions=LIBRARY), cost
 
 
 def _is_cel_bind(node: lark.Tree) -> bool:
@@ -517,6 +661,8 @@ def evaluate(text: str, profile: DeviceProfile) -> Evaluation:
         result = program.evaluate(device_activation(profile))
     except CELEvalError as err:
         return _evaluation_error(err)
+    except CostExceeded as err:
+        return Evaluation(False, f"over the runtime cost budget: {err}")
     except (TypeError, ValueError, ArithmeticError) as err:
         return Evaluation(False, f"evaluation error: {err}")
     if isinstance(result, CELEvalError):

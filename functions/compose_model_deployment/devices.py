@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from functions.compose_model_deployment.cel_env import (
+    MAX_DEPLOYMENT_COST,
     DeviceProfile,
     SelectorError,
     compile_selector,
     evaluate,
+    selector_cost,
 )
 from functions.compose_model_deployment.model import Deployment, InputError
 
@@ -39,7 +41,9 @@ class ProfileMatch:
 
 
 def check_selectors(deployment: Deployment) -> None:
-    """Compile every selector once; InputError (path, rule) for one that cannot run."""
+    """Compile every selector once; InputError (path, rule) for one that cannot run, or
+    for a deployment whose selectors together are over MAX_DEPLOYMENT_COST."""
+    total = 0
     for engine in deployment.engines:
         for member in engine.members:
             for request in member.devices:
@@ -48,6 +52,13 @@ def check_selectors(deployment: Deployment) -> None:
                         compile_selector(text)
                     except SelectorError as err:
                         raise InputError(f"{request.path}.selectors[{i}].cel", str(err)) from None
+                    total += selector_cost(text)
+    if total > MAX_DEPLOYMENT_COST:
+        raise InputError(
+            "spec.template.spec.engines",
+            f"the device selectors together have an estimated cost of {total} evaluation "
+            f"steps; at most {MAX_DEPLOYMENT_COST} (drop or simplify selectors)",
+        )
 
 
 def match_profile(deployment: Deployment, profile: DeviceProfile) -> ProfileMatch:

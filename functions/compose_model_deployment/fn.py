@@ -18,17 +18,17 @@ protobuf Structs is the costliest part of a large request.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Generic, TypeVar
 
-import grpc
-from crossplane.function import logging, resource, response
+from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 
 from functions.common import contracts
 from functions.common.sdk import (
+    GuardedRunner,
     describe_composite,
     keep_observed,
     not_fetched,
@@ -38,8 +38,11 @@ from functions.common.sdk import (
 from functions.compose_model_deployment import manifests, parking, status, targets
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.model import (
+    Cluster,
     Deployment,
+    Holding,
     InputError,
+    cluster_name,
     read_cluster,
     read_deployment,
     read_holding,
@@ -69,10 +72,11 @@ def plain(value):
 def _memo_key(struct: struct_pb2.Struct) -> object:
     """What identifies a resource's content: its uid and resourceVersion when the API
     server set them (any change bumps the version), else its exact bytes."""
-    if "metadata" in struct:
-        meta = struct["metadata"]
-        if "uid" in meta and "resourceVersion" in meta and meta["uid"]:
-            return (meta["uid"], meta["resourceVersion"])
+    meta = struct["metadata"] if "metadata" in struct else None  # noqa: SIM401 (a Struct has no .get)
+    if isinstance(meta, struct_pb2.Struct) and "uid" in meta and "resourceVersion" in meta:
+        uid, version = meta["uid"], meta["resourceVersion"]
+        if uid and isinstance(uid, str) and isinstance(version, str):
+            return (uid, version)
     return struct.SerializeToString(deterministic=True)
 
 
@@ -93,16 +97,22 @@ class _Memo(Generic[T]):
         return found
 
 
-class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
+@dataclass(frozen=True)
+class _Fleet:
+    clusters: list[Cluster]
+    holdings: list[Holding]
+    frozen: list[Holding]  # this deployment's, on a cluster (or in a replica) not readable
+    frozen_keys: set[str]  # their composed-resource keys, kept exactly as observed
+
+
+class FunctionRunner(GuardedRunner):
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
-        self.log = logging.get_logger()
+        super().__init__()
         self.clock = clock or (lambda: datetime.now(UTC))
         self.clusters = _Memo(read_cluster)
         self.holdings = _Memo(read_holding)
 
-    async def RunFunction(
-        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
-    ) -> fnv1.RunFunctionResponse:
+    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         now = self.clock()
         xr = plain(req.observed.composite.resource)
@@ -143,19 +153,15 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 ),
             )
             return rsp
-        clusters = []
-        for item in asked_clusters.items:
-            try:
-                clusters.append(self.clusters(item))
-            except InputError as err:
-                # One malformed cluster must not stop every model in the fleet: it offers
-                # no room, and the warning says which field is wrong.
-                response.warning(rsp, f"{name}: ignoring {err}")
-        holdings = targets.merge_ownership(
-            (self.holdings(s) for s in observed_own.values()),
-            (self.holdings(s) for s in asked_replicas.items),
+        fleet = self._read_fleet(
+            rsp,
+            name,
             deployment,
+            cluster_items=asked_clusters.items,
+            replica_items=asked_replicas.items,
+            observed_own=observed_own,
         )
+        clusters, holdings, frozen = fleet.clusters, fleet.holdings, fleet.frozen
         own = targets.own_holdings(holdings, deployment)
         previous = xr.get("status") or {}
 
@@ -181,11 +187,17 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                     f"{h.cluster}/{h.pool}: the cluster or pool is gone or no longer selected",
                 )
         else:
-            plan = place(deployment, clusters, holdings, deployment.replicas)
+            frozen_replicas = sum(h.replicas for h in frozen)
+            plan = place(
+                deployment, clusters, holdings, max(0, deployment.replicas - frozen_replicas)
+            )
 
         # 3. Compose one ModelReplica per cluster used.
         self._compose(
-            rsp, deployment, targets.replica_targets(plan, decision, existing_at, by_name)
+            rsp,
+            deployment,
+            targets.replica_targets(plan, decision, existing_at, by_name),
+            fleet.frozen_keys,
         )
 
         # 4. Status, results and conditions.
@@ -235,9 +247,76 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         )
         return rsp
 
+    def _read_fleet(
+        self,
+        rsp: fnv1.RunFunctionResponse,
+        name: str,
+        deployment: Deployment,
+        *,
+        cluster_items: tuple[struct_pb2.Struct, ...],
+        replica_items: tuple[struct_pb2.Struct, ...],
+        observed_own: dict[str, struct_pb2.Struct],
+    ) -> _Fleet:
+        """Every cluster and ModelReplica that can be read; what cannot is said in a
+        warning and frozen: a cluster that cannot be read is never "gone" (that would move
+        its replicas, a deletion), so this deployment's ModelReplica there is kept exactly
+        as observed and nothing new is placed there until it can be read again."""
+        clusters = []
+        unreadable: dict[str, str] = {}  # cluster name -> why it cannot be read
+        for item in cluster_items:
+            try:
+                clusters.append(self.clusters(item))
+            except InputError as err:
+                # One malformed cluster must not stop every model in the fleet, and it is
+                # not gone either (treating it as gone would move its replicas: a
+                # deletion). It offers no room; what runs there is kept as it is.
+                unreadable[cluster_name(plain(item))] = str(err)
+        unreadable.pop("", None)
+        own_parsed: list[Holding] = []
+        frozen_keys: set[str] = set()
+        for key, struct in observed_own.items():
+            try:
+                own_parsed.append(self.holdings(struct))
+            except InputError as err:
+                frozen_keys.add(key)
+                response.warning(rsp, f"{name}: keeping {key} as it is: {err}")
+        listed: list[Holding] = []
+        for struct in replica_items:
+            try:
+                listed.append(self.holdings(struct))
+            except InputError as err:
+                response.warning(rsp, f"{name}: not counting what it holds: {err}")
+        holdings = targets.merge_ownership(own_parsed, listed, deployment)
+        frozen = [
+            h
+            for h in targets.own_holdings(holdings, deployment)
+            if h.cluster in unreadable or manifests.replica_key(h.cluster) in frozen_keys
+        ]
+        for h in frozen:
+            frozen_keys.add(manifests.replica_key(h.cluster))
+            if h.cluster in unreadable:
+                response.warning(
+                    rsp,
+                    f"{name}: keeping {h.replicas} replicas on {h.cluster} as they are, placing "
+                    f"nothing new there until it can be read: {unreadable[h.cluster]}",
+                )
+        for cluster, why in sorted(unreadable.items()):
+            if all(h.cluster != cluster for h in frozen):
+                response.warning(rsp, f"{name}: placing nothing on {cluster}: {why}")
+        holdings = [h for h in holdings if h not in frozen]
+        keep_observed(
+            rsp,
+            {key: plain(observed_own[key]) for key in sorted(frozen_keys) if key in observed_own},
+            metadata=KEPT_REPLICA_METADATA,
+        )
+        return _Fleet(clusters, holdings, frozen, frozen_keys)
+
     @staticmethod
     def _compose(
-        rsp: fnv1.RunFunctionResponse, deployment: Deployment, decided: targets.Targets
+        rsp: fnv1.RunFunctionResponse,
+        deployment: Deployment,
+        decided: targets.Targets,
+        frozen_keys: set[str],
     ) -> None:
         autoscaling = manifests.autoscaling_spec(
             deployment, [(c, p) for c, p, _ in decided.replicas]
@@ -249,7 +328,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         first: struct_pb2.Struct | None = None
         for cluster, pool_name, replicas in decided.replicas:
             pool = cluster.pool(pool_name)
-            if pool is None:
+            if pool is None or manifests.replica_key(cluster.name) in frozen_keys:
                 continue
             body = manifests.model_replica(
                 deployment,

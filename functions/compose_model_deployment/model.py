@@ -14,6 +14,7 @@ from typing import Any
 from functions.common import contracts
 from functions.common.health import HealthRecord
 from functions.common.quantity import parse_quantity
+from functions.common.redact import url_credentials
 from functions.common.scheduling import Taint, Toleration
 from functions.compose_model_deployment import parking
 from functions.compose_model_deployment.cel_env import (
@@ -21,6 +22,10 @@ from functions.compose_model_deployment.cel_env import (
     Semver,
     qualify,
 )
+
+# No count in this API comes near it (the XRDs bound them far lower); a value past it is
+# refused before it reaches arithmetic that would grow with it.
+INT_LIMIT = 2**31 - 1
 
 
 class InputError(ValueError):
@@ -129,13 +134,45 @@ class Deployment:
         return any(t.tolerates(taint) for t in self.tolerations)
 
 
+def _bool(value: Any, path: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InputError(path, f"must be true or false, got {str(value)[:40]!r}")
+    return value
+
+
+def _bounded(value: int, path: str, low: int, high: int) -> int:
+    """The XRD's minimum and maximum, checked again (the function must not rely on them)."""
+    if not low <= value <= high:
+        raise InputError(path, f"{value} is outside {low}-{high}")
+    return value
+
+
+def _list_of(value: Any, path: str, limit: int) -> list[dict]:
+    """A list of objects of at most `limit` entries (the XRD's maxItems)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise InputError(path, "must be a list of objects")
+    if len(value) > limit:
+        raise InputError(path, f"has {len(value)} entries; at most {limit}")
+    return value
+
+
 def _int(value: Any, path: str, default: int | None = None) -> int:
     if value is None:
         if default is None:
             raise InputError(path, "is required")
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise InputError(path, f"must be an integer, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not value.is_integer())
+    ):
+        raise InputError(path, f"must be an integer, got {str(value)[:40]!r}")
+    if not -INT_LIMIT <= value <= INT_LIMIT:
+        raise InputError(path, f"{value:.0f} is outside ±{INT_LIMIT}")
     return int(value)
 
 
@@ -159,11 +196,17 @@ def _selector(raw: dict | None, path: str) -> LabelSelector:
 def read_deployment(xr: dict) -> Deployment:
     """The ModelDeployment XR as typed values (the XRD has already validated its shape)."""
     meta = xr.get("metadata") or {}
+    if meta.get("namespace") == contracts.SYSTEM_NAMESPACE:
+        raise InputError(
+            "metadata.namespace",
+            f"{contracts.SYSTEM_NAMESPACE} is the suite's own namespace on every member; "
+            "deploy models in a tenant namespace",
+        )
     spec = xr.get("spec") or {}
     template = spec.get("template") or {}
     tspec = template.get("spec") or {}
     mode = (tspec.get("serving") or {}).get("mode") or contracts.SERVING_UNIFIED
-    raw_engines = tspec.get("engines") or []
+    raw_engines = _list_of(tspec.get("engines"), "spec.template.spec.engines", 4)
     if not raw_engines:
         raise InputError("spec.template.spec.engines", "needs at least one engine")
     engines = tuple(
@@ -181,11 +224,21 @@ def read_deployment(xr: dict) -> Deployment:
     )
     raw_parking = spec.get("parking") or {}
     source = spec.get("source") or {}
+    uri = source.get("uri") if isinstance(source, dict) else None
+    if isinstance(uri, str) and url_credentials(uri):
+        # Named, never echoed: the URI is copied to every ModelReplica and its pods.
+        raise InputError(
+            "spec.source.uri",
+            f"must not carry credentials (found {', '.join(url_credentials(uri))}); "
+            "use spec.source.credentialsSecretRef",
+        )
     profile = str(spec.get("profile") or "default")
     return Deployment(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "")),
-        replicas=_int(spec.get("replicas"), "spec.replicas", default=1),
+        replicas=_bounded(
+            _int(spec.get("replicas"), "spec.replicas", default=1), "spec.replicas", 0, 1000
+        ),
         source=source,
         profile=profile,
         serving_mode=mode,
@@ -198,11 +251,16 @@ def read_deployment(xr: dict) -> Deployment:
         pod_metadata=template.get("metadata") or {},
         autoscaling=spec.get("autoscaling"),
         parking=ParkingPolicy(
-            enabled=bool(raw_parking.get("enabled", True)),
-            max_consecutive_failures=_int(
-                raw_parking.get("maxConsecutiveFailures"),
+            enabled=_bool(raw_parking.get("enabled"), "spec.parking.enabled", True),
+            max_consecutive_failures=_bounded(
+                _int(
+                    raw_parking.get("maxConsecutiveFailures"),
+                    "spec.parking.maxConsecutiveFailures",
+                    default=parking.DEFAULT_MAX_CONSECUTIVE_FAILURES,
+                ),
                 "spec.parking.maxConsecutiveFailures",
-                default=parking.DEFAULT_MAX_CONSECUTIVE_FAILURES,
+                1,
+                100,
             ),
         ),
         retry=str((meta.get("annotations") or {}).get(contracts.ANNOTATION_RETRY, "")),
@@ -211,10 +269,15 @@ def read_deployment(xr: dict) -> Deployment:
 
 
 def _read_engine(raw: dict, path: str, mode: str) -> Engine:
-    raw_members = raw.get("members") or []
+    raw_members = _list_of(raw.get("members"), f"{path}.members", 4)
     leader = next((m for m in raw_members if m.get("role") == contracts.ROLE_LEADER), None)
     leader_workers = (
-        _int((leader.get("worker") or {}).get("nodes"), f"{path}.members[leader].worker.nodes")
+        _bounded(
+            _int((leader.get("worker") or {}).get("nodes"), f"{path}.members[leader].worker.nodes"),
+            f"{path}.members[leader].worker.nodes",
+            1,
+            63,
+        )
         if leader
         else 0
     )
@@ -227,12 +290,15 @@ def _read_engine(raw: dict, path: str, mode: str) -> Engine:
         if role == contracts.ROLE_WORKER and leader is None:
             raise InputError(f"{mpath}.role", "a Worker member needs a Leader member")
         devices = []
-        for k, d in enumerate((m.get("nodeSelector") or {}).get("devices") or []):
+        raw_devices = _list_of(
+            (m.get("nodeSelector") or {}).get("devices"), f"{mpath}.nodeSelector.devices", 4
+        )
+        for k, d in enumerate(raw_devices):
             dpath = f"{mpath}.nodeSelector.devices[{k}]"
-            count = _int(d.get("count"), f"{dpath}.count")
-            if count < 1:
-                raise InputError(f"{dpath}.count", "must be at least 1")
-            selectors = tuple(str(s.get("cel", "")) for s in d.get("selectors") or [])
+            count = _bounded(_int(d.get("count"), f"{dpath}.count"), f"{dpath}.count", 1, 64)
+            selectors = tuple(
+                str(s.get("cel", "")) for s in _list_of(d.get("selectors"), f"{dpath}.selectors", 8)
+            )
             devices.append(DeviceRequest(str(d.get("name", "")), count, selectors, dpath))
         if not devices:
             raise InputError(f"{mpath}.nodeSelector.devices", "needs at least one device")
@@ -292,7 +358,28 @@ class Cluster:
         return self.pools_by_name.get(name)
 
 
+def cluster_name(ic: Any) -> str:
+    """An InferenceCluster's name, whatever else is wrong with it ("" if it has none)."""
+    meta = ic.get("metadata") if isinstance(ic, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
 def read_cluster(ic: dict) -> Cluster:
+    """An InferenceCluster as typed values; InputError naming the field for any shape it
+    cannot be read from (wrong types included), never another exception."""
+    try:
+        return _read_cluster(ic)
+    except InputError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
+        raise InputError(
+            f"InferenceCluster {cluster_name(ic) or '<unnamed>'}",
+            f"cannot be read ({type(err).__name__}: a field has the wrong type)",
+        ) from None
+
+
+def _read_cluster(ic: dict) -> Cluster:
     meta = ic.get("metadata") or {}
     spec = ic.get("spec") or {}
     name = str(meta.get("name", ""))
@@ -397,6 +484,27 @@ class Holding:
 
 
 def read_holding(mr: dict) -> Holding:
+    """A ModelReplica as typed values; InputError naming it for any shape it cannot be
+    read from."""
+    meta = mr.get("metadata") if isinstance(mr, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    who = f"ModelReplica {meta.get('namespace', '')}/{meta.get('name', '<unnamed>')}"
+    try:
+        return _read_holding(mr)
+    except InputError as err:
+        raise InputError(f"{who}: {err.path}", err.rule) from None
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
+        raise InputError(
+            who, f"cannot be read ({type(err).__name__}: a field has the wrong type)"
+        ) from None
+
+
+def _count(value: Any, path: str) -> int:
+    """A non-negative count a controller or the agent wrote (0 when unset)."""
+    return max(0, _int(value, path, default=0))
+
+
+def _read_holding(mr: dict) -> Holding:
     meta = mr.get("metadata") or {}
     spec = mr.get("spec") or {}
     status = mr.get("status") or {}
@@ -406,16 +514,23 @@ def read_holding(mr: dict) -> Holding:
         members = engine.get("members") or []
         leader = next((m for m in members if m.get("role") == contracts.ROLE_LEADER), None)
         if leader is not None:
-            gangs.append(1 + int(leader.get("workerNodes") or 0))
+            gangs.append(1 + _count(leader.get("workerNodes"), "spec.engines[].workerNodes"))
             continue
         for m in members:
-            pods.append(sum(int(d.get("count") or 0) for d in m.get("devices") or []))
+            pods.append(
+                sum(
+                    _count(d.get("count"), "spec.engines[].devices[].count")
+                    for d in m.get("devices") or []
+                )
+            )
     raw_health = status.get("health")
     health = None
     if raw_health:
         health = HealthRecord(
             definition_hash=str(raw_health.get("definitionHash", "")),
-            consecutive_start_failures=max(0, int(raw_health.get("consecutiveStartFailures") or 0)),
+            consecutive_start_failures=_count(
+                raw_health.get("consecutiveStartFailures"), "status.health.consecutiveStartFailures"
+            ),
             last_error=str(raw_health.get("lastError", "")),
             observed_at=str(raw_health.get("observedAt", "")),
         )
@@ -427,9 +542,9 @@ def read_holding(mr: dict) -> Holding:
         deployment=str(spec.get("deployment", "")),
         cluster=str((spec.get("cluster") or {}).get("name", "")),
         pool=str((spec.get("nodePool") or {}).get("name", "")),
-        replicas=max(0, int(spec.get("replicas") or 0)),
+        replicas=_count(spec.get("replicas"), "spec.replicas"),
         footprint=Footprint(tuple(sorted(gangs, reverse=True)), tuple(sorted(pods, reverse=True))),
         order=(str(meta.get("creationTimestamp", "")), namespace, name),
-        ready_replicas=max(0, int(status.get("readyReplicas") or 0)),
+        ready_replicas=_count(status.get("readyReplicas"), "status.readyReplicas"),
         health=health,
     )

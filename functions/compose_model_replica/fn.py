@@ -7,14 +7,17 @@ naming the field and the rule; Crossplane then applies nothing, so what was comp
 before stays as it was.
 """
 
-import grpc
-from crossplane.function import logging, resource, response
+from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions
 from functions.common.conditions import Condition
-from functions.common.sdk import describe_composite, observed_composite, set_conditions
+from functions.common.sdk import (
+    GuardedRunner,
+    describe_composite,
+    observed_composite,
+    set_conditions,
+)
 from functions.compose_model_replica.compose import HEALTH_KEY, compose
 from functions.compose_model_replica.model import InvalidReplica, parse
 from functions.compose_model_replica.status import observe
@@ -22,13 +25,11 @@ from functions.compose_model_replica.status import observe
 REASON_COMPOSED = "Composed"
 
 
-class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
+class FunctionRunner(GuardedRunner):
     def __init__(self) -> None:
-        self.log = logging.get_logger()
+        super().__init__()
 
-    async def RunFunction(
-        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
-    ) -> fnv1.RunFunctionResponse:
+    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         xr = observed_composite(req)
         log = self.log.bind(composite=describe_composite(xr))

@@ -28,6 +28,7 @@ from functions.common.contracts import (
     SERVING_UNIFIED,
     STACK_DYNAMO,
     STACK_STANDARD,
+    SYSTEM_NAMESPACE,
 )
 
 
@@ -193,6 +194,12 @@ def parse(xr: dict) -> ModelReplica:
 def _check(replica: ModelReplica) -> None:
     if not replica.name or not replica.namespace:
         raise InvalidReplica("metadata", "a ModelReplica needs a name and a namespace")
+    if replica.namespace == SYSTEM_NAMESPACE:
+        raise InvalidReplica(
+            "metadata.namespace",
+            f"{SYSTEM_NAMESPACE} is the suite's own namespace on every member; a model "
+            "cannot run there (its objects would collide with the runtime's)",
+        )
     if replica.cluster.stack not in (STACK_STANDARD, STACK_DYNAMO):
         raise InvalidReplica("spec.cluster.stack", f"must be {STACK_STANDARD} or {STACK_DYNAMO}")
     if not replica.engines:

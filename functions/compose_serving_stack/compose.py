@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from functions.common import contracts
 from functions.common.metricmapping import ResolvedMappings
+from functions.common.redact import url_credentials
 from functions.compose_serving_stack import collector, collector_objects, runtime_hosting, substrate
 from functions.compose_serving_stack.envelope import Composed, Target
 from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH, Telemetry
@@ -66,10 +67,17 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
             f"{kind!r} is not one of {', '.join(_PROVIDER_CONFIG_KINDS)}",
         )
     prometheus_url = str((spec.get("runtime") or {}).get("prometheusURL") or "")
+    credentials = url_credentials(prometheus_url) if prometheus_url else []
+    if credentials:
+        # Named, never echoed: the URL reaches the runtime's flags, events and logs.
+        raise InvalidCluster(
+            "spec.runtime.prometheusURL",
+            f"must not carry credentials (found {', '.join(credentials)})",
+        )
     if prometheus_url and not _PROMETHEUS_URL.fullmatch(prometheus_url):
         raise InvalidCluster(
             "spec.runtime.prometheusURL",
-            f"{prometheus_url!r} must be an http(s) URL without spaces or quotes",
+            f"{prometheus_url[:200]!r} must be an http(s) URL without spaces or quotes",
         )
     telemetry = spec.get("telemetry") or {}
     return Cluster(

@@ -13,16 +13,15 @@ from __future__ import annotations
 import os
 from typing import Final
 
-import grpc
-from crossplane.function import logging, resource, response
+from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions, contracts
 from functions.common.builtin_mappings import builtin_mapping_resources
 from functions.common.conditions import Condition
 from functions.common.metricmapping import resolve_mappings
 from functions.common.sdk import (
+    GuardedRunner,
     describe_composite,
     keep_observed,
     not_fetched,
@@ -32,10 +31,12 @@ from functions.common.sdk import (
     set_conditions,
 )
 from functions.common.telemetrydestination import (
+    ENV_SECRET_NAMESPACES,
     InvalidDestination,
     active_destination,
     identity_of,
     parse_destination,
+    secret_namespaces_from,
 )
 from functions.compose_serving_stack import collector_objects, substrate
 from functions.compose_serving_stack.compose import (
@@ -75,7 +76,9 @@ def _destination_state(destinations: list[dict]) -> DestinationState:
     winner = active_destination([identity_of(d) for d in destinations])
     chosen = next(d for d in destinations if identity_of(d) == winner)
     try:
-        parsed = parse_destination(chosen)
+        parsed = parse_destination(
+            chosen, secret_namespaces_from(os.environ.get(ENV_SECRET_NAMESPACES))
+        )
     except InvalidDestination as err:
         return DestinationState(problem=f"TelemetryDestination {winner.name} is invalid: {err}")
     token = parsed.gateway.token
@@ -86,13 +89,11 @@ def _destination_state(destinations: list[dict]) -> DestinationState:
     )
 
 
-class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
+class FunctionRunner(GuardedRunner):
     def __init__(self) -> None:
-        self.log = logging.get_logger()
+        super().__init__()
 
-    async def RunFunction(
-        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
-    ) -> fnv1.RunFunctionResponse:
+    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         xr = observed_composite(req)
         name = describe_composite(xr)

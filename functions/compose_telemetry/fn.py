@@ -12,14 +12,15 @@ composed and whatever was composed before is kept.
 
 from __future__ import annotations
 
-import grpc
-from crossplane.function import logging, resource, response
+import os
+
+from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from functions.common import conditions, contracts
 from functions.common.conditions import Condition
 from functions.common.sdk import (
+    GuardedRunner,
     describe_composite,
     keep_observed,
     observed_composite,
@@ -28,10 +29,12 @@ from functions.common.sdk import (
     sdk_condition,
 )
 from functions.common.telemetrydestination import (
+    ENV_SECRET_NAMESPACES,
     InvalidDestination,
     active_destination,
     identity_of,
     parse_destination,
+    secret_namespaces_from,
 )
 from functions.compose_telemetry import gateway
 from functions.compose_telemetry.mapping_validation import validate_mapping
@@ -61,13 +64,11 @@ def _ready(observed: dict) -> bool | None:
     return None if said is None else said == conditions.TRUE
 
 
-class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
+class FunctionRunner(GuardedRunner):
     def __init__(self) -> None:
-        self.log = logging.get_logger()
+        super().__init__()
 
-    async def RunFunction(
-        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
-    ) -> fnv1.RunFunctionResponse:
+    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         xr = observed_composite(req)
         if xr.get("kind") == contracts.KIND_METRIC_MAPPING:
@@ -118,7 +119,9 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         name = describe_composite(xr)
         # 1. Resolve inputs.
         try:
-            destination = parse_destination(xr)
+            destination = parse_destination(
+                xr, secret_namespaces_from(os.environ.get(ENV_SECRET_NAMESPACES))
+            )
         except InvalidDestination as err:
             # Fatal: Crossplane applies nothing, so what runs now keeps running.
             response.fatal(rsp, f"{name}: {err}")

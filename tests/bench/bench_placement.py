@@ -245,7 +245,7 @@ def median_ms(fn, runs: int) -> float:
 
 
 def clear_caches() -> None:
-    cel_env.compile_selector.cache_clear()
+    cel_env._compiled.cache_clear()
     cel_env.evaluate.cache_clear()
     cel_env.device_activation.cache_clear()
 

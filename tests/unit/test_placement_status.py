@@ -188,7 +188,8 @@ def test_a_malformed_cluster_is_ignored_with_a_warning_not_fatal_to_every_model(
     assert not [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
     warnings = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_WARNING]
     assert any(
-        "ignoring InferenceCluster eu-west-1: spec.nodePools[0].nodes: must be an integer" in w
+        "placing nothing on eu-west-1: InferenceCluster eu-west-1: spec.nodePools[0].nodes: "
+        "must be an integer" in w
         for w in warnings
     )
     assert list(rsp.desired.resources) == ["modelreplica-us-east-1"]
