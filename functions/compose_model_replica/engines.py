@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 PORT_FLAG = {"vllm": "--port", "sglang": "--port", "trtllm": "--port"}
 SERVED_NAME_FLAG = {"vllm": "--served-model-name", "sglang": "--served-model-name"}
+# Engines that serve /metrics only when asked (SGLang docs, "Production Metrics"). Always
+# on, not only while a collector runs: the engine does not know, and switching it when a
+# TelemetryDestination appears would change the pod template and restart every model.
+METRICS_FLAG = {"sglang": "--enable-metrics"}
 SGLANG_DIST_INIT_PORT = 5000
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
 
@@ -140,6 +144,9 @@ def engine_args(
         flag = SERVED_NAME_FLAG.get(engine_type)
         if flag and not _has(existing, (flag,)):
             added += [flag, served_name]
+        flag = METRICS_FLAG.get(engine_type)
+        if flag and not _has(existing, (flag,)):
+            added += [flag]
     if wiring.multinode is not None:
         for spellings, values in multinode_flags(engine_type, wiring.multinode):
             if not _has(existing, spellings):

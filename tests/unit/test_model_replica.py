@@ -548,3 +548,19 @@ def test_prefill_and_decode_may_share_one_engine():
         for role, pod in pods.items()
     }
     assert ports == {"Prefill": PORT_SERVING, "Decode": PORT_DECODE_ENGINE}
+
+
+@pytest.mark.parametrize(
+    ("engine_type", "serves", "expected"),
+    [
+        ("sglang", True, True),
+        ("sglang", False, False),  # a worker rank serves no /metrics of its own
+        ("vllm", True, False),  # vLLM serves /metrics unasked
+    ],
+    ids=["sglang_server_enables_metrics", "sglang_worker_does_not", "vllm_needs_no_flag"],
+)
+def test_sglang_serves_metrics_for_the_collector(engine_type, serves, expected):
+    added = engine_args(
+        engine_type, [], [], port=8000, served_name="m", wiring=Wiring(serves_http=serves)
+    )
+    assert ("--enable-metrics" in added) is expected
