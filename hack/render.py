@@ -230,6 +230,11 @@ def render(
     include_results: bool = True,
     extra_args: tuple[str, ...] = (),
 ) -> RenderResult:
+    # crossplane runs in the repo (cwd=REPO); a path the user gave relative to where they
+    # stand would otherwise be read from the repo instead.
+    xr = xr.resolve()
+    required = required.resolve() if required is not None else None
+    observed = observed.resolve() if observed is not None else None
     composition = composition_for(xr)
     args = [
         str(crossplane_binary()),

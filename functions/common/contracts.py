@@ -58,6 +58,19 @@ PORT_SERVING: Final = 8000
 # In PrefillDecode the decode engine listens here, behind the routing sidecar on 8000.
 PORT_DECODE_ENGINE: Final = 8001
 
+# --- Multi-node launch contract -------------------------------------------------------
+
+# Every pod of a multi-node replica (Leader and Workers, on every stack) carries these in
+# the engine container's environment, with the same meaning whatever controller runs it:
+# the engine flags compose-model-replica adds read them as $(NAME), and a command the user
+# writes as `sh -c "..."` reads them as $NAME. Documented in the README ("Multi-node
+# launch contract"); renaming one breaks users' launch scripts.
+ENV_LEADER_ADDRESS: Final = "MODELPLANE_LEADER_ADDRESS"  # the rank-0 pod's DNS name
+ENV_NODE_RANK: Final = "MODELPLANE_NODE_RANK"  # this pod's rank: 0 is the Leader
+ENV_NODE_COUNT: Final = "MODELPLANE_NODE_COUNT"  # nodes in the replica: workerNodes + 1
+ENV_GROUP_SIZE: Final = "MODELPLANE_GROUP_SIZE"  # pods in the replica's group (one per node)
+MULTINODE_ENV: Final = (ENV_LEADER_ADDRESS, ENV_NODE_RANK, ENV_NODE_COUNT, ENV_GROUP_SIZE)
+
 # --- Serving roles and modes ------------------------------------------------------------
 
 ROLE_STANDALONE: Final = "Standalone"

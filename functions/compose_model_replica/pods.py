@@ -22,7 +22,7 @@ from functions.common.contracts import (
     PORT_NAME_HTTP,
 )
 from functions.common.naming import dns_label
-from functions.compose_model_replica.engines import engine_args
+from functions.compose_model_replica.engines import MultiNode, engine_args
 from functions.compose_model_replica.model import (
     Engine,
     Member,
@@ -45,10 +45,6 @@ DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
 ENV_MODEL_URI = "MODELPLANE_MODEL_URI"
 ENV_MODEL_REVISION = "MODELPLANE_MODEL_REVISION"
 ENV_MODEL_TOKEN = "HF_TOKEN"
-# Multi-node wiring: the engine's flags read these, whatever the controller calls them.
-ENV_LEADER_ADDRESS = "MODELPLANE_LEADER_ADDRESS"
-ENV_NODE_COUNT = "MODELPLANE_NODE_COUNT"
-ENV_NODE_RANK = "MODELPLANE_NODE_RANK"
 
 
 def pod_labels(replica: ModelReplica, engine: Engine, role: str) -> dict[str, str]:
@@ -97,7 +93,7 @@ class Wiring:
 
     serves_http: bool = True  # False for multi-node workers: they do not serve requests
     env: tuple[tuple[str, str], ...] = ()
-    extra_args: tuple[str, ...] = ()
+    multinode: MultiNode | None = None  # set for a Leader's and its Workers' pods
     sidecars: tuple[dict, ...] = ()
     extra_labels: dict[str, str] = field(default_factory=dict)
     scheduler_name: str = ""
@@ -146,7 +142,10 @@ def pod_template(
             continue
         container["env"] = _merge_env(container.get("env") or [], _engine_env(replica, wiring))
         args = list(container.get("args") or [])
-        args += engine_args(engine.type, args, port, replica.deployment, wiring)
+        command = list(container.get("command") or [])
+        args += engine_args(
+            engine.type, command, args, port=port, served_name=replica.deployment, wiring=wiring
+        )
         if args:
             container["args"] = args
         if wiring.serves_http:

@@ -8,6 +8,7 @@ on: every Object is composed, status and conditions say what is going on and wha
 and the ModelReplica is Ready only when its replicas are.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import yaml
 
 import render
 from functions.common import conditions
-from functions.common.contracts import OBJECT_API_VERSION, OBJECT_KIND
+from functions.common.contracts import MULTINODE_ENV, OBJECT_API_VERSION, OBJECT_KIND
 from functions.compose_model_replica.compose import compose
 from functions.compose_model_replica.model import parse
 
@@ -23,6 +24,7 @@ TESTDATA = render.REPO / "tests" / "render" / "testdata"
 XR = TESTDATA / "modelreplica.yaml"
 OBSERVED = TESTDATA / "model_replica"
 # Every serving shape, as the unit goldens compose them.
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 SHAPES = sorted((render.REPO / "tests/unit/testdata/model_replica/inputs").glob("*.yaml"))
 
 
@@ -164,3 +166,59 @@ def test_removing_a_composed_object_is_said_not_silent(function_servers):
     assert "llama-3-1-8b-us-east-1-route-unavailable" not in names
     messages = [d.get("message", "") for d in result.documents if d["kind"] == "Result"]
     assert any("removing route-unavailable" in m for m in messages), messages
+
+
+# One ModelDeployment, the same replica on each stack: (Standard input, Dynamo input).
+LAUNCH_TWINS = {
+    "vllm": ("leader-worker", "grove-leader-worker-vllm"),
+    "sglang": ("leader-worker-sglang", "grove-leader-worker"),
+}
+LAUNCH_GOLDEN = OBSERVED / "launch-contract.yaml"
+
+
+def _rendered_launch(function_servers, shape: str) -> dict[str, dict]:
+    """Per pod template (LWS leader/worker, Grove clique): the engine's env and args, as
+    the real `crossplane render` wrote them."""
+    _, composed = _render(function_servers, xr=SHAPES[0].parent / f"{shape}.yaml")
+    workload = next(
+        d["spec"]["forProvider"]["manifest"]
+        for d in composed
+        if d["metadata"]["annotations"]["crossplane.io/composition-resource-name"] == "workload"
+    )
+    if workload["kind"] == "LeaderWorkerSet":
+        lwt = workload["spec"]["leaderWorkerTemplate"]
+        pods = {"leader": lwt["leaderTemplate"]["spec"], "worker": lwt["workerTemplate"]["spec"]}
+    else:
+        pods = {c["name"]: c["spec"]["podSpec"] for c in workload["spec"]["template"]["cliques"]}
+    launched = {}
+    for name, pod in pods.items():
+        engine = pod["containers"][0]
+        env = {e["name"]: e["value"] for e in engine["env"] if e["name"] in MULTINODE_ENV}
+        launched[name] = {"env": env, "args": engine["args"]}
+    return {"kind": workload["kind"], "pods": launched}
+
+
+def test_leader_and_workers_launch_with_identical_flags_on_both_stacks(function_servers):
+    rendered = {}
+    for engine_type, (standard, dynamo) in LAUNCH_TWINS.items():
+        lws = _rendered_launch(function_servers, standard)
+        grove = _rendered_launch(function_servers, dynamo)
+        rendered[engine_type] = {"Standard": lws, "Dynamo": grove}
+        assert lws["pods"]["leader"]["args"] == grove["pods"]["leader"]["args"], engine_type
+        grove_workers = [p for n, p in grove["pods"].items() if n.startswith("worker-")]
+        assert grove_workers, engine_type
+        for worker in grove_workers:
+            assert worker["args"] == lws["pods"]["worker"]["args"], engine_type
+        # The contract's names are on every pod of both stacks.
+        for pods in (lws["pods"], grove["pods"]):
+            assert all(set(p["env"]) == set(MULTINODE_ENV) for p in pods.values())
+    text = (
+        "# The multi-node launch contract as `crossplane render` composes it: per engine\n"
+        "# type, the same replica on each stack. Regenerate with UPDATE_GOLDEN=1 .venv/bin/\n"
+        "# pytest tests/render/test_compose_model_replica.py and review the diff.\n"
+        + yaml.safe_dump(rendered, sort_keys=False, width=100)
+    )
+    if UPDATE:
+        LAUNCH_GOLDEN.write_text(text)
+    assert LAUNCH_GOLDEN.exists(), "no golden: run with UPDATE_GOLDEN=1"
+    assert text == LAUNCH_GOLDEN.read_text(), "regenerate with UPDATE_GOLDEN=1 if intended"

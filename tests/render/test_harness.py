@@ -1,6 +1,8 @@
 """The Compositions, the XRDs and our functions work together under the real
 `crossplane render`, for every example a user would apply."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -36,3 +38,14 @@ def test_harness_stops_every_function_it_started(crossplane, tmp_path):
         processes = [s.process for s in servers.servers]
         assert all(p.poll() is None for p in processes)
     assert all(p.poll() is not None for p in processes)
+
+
+def test_renders_an_xr_outside_the_repo_named_relative_to_where_you_stand(
+    function_servers, tmp_path, monkeypatch
+):
+    outside = tmp_path / "mine.yaml"
+    outside.write_text((render.REPO / "tests/render/testdata/modelreplica.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    result = render.render(function_servers, Path("mine.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert result.documents[0]["kind"] == "ModelReplica"

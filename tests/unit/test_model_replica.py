@@ -13,7 +13,9 @@ import yaml
 
 from functions.common.contracts import (
     ANNOTATION_DEFINITION_HASH,
+    ENV_NODE_RANK,
     LABEL_ROLE,
+    MULTINODE_ENV,
     POD_LABELS,
     PORT_DECODE_ENGINE,
     PORT_NAME_HTTP,
@@ -21,7 +23,9 @@ from functions.common.contracts import (
 )
 from functions.common.health import health_record_name
 from functions.compose_model_replica.compose import HEALTH_KEY, compose
+from functions.compose_model_replica.engines import MultiNode, engine_args
 from functions.compose_model_replica.model import InvalidReplica, parse
+from functions.compose_model_replica.pods import Wiring
 from functions.compose_model_replica.status import observe
 
 INPUTS = Path(__file__).parent / "testdata" / "model_replica" / "inputs"
@@ -165,14 +169,129 @@ def test_leader_worker_group_is_leader_plus_worker_nodes():
 def test_grove_cliques_are_gang_scheduled_by_kai_in_the_modelplane_queue():
     pcs = manifests(load("grove-leader-worker"))["workload"]
     cliques = {c["name"]: c for c in pcs["spec"]["template"]["cliques"]}
-    assert set(cliques) == {"leader", "worker"}
-    assert cliques["worker"]["spec"]["replicas"] == 2
+    # One clique per worker rank: Grove numbers pods per clique, and the rank is literal.
+    assert list(cliques) == ["leader", "worker-1", "worker-2"]
+    ranks = {
+        name: next(
+            e["value"]
+            for e in c["spec"]["podSpec"]["containers"][0]["env"]
+            if e["name"] == ENV_NODE_RANK
+        )
+        for name, c in cliques.items()
+    }
+    assert ranks == {"leader": "0", "worker-1": "1", "worker-2": "2"}
     for clique in cliques.values():
         assert clique["spec"]["podSpec"]["schedulerName"] == "kai-scheduler"
         assert clique["labels"]["kai.scheduler/queue"] == "modelplane"
         assert clique["spec"]["minAvailable"] == clique["spec"]["replicas"]
     (group,) = pcs["spec"]["template"]["podCliqueScalingGroups"]
-    assert group["cliqueNames"] == ["leader", "worker"]
+    assert group["cliqueNames"] == ["leader", "worker-1", "worker-2"]
+
+
+def _engine_launch(shape: str) -> dict[str, list[list[str]]]:
+    """Per role, the engine container's args on every pod template of the shape."""
+    launched: dict[str, list[list[str]]] = {}
+    for pod in workload_pods(load(shape)):
+        engine = pod["spec"]["containers"][0]
+        launched.setdefault(pod["metadata"]["labels"][LABEL_ROLE], []).append(engine["args"])
+    return launched
+
+
+@pytest.mark.parametrize(
+    ("standard", "dynamo"),
+    [
+        ("leader-worker", "grove-leader-worker-vllm"),
+        ("leader-worker-sglang", "grove-leader-worker"),
+    ],
+    ids=["vllm", "sglang"],
+)
+def test_one_replica_launches_with_the_same_flags_on_both_stacks(standard, dynamo):
+    lws, grove = _engine_launch(standard), _engine_launch(dynamo)
+    assert lws["Leader"] == grove["Leader"]
+    # LWS has one worker template for every rank; Grove one clique per rank.
+    assert all(args == lws["Worker"][0] for args in grove["Worker"])
+
+
+def test_every_multinode_pod_carries_the_launch_contract():
+    for shape in ("leader-worker", "grove-leader-worker-vllm", "grove-leader-worker"):
+        for pod in workload_pods(load(shape)):
+            names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+            assert set(MULTINODE_ENV) <= names, shape
+
+
+@pytest.mark.parametrize(
+    ("engine_type", "user_args", "expected"),
+    [
+        (
+            "vllm",
+            [],
+            [
+                "--nnodes",
+                "$(MODELPLANE_NODE_COUNT)",
+                "--node-rank",
+                "$(MODELPLANE_NODE_RANK)",
+                "--master-addr",
+                "$(MODELPLANE_LEADER_ADDRESS)",
+                "--headless",
+                "--tensor-parallel-size",
+                "8",
+                "--pipeline-parallel-size",
+                "2",
+            ],
+        ),
+        (
+            "vllm",
+            ["-tp", "16", "--master-addr=10.0.0.1", "-r", "1"],
+            ["--nnodes", "$(MODELPLANE_NODE_COUNT)", "--headless"],
+        ),
+        (
+            "sglang",
+            ["--tp", "16", "--dist-init-addr", "leader:7000"],
+            ["--nnodes", "$(MODELPLANE_NODE_COUNT)", "--node-rank", "$(MODELPLANE_NODE_RANK)"],
+        ),
+        (
+            "sglang",
+            [],
+            [
+                "--nnodes",
+                "$(MODELPLANE_NODE_COUNT)",
+                "--node-rank",
+                "$(MODELPLANE_NODE_RANK)",
+                "--dist-init-addr",
+                "$(MODELPLANE_LEADER_ADDRESS):5000",
+                "--tp-size",
+                "16",
+            ],
+        ),
+        ("trtllm", [], []),
+    ],
+    ids=[
+        "vllm_worker_gets_every_flag_and_the_per_node_layout",
+        "vllm_user_flags_win_under_any_spelling",
+        "sglang_user_tp_and_address_win",
+        "sglang_tp_counts_every_gpu_of_every_node",
+        "unknown_multinode_engine_gets_only_the_environment",
+    ],
+)
+def test_added_multinode_flags_never_override_the_users(engine_type, user_args, expected):
+    wiring = Wiring(serves_http=False, multinode=MultiNode(leader=False, nodes=2, gpus_per_node=8))
+    assert (
+        engine_args(engine_type, ["serve"], user_args, port=8000, served_name="m", wiring=wiring)
+        == expected
+    )
+
+
+def test_a_shell_script_gets_no_flags_only_the_environment():
+    wiring = Wiring(multinode=MultiNode(leader=True, nodes=2, gpus_per_node=8))
+    script = ["vllm serve m --node-rank $MODELPLANE_NODE_RANK"]
+    assert (
+        engine_args("vllm", ["/bin/sh", "-c"], script, port=8000, served_name="m", wiring=wiring)
+        == []
+    )
+    assert (
+        engine_args("vllm", [], ["bash", "-c", *script], port=8000, served_name="m", wiring=wiring)
+        == []
+    )
 
 
 def test_prefill_decode_puts_the_sidecar_on_8000_in_front_of_decode():
@@ -429,3 +548,19 @@ def test_prefill_and_decode_may_share_one_engine():
         for role, pod in pods.items()
     }
     assert ports == {"Prefill": PORT_SERVING, "Decode": PORT_DECODE_ENGINE}
+
+
+@pytest.mark.parametrize(
+    ("engine_type", "serves", "expected"),
+    [
+        ("sglang", True, True),
+        ("sglang", False, False),  # a worker rank serves no /metrics of its own
+        ("vllm", True, False),  # vLLM serves /metrics unasked
+    ],
+    ids=["sglang_server_enables_metrics", "sglang_worker_does_not", "vllm_needs_no_flag"],
+)
+def test_sglang_serves_metrics_for_the_collector(engine_type, serves, expected):
+    added = engine_args(
+        engine_type, [], [], port=8000, served_name="m", wiring=Wiring(serves_http=serves)
+    )
+    assert ("--enable-metrics" in added) is expected

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from functions.common.contracts import (
+    ENV_GROUP_SIZE,
+    ENV_LEADER_ADDRESS,
+    ENV_NODE_COUNT,
+    ENV_NODE_RANK,
+)
 from functions.common.naming import dns_label
-from functions.compose_model_replica.model import ModelReplica
+from functions.compose_model_replica.engines import MultiNode
+from functions.compose_model_replica.model import Member, ModelReplica
 
 
 @dataclass(frozen=True)
@@ -33,3 +40,27 @@ def replica_count(replica: ModelReplica) -> dict[str, int]:
     """`{"replicas": n}`, or nothing when KEDA owns the count (so Crossplane never
     fights the autoscaler over the field)."""
     return {} if replica.autoscaling is not None else {"replicas": replica.desired_replicas}
+
+
+def launch(leader: Member, *, is_leader: bool) -> MultiNode:
+    """One pod's place in a Leader + Workers replica.
+
+    Sized from the Leader member on every rank: the engines refuse to start unless every
+    rank agrees on the parallel layout.
+    """
+    return MultiNode(
+        leader=is_leader,
+        nodes=leader.worker_nodes + 1,
+        gpus_per_node=sum(d.count for d in leader.devices),
+    )
+
+
+def launch_env(address: str, rank: str, leader: Member) -> tuple[tuple[str, str], ...]:
+    """The multi-node launch contract's variables; only address and rank are per stack."""
+    nodes = str(leader.worker_nodes + 1)
+    return (
+        (ENV_LEADER_ADDRESS, address),
+        (ENV_NODE_RANK, rank),
+        (ENV_NODE_COUNT, nodes),
+        (ENV_GROUP_SIZE, nodes),  # one pod per node
+    )

@@ -6,6 +6,12 @@ workers; or prefill and decode) are scheduled as one gang by the KAI scheduler f
 form a scaling group so they scale together. Grove gives every pod its clique's name,
 index and headless Service in the environment, from which the leader's address is
 built the way Grove documents it (`<group>-<index>-leader-0.<headless service>`).
+
+Each worker rank is its own one-pod clique (`worker-1` .. `worker-n`): Grove numbers pods
+per clique from 0, and a Kubernetes `$(VAR)` reference cannot add one, so a single
+worker clique could not tell a pod its node rank without rewriting the user's command.
+One clique per rank gives every pod a literal `MODELPLANE_NODE_RANK`, the same launch
+contract and the same engine flags as the LeaderWorkerSet backend.
 """
 
 from __future__ import annotations
@@ -20,15 +26,15 @@ from functions.common.contracts import (
     ROLE_WORKER,
 )
 from functions.compose_model_replica.backends import prefill_decode
-from functions.compose_model_replica.backends.base import Workload, replica_count, workload_name
-from functions.compose_model_replica.model import Engine, Member, ModelReplica, Shape
-from functions.compose_model_replica.pods import (
-    ENV_LEADER_ADDRESS,
-    ENV_NODE_COUNT,
-    ENV_NODE_RANK,
-    Wiring,
-    pod_template,
+from functions.compose_model_replica.backends.base import (
+    Workload,
+    launch,
+    launch_env,
+    replica_count,
+    workload_name,
 )
+from functions.compose_model_replica.model import Engine, Member, ModelReplica, Shape
+from functions.compose_model_replica.pods import Wiring, pod_template
 
 WORKLOAD_KEY = "workload"
 KAI_SCHEDULER = "kai-scheduler"
@@ -40,11 +46,17 @@ def _leader_address(leader_clique: str) -> str:
 
 
 def _clique(
-    replica: ModelReplica, engine: Engine, member: Member, pods: int, wiring: Wiring
+    replica: ModelReplica,
+    engine: Engine,
+    member: Member,
+    pods: int,
+    wiring: Wiring,
+    *,
+    name: str = "",
 ) -> dict:
     template = pod_template(replica, engine, member, wiring)
     clique: dict = {
-        "name": member.role.lower(),
+        "name": name or member.role.lower(),
         "labels": template["metadata"]["labels"],
     }
     if template["metadata"].get("annotations"):
@@ -63,7 +75,7 @@ def _queued(wiring: Wiring) -> Wiring:
     return Wiring(
         serves_http=wiring.serves_http,
         env=wiring.env,
-        extra_args=wiring.extra_args,
+        multinode=wiring.multinode,
         sidecars=wiring.sidecars,
         extra_labels={KAI_QUEUE_LABEL: KAI_QUEUE},
         scheduler_name=KAI_SCHEDULER,
@@ -84,26 +96,27 @@ def pod_clique_set(replica: ModelReplica) -> Workload:
         worker = engine.member(ROLE_WORKER)
         assert leader is not None
         assert worker is not None
-        nodes = str(leader.worker_nodes + 1)
         address = _leader_address(ROLE_LEADER.lower())
-        # Ranks: Grove numbers pods per clique, so only the leader's is known here (0);
-        # workers get their index and derive rank = index + 1 in the engine's launcher.
-        leader_env = ((ENV_LEADER_ADDRESS, address), (ENV_NODE_COUNT, nodes), (ENV_NODE_RANK, "0"))
-        worker_env = (
-            (ENV_LEADER_ADDRESS, address),
-            (ENV_NODE_COUNT, nodes),
-            ("MODELPLANE_WORKER_INDEX", "$(GROVE_PCLQ_POD_INDEX)"),
+        leader_wiring = Wiring(
+            env=launch_env(address, "0", leader), multinode=launch(leader, is_leader=True)
         )
-        cliques.append(_clique(replica, engine, leader, 1, _queued(Wiring(env=leader_env))))
-        cliques.append(
-            _clique(
-                replica,
-                engine,
-                worker,
-                leader.worker_nodes,
-                _queued(Wiring(serves_http=False, env=worker_env)),
+        cliques.append(_clique(replica, engine, leader, 1, _queued(leader_wiring)))
+        for rank in range(1, leader.worker_nodes + 1):
+            worker_wiring = Wiring(
+                serves_http=False,
+                env=launch_env(address, str(rank), leader),
+                multinode=launch(leader, is_leader=False),
             )
-        )
+            cliques.append(
+                _clique(
+                    replica,
+                    engine,
+                    worker,
+                    1,
+                    _queued(worker_wiring),
+                    name=f"{ROLE_WORKER.lower()}-{rank}",
+                )
+            )
         template["podCliqueScalingGroups"] = [
             {
                 "name": SCALING_GROUP,

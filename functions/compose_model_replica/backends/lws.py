@@ -1,9 +1,10 @@
 """Standard stack, one replica across several nodes: a LeaderWorkerSet.
 
 A group is the leader and `workerNodes` workers, created and restarted together. LWS
-puts LWS_LEADER_ADDRESS, LWS_GROUP_SIZE and LWS_WORKER_INDEX first in every container's
-environment, so the engine's multi-node flags read them through our own names (the
-same names the Grove backend fills) with `$(...)` expansion.
+puts LWS_LEADER_ADDRESS and LWS_WORKER_INDEX (0 on the leader, 1..n on workers) first in
+every container's environment; the launch contract's variables refer to them with
+`$(...)` expansion, so the engine flags read only our names (the same ones the Grove
+backend fills) and are identical on both stacks.
 """
 
 from __future__ import annotations
@@ -14,23 +15,17 @@ from functions.common.contracts import (
     ROLE_LEADER,
     ROLE_WORKER,
 )
-from functions.compose_model_replica.backends.base import Workload, replica_count, workload_name
-from functions.compose_model_replica.engines import multinode_args
-from functions.compose_model_replica.model import ModelReplica
-from functions.compose_model_replica.pods import (
-    ENV_LEADER_ADDRESS,
-    ENV_NODE_COUNT,
-    ENV_NODE_RANK,
-    Wiring,
-    pod_template,
+from functions.compose_model_replica.backends.base import (
+    Workload,
+    launch,
+    launch_env,
+    replica_count,
+    workload_name,
 )
+from functions.compose_model_replica.model import ModelReplica
+from functions.compose_model_replica.pods import Wiring, pod_template
 
 WORKLOAD_KEY = "workload"
-LWS_ENV = (
-    (ENV_LEADER_ADDRESS, "$(LWS_LEADER_ADDRESS)"),
-    (ENV_NODE_COUNT, "$(LWS_GROUP_SIZE)"),
-    (ENV_NODE_RANK, "$(LWS_WORKER_INDEX)"),
-)
 
 
 def leader_worker_set(replica: ModelReplica) -> Workload:
@@ -39,10 +34,9 @@ def leader_worker_set(replica: ModelReplica) -> Workload:
     worker = engine.member(ROLE_WORKER)
     assert leader is not None  # model.parse checked the shape
     assert worker is not None
-    leader_wiring = Wiring(env=LWS_ENV, extra_args=multinode_args(engine.type, leader=True))
-    worker_wiring = Wiring(
-        serves_http=False, env=LWS_ENV, extra_args=multinode_args(engine.type, leader=False)
-    )
+    env = launch_env("$(LWS_LEADER_ADDRESS)", "$(LWS_WORKER_INDEX)", leader)
+    leader_wiring = Wiring(env=env, multinode=launch(leader, is_leader=True))
+    worker_wiring = Wiring(serves_http=False, env=env, multinode=launch(leader, is_leader=False))
     manifest = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
