@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from functions.common.conditions import Condition, is_ready
 from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP, LABEL_SERVING
-from functions.runtime.acting import Actor, policy_path, route_path
+from functions.runtime.acting import Actor, NotHub, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
 from functions.runtime.hub import plan
@@ -346,7 +346,15 @@ class Agent:
                     self.metrics.step_error(policy.key)
                 if renew:
                     self._last_renew[policy.key] = now
-        self._actor.write_fleet(policy, decision.fleet.to_status(), anchor)
+        try:
+            self._actor.write_fleet(policy, decision.fleet.to_status(), anchor)
+        except NotHub as err:
+            # Deposed between deciding and writing its memory: the new hub's status.fleet
+            # stays the freshest; this step is an error, not a decision anyone carried out.
+            self.metrics.step_error(policy.key)
+            log.warning("hub step for %s: %s", policy.key, err)
+            error = "; ".join(e for e in (error, str(err)) if e)
+            applied = False
 
         if decision.changed:
             self.decision_log.record(decision, policy.key, policy.spec.mode, applied, error)

@@ -40,7 +40,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
 from functions.common.health import health_record_name
-from functions.runtime.acting import FIELD_MANAGER, Actor
+from functions.runtime.acting import FIELD_MANAGER, Actor, LeaseCopy
 from functions.runtime.agent import Agent, AgentConfig, ElectionRole
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent
@@ -471,7 +471,14 @@ def test_route_weights_are_owned_by_the_hub_and_the_rest_by_the_composition(flee
         )
     apply(api, ROUTE_PATH, route_object(names), COMPOSITION_MANAGER)
 
-    actor = Actor({member.name: api}, member.name, "member-0/agent-0", lambda: "t")
+    # Fencing is test_fencing's; here this member's Lease copy names the hub.
+    actor = Actor(
+        {member.name: api},
+        member.name,
+        "member-0/agent-0",
+        lambda: "t",
+        lease_reader=lambda _: LeaseCopy("member-0/agent-0", "t"),
+    )
     assert actor.write_route_weights(member.name, NS, ROUTE, {"member-0": 70, "member-1": 30})
     route = get(api, ROUTE_PATH)
     assert [r["weight"] for r in route["spec"]["rules"][0]["backendRefs"]] == [70, 30]

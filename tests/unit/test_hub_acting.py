@@ -12,12 +12,13 @@ import json
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from functions.common.contracts import ANNOTATION_FENCING_TOKEN
 from functions.runtime.acting import FIELD_MANAGER, Actor, LeaseCopy, NotHub, weighted_rules
 from functions.runtime.agent import Agent, AgentConfig, FixedRole
 from functions.runtime.decision_log import DecisionLog
-from functions.runtime.hub_metrics import HubMetrics
+from functions.runtime.hub_metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics
 from functions.runtime.policy import Policy, PolicySpec, rfc3339, spec_hash
 from functions.runtime.report_core import Report
 
@@ -128,8 +129,9 @@ ROUTE = {
 }
 
 
-def fleet(mode: str, holder="home/agent-0", token="t1"):
-    """A hub on `home`; `home` has been short long enough; `helper` has static room."""
+def fleet(mode: str, holder="home/agent-0", token="t1", helper_holder=None):
+    """A hub on `home`; `home` has been short long enough; `helper` has static room.
+    `helper_holder` is whom helper's Lease copy names, when not the same as home's."""
     short_since = rfc3339(NOW - 300)
     home = FakeApi(
         {
@@ -155,26 +157,41 @@ def fleet(mode: str, holder="home/agent-0", token="t1"):
             POLICY_PATH: policy_object(
                 mode, {"report": report("helper", static_room=4, pressure=1.0)}
             ),
-            LEASE_PATH: lease(holder, token),
+            LEASE_PATH: lease(helper_holder or holder, token),
             ROUTE_PATH: ROUTE,
         }
     )
     return home, helper
 
 
-def run_hub_step(mode: str, **lease_kw):
+def run_hub_step(mode: str, reader: InMemoryMetricReader | None = None, **lease_kw):
     home, helper = fleet(mode, **lease_kw)
     stream = io.StringIO()
+    provider = MeterProvider(metric_readers=[reader] if reader else [])
     agent = Agent(
         AgentConfig(cluster="home"),
         {"home": home, "helper": helper},
         FixedRole("home/agent-0", True, "t1"),
-        HubMetrics(MeterProvider().get_meter("test")),
+        HubMetrics(provider.get_meter("test")),
         DecisionLog(stream),
         clock=lambda: NOW,
     )
     agent.hub_step(NOW)
     return home, helper, [json.loads(x) for x in stream.getvalue().splitlines()]
+
+
+def step_errors(reader: InMemoryMetricReader) -> int:
+    data = reader.get_metrics_data()
+    return int(
+        sum(
+            point.value
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for metric in sm.metrics
+            if metric.name == HUB_STEP_ERRORS_TOTAL
+            for point in metric.data.data_points
+        )
+    )
 
 
 def test_shadow_writes_nothing_but_the_hubs_status_fleet():
@@ -218,13 +235,28 @@ def test_auto_writes_fenced_intents_weights_and_an_event():
     assert lines[0]["applied"] is True
 
 
-def test_a_lease_copy_naming_another_hub_stops_the_intent_and_warns():
-    home, helper, lines = run_hub_step("auto", holder="helper/agent-1", token="t9")
-    assert not [p for _, p, _, _ in helper.writes if p == POLICY_PATH + "/status"]
+def test_a_lease_copy_naming_another_hub_stops_the_intent_and_the_weights_and_warns():
+    reader = InMemoryMetricReader()
+    home, helper, lines = run_hub_step("auto", reader, helper_holder="helper/agent-1")
+    assert helper.writes == []  # neither the intent nor the route's weights
+    assert [p for _, p, _, _ in home.writes if p == ROUTE_PATH]  # home's copy names it
     assert lines[0]["applied"] is False
-    assert "does not hold the hub lease" in lines[0]["error"]
+    assert lines[0]["error"].count("helper: does not hold the hub lease") == 2
+    assert step_errors(reader) == 2
     events = [b for m, p, b, _ in home.writes if p == "/api/v1/namespaces/ml/events"]
     assert events[0]["type"] == "Warning"
+
+
+def test_a_hub_deposed_everywhere_writes_nothing_at_all():
+    reader = InMemoryMetricReader()
+    home, helper, lines = run_hub_step("auto", reader, holder="helper/agent-1", token="t9")
+    # No intent, weight, memory or Event anywhere.
+    assert home.writes == []
+    assert helper.writes == []
+    assert lines[0]["applied"] is False
+    # The intent, the two routes, the Events and status.fleet: each refused, each counted.
+    assert lines[0]["error"].count("does not hold the hub lease") == 5
+    assert step_errors(reader) == 5
 
 
 @pytest.mark.parametrize(
@@ -242,6 +274,23 @@ def test_an_intent_is_written_only_under_this_hubs_current_term(copy_, term):
     policy = Policy(namespace="ml", name="llm", spec=PolicySpec.model_validate(SPEC))
     with pytest.raises(NotHub, match="does not hold the hub lease"):
         actor.write_intent("m", policy, 3, 1, NOW)
+    assert api.writes == []
+
+
+@pytest.mark.parametrize(
+    ("copy_", "term"),
+    [
+        (LeaseCopy("other/agent", "t1"), "t1"),
+        (LeaseCopy("home/agent-0", "t0"), "t1"),
+        (LeaseCopy("home/agent-0", "t1"), ""),
+    ],
+    ids=["other-holder", "other-term", "no-term"],
+)
+def test_route_weights_are_written_only_under_this_hubs_current_term(copy_, term):
+    api = FakeApi({ROUTE_PATH: ROUTE})
+    actor = Actor({"m": api}, "m", "home/agent-0", lambda: term, lease_reader=lambda _: copy_)
+    with pytest.raises(NotHub, match="does not hold the hub lease"):
+        actor.write_route_weights("m", "ml", "llm", {"home": 0, "llm-helper": 100})
     assert api.writes == []
 
 
