@@ -147,7 +147,16 @@ class Actor:
 
     # --- writes -------------------------------------------------------------------------
 
-    def write_intent(self, member: str, policy: Policy, floor: int, tier: int | None, now: float):
+    def write_intent(
+        self,
+        member: str,
+        policy: Policy,
+        floor: int,
+        tier: int | None,
+        now: float,
+        *,
+        decision_id: str | None = None,
+    ):
         self.check_lease(member)
         intent = {
             "floor": int(floor),
@@ -157,6 +166,8 @@ class Actor:
         }
         if tier is not None:
             intent["tier"] = int(tier)
+        if decision_id is not None:
+            intent["decisionId"] = decision_id
         _call(
             self.members[member],
             policy_path(policy) + "/status",
@@ -276,7 +287,7 @@ class Actor:
                 errors.append(f"{c.name}: not reachable from this hub")
                 continue
             try:
-                self.write_intent(c.name, policy, c.floor, c.tier, now)
+                self.write_intent(c.name, policy, c.floor, c.tier, now, decision_id=c.decision_id)
             except NotHub as err:
                 errors.append(str(err))
             except ApiException as err:

@@ -217,6 +217,7 @@ def test_auto_writes_fenced_intents_weights_and_an_event():
                     "hub": "home/agent-0",
                     "fencingToken": "t1",
                     "expires": rfc3339(NOW + 300),
+                    "decisionId": lines[0]["decisionId"],  # the decision that added it
                 }
             }
         }
@@ -347,3 +348,80 @@ def test_a_hub_without_its_own_copy_anchors_on_the_first_member_that_has_one():
     agent.hub_step(NOW)
     assert written_fleet(helper)["hub"] == "third/agent-0"  # "helper" sorts first
     assert third.writes == []
+
+
+def _keep_written_fleet(api: FakeApi) -> None:
+    """What the API server would do with the hub's status.fleet merge patch."""
+    for _, path, body, _ in api.writes:
+        if path == POLICY_PATH + "/status" and "fleet" in body["status"]:
+            api.objects[POLICY_PATH]["status"]["fleet"] = copy.deepcopy(body["status"]["fleet"])
+    api.writes.clear()
+
+
+def test_a_new_hub_writes_the_outcome_lines_its_predecessor_still_owed():
+    home, helper = fleet("auto")
+    old_log, new_log = io.StringIO(), io.StringIO()
+
+    def hub(cluster: str, stream, at: float) -> Agent:
+        return Agent(
+            AgentConfig(cluster=cluster),
+            {"home": home, "helper": helper},
+            FixedRole(f"{cluster}/agent-0", True, "t1"),
+            HubMetrics(MeterProvider().get_meter("test")),
+            DecisionLog(stream),
+            clock=lambda: at,
+        )
+
+    hub("home", old_log, NOW).hub_step(NOW)
+    decision = json.loads(old_log.getvalue().splitlines()[0])
+    _keep_written_fleet(home)
+    memory = home.objects[POLICY_PATH]["status"]["fleet"]
+    assert [f["decisionId"] for f in memory["following"]] == [decision["decisionId"]]
+    assert memory["following"][0]["checkpoints"] == [60, 300, 900]
+    assert memory["recent"][0]["action"] == decision["action"]
+    helper_entry = next(c for c in memory["clusters"] if c["name"] == "helper")
+    assert helper_entry["decisionId"] == decision["decisionId"]
+
+    # The old hub is gone; the new one (on helper, its own copy without a fleet yet)
+    # continues from home's status.fleet.
+    for api in (home, helper):
+        api.objects[LEASE_PATH] = lease("helper/agent-0", "t1")
+    new_hub = hub("helper", new_log, NOW)
+    for at in (NOW + 60, NOW + 300, NOW + 900, NOW + 960):
+        for api in (home, helper):
+            api.objects[POLICY_PATH]["status"]["report"]["time"] = rfc3339(at - 5)
+        new_hub.hub_step(at)
+        _keep_written_fleet(helper)
+    outcomes = [
+        json.loads(x)
+        for x in new_log.getvalue().splitlines()
+        if json.loads(x)["kind"] == "outcome"
+        and json.loads(x)["decisionId"] == decision["decisionId"]
+    ]
+    assert [(o["afterSeconds"], o["final"]) for o in outcomes] == [
+        (60, False),
+        (300, False),
+        (900, True),
+    ]
+    following = helper.objects[POLICY_PATH]["status"]["fleet"]["following"]
+    assert decision["decisionId"] not in [f["decisionId"] for f in following]
+
+
+def test_a_hub_whose_memory_write_is_refused_writes_no_outcome_line():
+    home, helper = fleet("shadow")
+    stream = io.StringIO()
+    agent = Agent(
+        AgentConfig(cluster="home"),
+        {"home": home, "helper": helper},
+        FixedRole("home/agent-0", True, "t1"),
+        HubMetrics(MeterProvider().get_meter("test")),
+        DecisionLog(stream),
+        clock=lambda: NOW,
+    )
+    agent.hub_step(NOW)
+    _keep_written_fleet(home)
+    home.objects[LEASE_PATH] = lease("helper/agent-0", "t2")  # deposed meanwhile
+    agent.hub_step(NOW + 60)
+    kinds = [json.loads(x)["kind"] for x in stream.getvalue().splitlines()]
+    assert "outcome" not in kinds  # the 60 s line is the next hub's to write
+    assert home.writes == []
