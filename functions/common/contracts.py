@@ -99,6 +99,12 @@ FUNCTIONS: Final = (
 # whose status.intent.fencingToken differs from its own member's copy.
 ANNOTATION_FENCING_TOKEN: Final = "modelplane.ai/fencing-token"
 SCALER_PORT: Final = 9090  # the scaler's gRPC port (KEDA's scalerAddress)
+# The scaler's plaintext gRPC health port: kubelet's gRPC probe speaks no TLS, and the
+# scaler port may require client certificates, so health has a server of its own.
+SCALER_HEALTH_PORT: Final = 9091
+# gRPC health service names the scaler answers: "" (ready: its cache is filled) and
+# this one (live: the process serves).
+SCALER_LIVENESS_SERVICE: Final = "liveness"
 
 # --- Telemetry resource attributes --------------------------------------------------------
 

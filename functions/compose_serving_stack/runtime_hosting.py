@@ -218,8 +218,10 @@ def _deployment(
     ports: list[dict[str, Any]],
     extra_args: Sequence[str] = (),
     volumes: Sequence[tuple[str, str]] = (),
+    probes: dict[str, Any] | None = None,
 ) -> Composed:
-    """`volumes` are (Secret name, mount path) pairs, mounted read-only."""
+    """`volumes` are (Secret name, mount path) pairs, mounted read-only; `probes` are the
+    container's readinessProbe / livenessProbe."""
     labels = _labels(name)
     return object_(
         target,
@@ -259,6 +261,7 @@ def _deployment(
                                     {"name": secret, "mountPath": path, "readOnly": True}
                                     for secret, path in volumes
                                 ],
+                                **(probes or {}),
                                 "securityContext": {
                                     "allowPrivilegeEscalation": False,
                                     "readOnlyRootFilesystem": True,
@@ -363,8 +366,25 @@ def runtime_hosting(
             replicas=SCALER_REPLICAS,
             ports=[
                 {"name": "grpc", "containerPort": contracts.SCALER_PORT},
+                {"name": "health", "containerPort": contracts.SCALER_HEALTH_PORT},
                 {"name": "metrics", "containerPort": contracts.METRICS_PORT},
             ],
+            # Ready once its cache of policies and the hub Lease is filled (before that
+            # it can only answer UNAVAILABLE); live while it serves at all.
+            probes={
+                "readinessProbe": {
+                    "grpc": {"port": contracts.SCALER_HEALTH_PORT},
+                    "periodSeconds": 5,
+                },
+                "livenessProbe": {
+                    "grpc": {
+                        "port": contracts.SCALER_HEALTH_PORT,
+                        "service": contracts.SCALER_LIVENESS_SERVICE,
+                    },
+                    "periodSeconds": 10,
+                    "failureThreshold": 3,
+                },
+            },
         ),
         object_(
             target,

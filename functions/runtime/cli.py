@@ -22,7 +22,7 @@ from pathlib import Path
 
 import click
 
-from functions.common.contracts import METRICS_PORT, SCALER_PORT
+from functions.common.contracts import METRICS_PORT, SCALER_HEALTH_PORT, SCALER_PORT
 from functions.runtime.election_core import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
@@ -199,6 +199,12 @@ def agent(
 )
 @click.option("--listen", default=f"0.0.0.0:{SCALER_PORT}", show_default=True)
 @click.option(
+    "--health-listen",
+    default=f"0.0.0.0:{SCALER_HEALTH_PORT}",
+    show_default=True,
+    help="Plaintext gRPC health (kubelet's probes); empty to serve none.",
+)
+@click.option(
     "--tls-cert-dir",
     type=click.Path(file_okay=False, path_type=Path),
     help="tls.crt and tls.key to serve TLS; with ca.crt, client certificates "
@@ -212,7 +218,7 @@ def agent(
     help="Seconds between an open stream's re-checks when nothing changes.",
 )
 @metrics_option
-def scaler(*, cluster, kubeconfig, listen, tls_cert_dir, recheck, metrics_port):
+def scaler(*, cluster, kubeconfig, listen, health_listen, tls_cert_dir, recheck, metrics_port):
     from functions.runtime import scaler as floor_scaler  # noqa: PLC0415
     from functions.runtime.metrics import serve_prometheus  # noqa: PLC0415
 
@@ -223,14 +229,18 @@ def scaler(*, cluster, kubeconfig, listen, tls_cert_dir, recheck, metrics_port):
     server, port = floor_scaler.serve(
         floor_scaler.FloorScaler(cache, cluster, recheck=recheck), listen, credentials
     )
+    health = floor_scaler.serve_health(cache, health_listen)[0] if health_listen else None
     log.info(
-        "scaler for %s listening on %s (port %d, %s)",
+        "scaler for %s listening on %s (port %d, %s), health on %s",
         cluster,
         listen,
         port,
         "TLS" if credentials else "plaintext",
+        health_listen or "the scaler port only",
     )
     wait_for_shutdown()
+    if health is not None:
+        health.stop(grace=1)
     server.stop(grace=5).wait()
     cache.stop()
 
