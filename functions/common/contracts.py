@@ -105,6 +105,9 @@ SCALER_HEALTH_PORT: Final = 9091
 # gRPC health service names the scaler answers: "" (ready: its cache is filled) and
 # this one (live: the process serves).
 SCALER_LIVENESS_SERVICE: Final = "liveness"
+# The agent's probes, served beside /metrics on METRICS_PORT.
+HEALTHZ_PATH: Final = "/healthz"
+READYZ_PATH: Final = "/readyz"
 
 # --- Telemetry resource attributes --------------------------------------------------------
 

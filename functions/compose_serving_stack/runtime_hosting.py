@@ -357,6 +357,19 @@ def runtime_hosting(
             ],
             volumes=[(peer_secret_name(p), peer_mount_dir(p)) for p in ordered_peers],
             ports=[{"name": "metrics", "containerPort": contracts.METRICS_PORT}],
+            # Ready while it reads its own member; live while its loop turns. Both replicas
+            # are ready (the standby too): readiness is not who is active.
+            probes={
+                "readinessProbe": {
+                    "httpGet": {"path": contracts.READYZ_PATH, "port": "metrics"},
+                    "periodSeconds": 10,
+                },
+                "livenessProbe": {
+                    "httpGet": {"path": contracts.HEALTHZ_PATH, "port": "metrics"},
+                    "periodSeconds": 20,
+                    "failureThreshold": 3,
+                },
+            },
         ),
         _deployment(
             target,

@@ -150,6 +150,9 @@ class Agent:
         # Per policy, the status.fleet (time, hub) this agent last wrote: its log's memory
         # matches the status only while the freshest status is that one.
         self._written: dict[str, tuple[float | None, str]] = {}
+        # For the probes: the loop's last turn, and the last time it read its own member.
+        self.ticked_at: float | None = None
+        self.reported_at: float | None = None
         self._actor: Actor | None = None
 
     # --- reading -----------------------------------------------------------------------
@@ -175,7 +178,9 @@ class Agent:
     # --- the member report -------------------------------------------------------------
 
     def report_step(self, now: float) -> None:
-        for obj in self.policies():
+        policies = self.policies()
+        self.reported_at = now
+        for obj in policies:
             meta, status = obj["metadata"], obj.get("status") or {}
             path = (
                 f"/apis/{AUTOSCALING_GROUP}/{API_VERSION}/namespaces/{meta['namespace']}"
@@ -422,6 +427,22 @@ class Agent:
             {key: (r.consecutive_start_failures, ready.get(key, 0)) for key, r in records.items()}
         )
 
+    # --- probes ------------------------------------------------------------------------
+
+    def live(self, now: float) -> tuple[bool, str]:
+        """Live while the loop turns (a step hung for minutes is not alive)."""
+        limit = max(120.0, 4 * self.config.report_interval)
+        if self.ticked_at is None or now - self.ticked_at > limit:
+            return False, f"the loop has not turned for over {limit:.0f}s"
+        return True, "ok"
+
+    def ready(self, now: float) -> tuple[bool, str]:
+        """Ready while it can read its own member (its last report step listed policies)."""
+        limit = 3 * self.config.report_interval
+        if self.reported_at is None or now - self.reported_at > limit:
+            return False, f"its own API server has not answered for over {limit:.0f}s"
+        return self.live(now)
+
     # --- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
@@ -433,6 +454,7 @@ class Agent:
         }
         while not stop.is_set():
             now = self.clock()
+            self.ticked_at = now
             for name, (step, every) in steps.items():
                 if now < due[name]:
                     continue

@@ -17,12 +17,19 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from functions.common.contracts import METRICS_PORT, SCALER_HEALTH_PORT, SCALER_PORT
+from functions.common.contracts import (
+    HEALTHZ_PATH,
+    METRICS_PORT,
+    READYZ_PATH,
+    SCALER_HEALTH_PORT,
+    SCALER_PORT,
+)
 from functions.runtime.election_core import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
@@ -176,10 +183,23 @@ def agent(
         timings = Timings(lease_duration, renew_deadline, retry_period)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--lease-duration") from error
-    metrics = serve_prometheus(metrics_port) if metrics_port else None
+    running: list = []  # the loop, once started; until then the probes say "starting"
+
+    def probe(check):
+        def answer() -> tuple[bool, str]:
+            return check(running[0].agent, time.time()) if running else (False, "starting")
+
+        return answer
+
+    probes = {
+        HEALTHZ_PATH: probe(lambda agent, now: agent.live(now)),
+        READYZ_PATH: probe(lambda agent, now: agent.ready(now)),
+    }
+    metrics = serve_prometheus(metrics_port, probes=probes) if metrics_port else None
     election = election_agent(cluster, pod, members, timings, metrics).start()
     clients = {name: client_for(source) for name, source in sorted(members.items())}
     loop = start_loop(election, clients, prometheus_url, decision_log, metrics)
+    running.append(loop)
     wait_for_shutdown()
     loop.stop()
     log.info("agent %s: shutting down, releasing its Leases", election.identity)

@@ -996,6 +996,12 @@ def test_the_shipped_agent_command_reports_and_logs_decisions(fleet, tmp_path):
         assert samples["plumb_fleet_members_out_of_sync"].endswith(" 0.0")
         assert samples["plumb_hub_step_errors_total"].endswith(" 0.0")
         assert 'action="Escalate"' in samples["plumb_hub_decisions_total"]
+
+        # The probes the composed Deployment uses, beside /metrics.
+        for path in ("/healthz", "/readyz"):
+            url = f"http://127.0.0.1:{metrics_port}{path}"
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                assert (answer.status, answer.read()) == (200, b"ok\n"), path
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(15)

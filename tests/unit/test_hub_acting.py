@@ -11,6 +11,7 @@ import io
 import json
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -59,6 +60,8 @@ class FakeApi:
             if path.endswith("/adaptivepolicies"):
                 held = self.objects.get(POLICY_PATH)
                 return FakeResponse({"items": [copy.deepcopy(held)] if held else []})
+            if path not in self.objects:
+                raise ApiException(status=404, reason="Not Found")
             return FakeResponse(copy.deepcopy(self.objects[path]))
         self.writes.append((method, path, body, query))
         return FakeResponse({})
@@ -425,3 +428,25 @@ def test_a_hub_whose_memory_write_is_refused_writes_no_outcome_line():
     kinds = [json.loads(x)["kind"] for x in stream.getvalue().splitlines()]
     assert "outcome" not in kinds  # the 60 s line is the next hub's to write
     assert home.writes == []
+
+
+def test_the_agent_is_ready_while_it_reads_its_member_and_live_while_its_loop_turns():
+    home, helper = fleet("auto")
+    agent = Agent(
+        AgentConfig(cluster="home", report_interval=30.0),
+        {"home": home, "helper": helper},
+        FixedRole("home/agent-0", True, "t1"),
+        HubMetrics(MeterProvider().get_meter("test")),
+        DecisionLog(io.StringIO()),
+        clock=lambda: NOW,
+    )
+    assert agent.live(NOW)[0] is False  # the loop has not turned yet
+    assert agent.ready(NOW)[0] is False
+    agent.ticked_at = NOW
+    agent.report_step(NOW)
+    assert agent.live(NOW + 60) == (True, "ok")
+    assert agent.ready(NOW + 60) == (True, "ok")
+    ready, why = agent.ready(NOW + 91)  # three report intervals without an answer
+    assert not ready
+    assert "own API server" in why
+    assert agent.live(NOW + 121)[0] is False
