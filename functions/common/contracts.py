@@ -79,6 +79,8 @@ SYSTEM_NAMESPACE: Final = "modelplane-system"
 HUB_LEASE_NAME: Final = "modelplane-hub"  # one per member; the fleet hub holds a majority
 AGENT_LEASE_NAME: Final = "modelplane-agent"  # one agent replica per member takes part
 SCALER_SERVICE_NAME: Final = "modelplane-scaler"
+# The agent's metrics Service (its Deployment has the same name): what a scrape targets.
+AGENT_SERVICE_NAME: Final = "modelplane-agent"
 METRICS_PORT: Final = 8080
 
 # --- Function names (the Function packages and the Composition steps) -------------------

@@ -26,7 +26,7 @@ from functions.common import contracts
 from functions.compose_serving_stack import adaptivepolicy_crd
 from functions.compose_serving_stack.envelope import COMPOSED_NAMESPACE, Composed, Target, object_
 
-AGENT: Final = "modelplane-agent"
+AGENT: Final = contracts.AGENT_SERVICE_NAME
 SCALER: Final = contracts.SCALER_SERVICE_NAME
 PEER: Final = "modelplane-peer"
 AGENT_REPLICAS: Final = 2
@@ -396,6 +396,25 @@ def runtime_hosting(
                     },
                     "periodSeconds": 10,
                     "failureThreshold": 3,
+                },
+            },
+        ),
+        object_(
+            target,
+            "runtime-service-agent",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": contracts.AGENT_SERVICE_NAME,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": _labels(AGENT),
+                },
+                "spec": {
+                    "selector": _labels(AGENT),
+                    "ports": [
+                        {"name": "metrics", "port": contracts.METRICS_PORT, "targetPort": "metrics"}
+                    ],
                 },
             },
         ),
