@@ -92,6 +92,8 @@ SYSTEM_NAMESPACE: Final = "modelplane-system"
 HUB_LEASE_NAME: Final = "modelplane-hub"  # one per member; the fleet hub holds a majority
 AGENT_LEASE_NAME: Final = "modelplane-agent"  # one agent replica per member takes part
 SCALER_SERVICE_NAME: Final = "modelplane-scaler"
+# The agent's metrics Service (its Deployment has the same name): what a scrape targets.
+AGENT_SERVICE_NAME: Final = "modelplane-agent"
 METRICS_PORT: Final = 8080
 
 # --- Function names (the Function packages and the Composition steps) -------------------
@@ -112,6 +114,15 @@ FUNCTIONS: Final = (
 # whose status.intent.fencingToken differs from its own member's copy.
 ANNOTATION_FENCING_TOKEN: Final = "modelplane.ai/fencing-token"
 SCALER_PORT: Final = 9090  # the scaler's gRPC port (KEDA's scalerAddress)
+# The scaler's plaintext gRPC health port: kubelet's gRPC probe speaks no TLS, and the
+# scaler port may require client certificates, so health has a server of its own.
+SCALER_HEALTH_PORT: Final = 9091
+# gRPC health service names the scaler answers: "" (ready: its cache is filled) and
+# this one (live: the process serves).
+SCALER_LIVENESS_SERVICE: Final = "liveness"
+# The agent's probes, served beside /metrics on METRICS_PORT.
+HEALTHZ_PATH: Final = "/healthz"
+READYZ_PATH: Final = "/readyz"
 
 # --- Telemetry resource attributes --------------------------------------------------------
 

@@ -26,7 +26,7 @@ from functions.common import contracts
 from functions.compose_serving_stack import adaptivepolicy_crd
 from functions.compose_serving_stack.envelope import COMPOSED_NAMESPACE, Composed, Target, object_
 
-AGENT: Final = "modelplane-agent"
+AGENT: Final = contracts.AGENT_SERVICE_NAME
 SCALER: Final = contracts.SCALER_SERVICE_NAME
 PEER: Final = "modelplane-peer"
 AGENT_REPLICAS: Final = 2
@@ -218,8 +218,10 @@ def _deployment(
     ports: list[dict[str, Any]],
     extra_args: Sequence[str] = (),
     volumes: Sequence[tuple[str, str]] = (),
+    probes: dict[str, Any] | None = None,
 ) -> Composed:
-    """`volumes` are (Secret name, mount path) pairs, mounted read-only."""
+    """`volumes` are (Secret name, mount path) pairs, mounted read-only; `probes` are the
+    container's readinessProbe / livenessProbe."""
     labels = _labels(name)
     return object_(
         target,
@@ -259,6 +261,7 @@ def _deployment(
                                     {"name": secret, "mountPath": path, "readOnly": True}
                                     for secret, path in volumes
                                 ],
+                                **(probes or {}),
                                 "securityContext": {
                                     "allowPrivilegeEscalation": False,
                                     "readOnlyRootFilesystem": True,
@@ -354,6 +357,19 @@ def runtime_hosting(
             ],
             volumes=[(peer_secret_name(p), peer_mount_dir(p)) for p in ordered_peers],
             ports=[{"name": "metrics", "containerPort": contracts.METRICS_PORT}],
+            # Ready while it reads its own member; live while its loop turns. Both replicas
+            # are ready (the standby too): readiness is not who is active.
+            probes={
+                "readinessProbe": {
+                    "httpGet": {"path": contracts.READYZ_PATH, "port": "metrics"},
+                    "periodSeconds": 10,
+                },
+                "livenessProbe": {
+                    "httpGet": {"path": contracts.HEALTHZ_PATH, "port": "metrics"},
+                    "periodSeconds": 20,
+                    "failureThreshold": 3,
+                },
+            },
         ),
         _deployment(
             target,
@@ -363,8 +379,44 @@ def runtime_hosting(
             replicas=SCALER_REPLICAS,
             ports=[
                 {"name": "grpc", "containerPort": contracts.SCALER_PORT},
+                {"name": "health", "containerPort": contracts.SCALER_HEALTH_PORT},
                 {"name": "metrics", "containerPort": contracts.METRICS_PORT},
             ],
+            # Ready once its cache of policies and the hub Lease is filled (before that
+            # it can only answer UNAVAILABLE); live while it serves at all.
+            probes={
+                "readinessProbe": {
+                    "grpc": {"port": contracts.SCALER_HEALTH_PORT},
+                    "periodSeconds": 5,
+                },
+                "livenessProbe": {
+                    "grpc": {
+                        "port": contracts.SCALER_HEALTH_PORT,
+                        "service": contracts.SCALER_LIVENESS_SERVICE,
+                    },
+                    "periodSeconds": 10,
+                    "failureThreshold": 3,
+                },
+            },
+        ),
+        object_(
+            target,
+            "runtime-service-agent",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": contracts.AGENT_SERVICE_NAME,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": _labels(AGENT),
+                },
+                "spec": {
+                    "selector": _labels(AGENT),
+                    "ports": [
+                        {"name": "metrics", "port": contracts.METRICS_PORT, "targetPort": "metrics"}
+                    ],
+                },
+            },
         ),
         object_(
             target,

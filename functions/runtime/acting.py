@@ -1,9 +1,15 @@
 """Carrying a hub decision out: intents on members, weights on routes, Events, status.fleet.
 
-Fencing: before each intent write the hub re-reads the *target* member's hub Lease and
-writes only if that copy still names this hub (holder and term). The scaler checks the
-same Lease copy before serving a floor, so an intent from a deposed hub is refused at
-both ends; the check here keeps a deposed hub from even writing one.
+Fencing, on every write: before it writes an intent, a route's weights, its memory
+(`status.fleet`) or an Event, the hub re-reads the *target* member's hub Lease and
+writes only if that copy still names this hub (holder and current fencing token). The
+scaler checks the same Lease copy before serving a floor, so an intent from a deposed
+hub is refused at both ends. A route has no such second end — the gateway obeys any
+weight — so for weights this check is the only fence, and a hub frozen after deciding
+and resumed after a failover must meet it: the new hub has rewritten every Lease copy it
+holds by then, so the deposed hub's write is refused ("does not hold the hub lease")
+and counted as a step error. What is left is the instant between the Lease read and
+the write itself; the election's renew deadline is far longer than that round trip.
 
 Route weights: Gateway API declares `spec.rules` (and each rule's `backendRefs`) as
 atomic lists, so a weight cannot be owned apart from the rules it sits in. The hub
@@ -141,7 +147,16 @@ class Actor:
 
     # --- writes -------------------------------------------------------------------------
 
-    def write_intent(self, member: str, policy: Policy, floor: int, tier: int | None, now: float):
+    def write_intent(
+        self,
+        member: str,
+        policy: Policy,
+        floor: int,
+        tier: int | None,
+        now: float,
+        *,
+        decision_id: str | None = None,
+    ):
         self.check_lease(member)
         intent = {
             "floor": int(floor),
@@ -151,6 +166,8 @@ class Actor:
         }
         if tier is not None:
             intent["tier"] = int(tier)
+        if decision_id is not None:
+            intent["decisionId"] = decision_id
         _call(
             self.members[member],
             policy_path(policy) + "/status",
@@ -160,6 +177,8 @@ class Actor:
         )
 
     def write_fleet(self, policy: Policy, fleet: dict, anchor: str | None = None) -> None:
+        # Fenced too: a deposed hub's status.fleet would be the freshest a new hub reads.
+        self.check_lease(anchor or self.hub_member)
         _call(
             self.members[anchor or self.hub_member],
             policy_path(policy) + "/status",
@@ -171,8 +190,12 @@ class Actor:
     def write_route_weights(
         self, member: str, namespace: str, name: str, weights_by_backend: dict[str, int]
     ) -> bool:
-        """Apply the weights on the member's route; False when it has no such route."""
+        """Apply the weights on the member's route; False when it has no such route.
+
+        Raises NotHub, writing nothing, when the member's Lease copy does not name this
+        hub under its current term."""
         api = self.members[member]
+        self.check_lease(member)
         try:
             route = _call(api, route_path(namespace, name), "GET")
         except ApiException as err:
@@ -264,7 +287,7 @@ class Actor:
                 errors.append(f"{c.name}: not reachable from this hub")
                 continue
             try:
-                self.write_intent(c.name, policy, c.floor, c.tier, now)
+                self.write_intent(c.name, policy, c.floor, c.tier, now, decision_id=c.decision_id)
             except NotHub as err:
                 errors.append(str(err))
             except ApiException as err:
@@ -280,9 +303,18 @@ class Actor:
                     self.write_route_weights(
                         member, route.namespace or policy.namespace, route.name, by_backend
                     )
+                except NotHub as err:
+                    errors.append(str(err))
                 except ApiException as err:
                     errors.append(f"{member}: route update failed: {err.status} {err.reason}")
-        self.decision_events(decision, policy, now, failed=bool(errors), anchor=anchor)
+        try:
+            self.check_lease(anchor or self.hub_member)
+        except NotHub as err:  # a deposed hub's Events would tell the story wrong
+            errors.append(str(err))
+        except ApiException as err:
+            errors.append(f"{anchor or self.hub_member}: events not written: {err.reason}")
+        else:
+            self.decision_events(decision, policy, now, failed=bool(errors), anchor=anchor)
         return ActResult(applied=not errors, errors=errors)
 
     def decision_events(

@@ -20,11 +20,11 @@ from pydantic import ValidationError
 
 from functions.common.conditions import Condition, is_ready
 from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP, LABEL_SERVING
-from functions.runtime.acting import Actor, policy_path, route_path
+from functions.runtime.acting import Actor, NotHub, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
 from functions.runtime.hub import plan
-from functions.runtime.hub_decision import SOURCE_RULE, HubState
+from functions.runtime.hub_decision import SOURCE_RULE, Decision, HubState
 from functions.runtime.hub_fleet import PHASE_ESCALATED, FleetStatus
 from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.policy import (
@@ -147,6 +147,12 @@ class Agent:
         self.decision_log = decision_log
         self.clock = clock
         self._last_renew: dict[str, float] = {}
+        # Per policy, the status.fleet (time, hub) this agent last wrote: its log's memory
+        # matches the status only while the freshest status is that one.
+        self._written: dict[str, tuple[float | None, str]] = {}
+        # For the probes: the loop's last turn, and the last time it read its own member.
+        self.ticked_at: float | None = None
+        self.reported_at: float | None = None
         self._actor: Actor | None = None
 
     # --- reading -----------------------------------------------------------------------
@@ -172,7 +178,9 @@ class Agent:
     # --- the member report -------------------------------------------------------------
 
     def report_step(self, now: float) -> None:
-        for obj in self.policies():
+        policies = self.policies()
+        self.reported_at = now
+        for obj in policies:
             meta, status = obj["metadata"], obj.get("status") or {}
             path = (
                 f"/apis/{AUTOSCALING_GROUP}/{API_VERSION}/namespaces/{meta['namespace']}"
@@ -308,11 +316,14 @@ class Agent:
                 self.metrics.step_error(policy.key)
                 log.warning("hub step for %s failed: %s %s", policy.key, err.status, err.reason)
 
-    def _hub_policy(self, policy: Policy, anchor: str, now: float) -> None:
+    def _read_fleet(
+        self, policy: Policy, anchor: str
+    ) -> tuple[dict[str, Report | None], FleetStatus, dict]:
+        """Every member's report, and the hub's memory (typed and as written)."""
         reports: dict[str, Report | None] = {}
         # The hub's memory is the freshest status.fleet any copy holds: after a failover
         # the new hub continues from what the old one wrote on its own copy.
-        fleets: list[FleetStatus] = []
+        fleets: list[tuple[FleetStatus, dict]] = []
         for member in sorted(set(policy.spec.cluster_names) | {anchor}):
             try:
                 copy = self._member_copy(member, policy)
@@ -322,19 +333,27 @@ class Agent:
                 log.info("copy on %s of %s not read: %s", member, policy.key, err.reason)
             status = (copy or {}).get("status") or {}
             if status.get("fleet"):
-                fleets.append(FleetStatus.from_status(status["fleet"]))
+                fleets.append((FleetStatus.from_status(status["fleet"]), status["fleet"]))
             if member in policy.spec.cluster_names:
                 report = status.get("report")
                 reports[member] = (
                     Report.from_status(report) if report and report.get("time") else None
                 )
-        fleet = max(fleets, key=lambda f: f.time or 0.0, default=FleetStatus())
+        fleet, fleet_raw = max(fleets, key=lambda f: f[0].time or 0.0, default=(FleetStatus(), {}))
+        return reports, fleet, fleet_raw
+
+    def _hub_policy(self, policy: Policy, anchor: str, now: float) -> None:
+        reports, fleet, fleet_raw = self._read_fleet(policy, anchor)
+        if self._written.get(policy.key) != (fleet.time, fleet.hub):
+            # Not the memory this agent last wrote (a failover, or its write failed):
+            # continue the decisions that memory was following.
+            self.decision_log.adopt(policy.key, fleet_raw)
         route_weights = None
         remembered = {c.name for c in fleet.clusters if c.weight is not None}
         if policy.spec.route is not None and not remembered >= set(policy.spec.cluster_names):
             route_weights = self._route_weights(policy)
         state = HubState(self.role.identity, reports, fleet, route_weights)
-        decision = plan(state, policy.spec, now)
+        decision = plan(state, policy.spec, now).stamped(policy.key)
 
         applied, error = False, None
         if policy.spec.mode == MODE_AUTO:
@@ -346,13 +365,49 @@ class Agent:
                     self.metrics.step_error(policy.key)
                 if renew:
                     self._last_renew[policy.key] = now
-        self._actor.write_fleet(policy, decision.fleet.to_status(), anchor)
+        self._remember(policy, anchor, decision, now, applied=applied, error=error)
 
+    def _remember(
+        self,
+        policy: Policy,
+        anchor: str,
+        decision: Decision,
+        now: float,
+        *,
+        applied: bool,
+        error: str | None,
+    ) -> None:
+        """The decision line, its predecessors' outcome lines and status.fleet."""
+        # The step's lines wait for the memory that records them (status.fleet): written
+        # together, or the lines are left to whichever hub continues from that memory.
+        self.decision_log.hold()
         if decision.changed:
             self.decision_log.record(decision, policy.key, policy.spec.mode, applied, error)
+        seen = self.decision_log.observe(policy.key, now, decision.reports, decision.fleet)
+        memory = decision.fleet.to_status() | self.decision_log.memory(policy.key)
+        try:
+            self._actor.write_fleet(policy, memory, anchor)
+        except (NotHub, ApiException) as err:
+            # Deposed between deciding and writing its memory (or the anchor is gone): the
+            # memory stays what it was, and so does who follows its decisions.
+            self.decision_log.drop()
+            self._written.pop(policy.key, None)
+            self.metrics.step_error(policy.key)
+            why = str(err) if isinstance(err, NotHub) else f"status.fleet not written: {err.reason}"
+            log.warning("hub step for %s: %s", policy.key, why)
+            if decision.changed:
+                error = "; ".join(e for e in (error, why) if e)
+                self.decision_log.record(
+                    decision, policy.key, policy.spec.mode, False, error, follow=False
+                )
+                self.metrics.decision(policy.key, decision.action, SOURCE_RULE, False)
+            return
+        self._written[policy.key] = (decision.fleet.time, decision.fleet.hub)
+        self.decision_log.flush()
+        if decision.changed:
             self.metrics.decision(policy.key, decision.action, SOURCE_RULE, applied)
-        for seen in self.decision_log.observe(policy.key, now, decision.reports, decision.fleet):
-            self.metrics.time_to_ready(seen.policy, seen.seconds)
+        for observation in seen:
+            self.metrics.time_to_ready(observation.policy, observation.seconds)
         self.metrics.hub_view(
             policy.key, decision.fleet.phase == PHASE_ESCALATED, len(decision.fleet.out_of_sync)
         )
@@ -372,6 +427,22 @@ class Agent:
             {key: (r.consecutive_start_failures, ready.get(key, 0)) for key, r in records.items()}
         )
 
+    # --- probes ------------------------------------------------------------------------
+
+    def live(self, now: float) -> tuple[bool, str]:
+        """Live while the loop turns (a step hung for minutes is not alive)."""
+        limit = max(120.0, 4 * self.config.report_interval)
+        if self.ticked_at is None or now - self.ticked_at > limit:
+            return False, f"the loop has not turned for over {limit:.0f}s"
+        return True, "ok"
+
+    def ready(self, now: float) -> tuple[bool, str]:
+        """Ready while it can read its own member (its last report step listed policies)."""
+        limit = 3 * self.config.report_interval
+        if self.reported_at is None or now - self.reported_at > limit:
+            return False, f"its own API server has not answered for over {limit:.0f}s"
+        return self.live(now)
+
     # --- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
@@ -383,6 +454,7 @@ class Agent:
         }
         while not stop.is_set():
             now = self.clock()
+            self.ticked_at = now
             for name, (step, every) in steps.items():
                 if now < due[name]:
                     continue

@@ -18,12 +18,19 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from functions.common.contracts import METRICS_PORT, SCALER_PORT
+from functions.common.contracts import (
+    HEALTHZ_PATH,
+    METRICS_PORT,
+    READYZ_PATH,
+    SCALER_HEALTH_PORT,
+    SCALER_PORT,
+)
 from functions.runtime.election_core import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
@@ -177,10 +184,23 @@ def agent(
         timings = Timings(lease_duration, renew_deadline, retry_period)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--lease-duration") from error
-    metrics = serve_prometheus(metrics_port) if metrics_port else None
+    running: list = []  # the loop, once started; until then the probes say "starting"
+
+    def probe(check):
+        def answer() -> tuple[bool, str]:
+            return check(running[0].agent, time.time()) if running else (False, "starting")
+
+        return answer
+
+    probes = {
+        HEALTHZ_PATH: probe(lambda agent, now: agent.live(now)),
+        READYZ_PATH: probe(lambda agent, now: agent.ready(now)),
+    }
+    metrics = serve_prometheus(metrics_port, probes=probes) if metrics_port else None
     election = election_agent(cluster, pod, members, timings, metrics).start()
     clients = {name: client_for(source) for name, source in sorted(members.items())}
     loop = start_loop(election, clients, prometheus_url, decision_log, metrics)
+    running.append(loop)
     wait_for_shutdown()
     loop.stop()
     log.info("agent %s: shutting down, releasing its Leases", election.identity)
@@ -200,6 +220,12 @@ def agent(
 )
 @click.option("--listen", default=f"0.0.0.0:{SCALER_PORT}", show_default=True)
 @click.option(
+    "--health-listen",
+    default=f"0.0.0.0:{SCALER_HEALTH_PORT}",
+    show_default=True,
+    help="Plaintext gRPC health (kubelet's probes); empty to serve none.",
+)
+@click.option(
     "--tls-cert-dir",
     type=click.Path(file_okay=False, path_type=Path),
     help="tls.crt and tls.key to serve TLS; with ca.crt, client certificates "
@@ -213,7 +239,7 @@ def agent(
     help="Seconds between an open stream's re-checks when nothing changes.",
 )
 @metrics_option
-def scaler(*, cluster, kubeconfig, listen, tls_cert_dir, recheck, metrics_port):
+def scaler(*, cluster, kubeconfig, listen, health_listen, tls_cert_dir, recheck, metrics_port):
     from functions.runtime import scaler as floor_scaler  # noqa: PLC0415
     from functions.runtime.metrics import serve_prometheus  # noqa: PLC0415
 
@@ -224,14 +250,18 @@ def scaler(*, cluster, kubeconfig, listen, tls_cert_dir, recheck, metrics_port):
     server, port = floor_scaler.serve(
         floor_scaler.FloorScaler(cache, cluster, recheck=recheck), listen, credentials
     )
+    health = floor_scaler.serve_health(cache, health_listen)[0] if health_listen else None
     log.info(
-        "scaler for %s listening on %s (port %d, %s)",
+        "scaler for %s listening on %s (port %d, %s), health on %s",
         cluster,
         listen,
         port,
         "TLS" if credentials else "plaintext",
+        health_listen or "the scaler port only",
     )
     wait_for_shutdown()
+    if health is not None:
+        health.stop(grace=1)
     server.stop(grace=5).wait()
     cache.stop()
 

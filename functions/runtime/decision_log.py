@@ -9,8 +9,15 @@ every floor the decision raised took to be ready (`readyAfterSeconds`, whole sec
 absent until it happens, never for shadow decisions because replicas that became ready
 meanwhile were not theirs) and the decisions that followed (`followedBy`).
 
-The log keeps only the decisions whose last checkpoint is still ahead (15 minutes of a
-policy's decisions at most), in memory: after a hub change the new hub starts its own.
+The decisions being followed (last checkpoint still ahead) and the last few decisions
+are the hub's memory too: `memory()` is what the agent writes into `status.fleet` beside
+the fleet (bounded: the newest FOLLOWING_MAX followed, RECENT_MAX recent, FOLLOWED_BY_MAX
+follow-ups each), and `adopt()` is how a new hub takes them over, so the outcome lines of
+its predecessor's decisions continue instead of stopping at the failover. The agent
+`hold()`s the lines of a step and `flush()`es them only once that memory is written: a
+line is never written twice by two hubs, and a deposed hub (whose write is refused)
+leaves its decisions' outcome lines to the new hub. A checkpoint that fell due while no
+hub ran is written at the new hub's first step, with that step's state.
 """
 
 import json
@@ -20,10 +27,14 @@ from typing import IO, Final
 
 from functions.runtime.hub_decision import SOURCE_RULE, Decision, per_cluster
 from functions.runtime.hub_fleet import FleetStatus
-from functions.runtime.policy import rfc3339
+from functions.runtime.policy import parse_time, rfc3339
 from functions.runtime.report_core import Report
 
 CHECKPOINTS_SECONDS: Final = (60, 300, 900)
+# Bounds on the memory kept in status.fleet (an object must stay well under etcd's limit).
+FOLLOWING_MAX: Final = 32
+RECENT_MAX: Final = 10
+FOLLOWED_BY_MAX: Final = 16
 KIND_DECISION: Final = "decision"
 KIND_OUTCOME: Final = "outcome"
 
@@ -38,6 +49,30 @@ class _Pending:
     ready_after: dict[str, int] = field(default_factory=dict)
     followed_by: list[str] = field(default_factory=list)
     checkpoints: list[int] = field(default_factory=lambda: list(CHECKPOINTS_SECONDS))
+
+    def to_status(self) -> dict:
+        return {
+            "decisionId": self.decision_id,
+            "time": rfc3339(self.time),
+            "applied": self.applied,
+            "raised": dict(sorted(self.raised.items())),
+            "readyAfterSeconds": dict(sorted(self.ready_after.items())),
+            "followedBy": self.followed_by[:FOLLOWED_BY_MAX],
+            "checkpoints": list(self.checkpoints),
+        }
+
+    @classmethod
+    def from_status(cls, policy: str, entry: dict) -> "_Pending":
+        return cls(
+            decision_id=entry["decisionId"],
+            policy=policy,
+            time=parse_time(entry["time"]),
+            applied=bool(entry.get("applied", False)),
+            raised={k: int(v) for k, v in (entry.get("raised") or {}).items()},
+            ready_after={k: int(v) for k, v in (entry.get("readyAfterSeconds") or {}).items()},
+            followed_by=list(entry.get("followedBy") or []),
+            checkpoints=[int(x) for x in entry.get("checkpoints") or []],
+        )
 
 
 @dataclass(frozen=True)
@@ -76,10 +111,45 @@ class DecisionLog:
         self._stream = stream
         self._checkpoints = tuple(checkpoints)  # shorter only in tests on real servers
         self._pending: list[_Pending] = []
+        self._recent: dict[str, list[dict]] = {}
+        self._held: list[dict] | None = None
 
     def _write(self, line: dict) -> None:
+        if self._held is not None:
+            self._held.append(line)
+            return
         self._stream.write(json.dumps(line, sort_keys=False, separators=(",", ":")) + "\n")
         self._stream.flush()
+
+    # --- lines held until the memory that says they were written is written ----------
+
+    def hold(self) -> None:
+        self._held = []
+
+    def flush(self) -> None:
+        held, self._held = self._held or [], None
+        for line in held:
+            self._write(line)
+
+    def drop(self) -> None:
+        self._held = None
+
+    # --- the memory a new hub continues from ------------------------------------------
+
+    def memory(self, policy: str) -> dict:
+        """`following` and `recent` for this policy's status.fleet (bounded)."""
+        following = [p for p in self._pending if p.policy == policy][-FOLLOWING_MAX:]
+        return {
+            "following": [p.to_status() for p in following],
+            "recent": list(self._recent.get(policy, []))[-RECENT_MAX:],
+        }
+
+    def adopt(self, policy: str, fleet: dict) -> None:
+        """Continue from what status.fleet remembers for this policy (replacing what this
+        log held: the status is what the last hub to write it was following)."""
+        self._pending = [p for p in self._pending if p.policy != policy]
+        self._pending += [_Pending.from_status(policy, e) for e in fleet.get("following") or []]
+        self._recent[policy] = list(fleet.get("recent") or [])[-RECENT_MAX:]
 
     def record(
         self,
@@ -88,8 +158,11 @@ class DecisionLog:
         mode: str,
         applied: bool,
         error: str | None = None,
+        *,
+        follow: bool = True,
     ) -> str:
-        """Write the decision line; outcome lines follow from `observe`."""
+        """Write the decision line; outcome lines follow from `observe` (unless `follow`
+        is False: a step whose memory was not written is nobody's to follow)."""
         decision_id = decision.decision_id(policy)
         self._write(
             {
@@ -112,9 +185,22 @@ class DecisionLog:
                 "error": error,
             }
         )
+        if not follow:
+            return decision_id
         for earlier in self._pending:
             if earlier.policy == policy:
                 earlier.followed_by.append(f"{decision_id} {decision.action}")
+        recent = self._recent.setdefault(policy, [])
+        recent.append(
+            {
+                "decisionId": decision_id,
+                "time": rfc3339(decision.time),
+                "action": decision.action,
+                "applied": applied,
+                "hub": decision.fleet.hub,
+            }
+        )
+        del recent[:-RECENT_MAX]
         self._pending.append(
             _Pending(
                 decision_id,
@@ -164,4 +250,7 @@ class DecisionLog:
                     line["readyAfterSeconds"] = dict(sorted(pending.ready_after.items()))
                 self._write(line)
         self._pending = [p for p in self._pending if p.checkpoints]
+        mine = [p for p in self._pending if p.policy == policy]
+        for dropped in mine[:-FOLLOWING_MAX]:  # the memory's bound holds in memory too
+            self._pending.remove(dropped)
         return observations

@@ -6,7 +6,7 @@ reads), the events to raise, the reports the hub used and notes on why nothing m
 The agent acts on it, the decision log writes it, the metrics count it.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from functions.common.naming import stable_hash
@@ -105,6 +105,17 @@ class Decision:
 
     def decision_id(self, policy_key: str) -> str:
         return stable_hash([policy_key, self.time, self.action, self.message], 12)
+
+    def stamped(self, policy_key: str) -> "Decision":
+        """This decision with its id on every member whose floor or tier it changed: the
+        intent written there carries it, and later renewals keep it."""
+        decision_id = self.decision_id(policy_key)
+        before = {c.name: (c.floor, c.tier) for c in self.before.clusters}
+        clusters = tuple(
+            replace(c, decision_id=decision_id) if before.get(c.name) != (c.floor, c.tier) else c
+            for c in self.fleet.clusters
+        )
+        return replace(self, fleet=replace(self.fleet, clusters=clusters))
 
 
 def per_cluster(fleet: FleetStatus) -> dict[str, dict]:

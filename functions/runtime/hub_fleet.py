@@ -37,6 +37,8 @@ class ClusterFleet:
     last_step_at: float | None = None
     short_since: float | None = None
     steady_weight: int | None = None
+    # The decision that last set this floor (its intent carries it; renewals keep it).
+    decision_id: str | None = None
 
     def to_status(self) -> dict:
         out: dict = {"name": self.name, "floor": self.floor, "static": self.static}
@@ -51,6 +53,7 @@ class ClusterFleet:
             "lastStepAt": _time(self.last_step_at),
             "shortSince": _time(self.short_since),
             "steadyWeight": self.steady_weight,
+            "decisionId": self.decision_id,
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return out
@@ -71,6 +74,7 @@ class ClusterFleet:
             last_step_at=_seconds(entry.get("lastStepAt")),
             short_since=_seconds(entry.get("shortSince")),
             steady_weight=_int_or_none(entry.get("steadyWeight")),
+            decision_id=entry.get("decisionId"),
         )
 
 

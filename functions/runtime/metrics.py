@@ -12,6 +12,7 @@ To add a metric: declare its name and help as constants, create the instrument i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from opentelemetry.sdk.metrics import MeterProvider
@@ -52,12 +53,41 @@ class RuntimeMetrics:
         self.provider.shutdown()
 
 
-def serve_prometheus(port: int = METRICS_PORT, addr: str = "0.0.0.0") -> RuntimeMetrics:
-    """Metrics for a process: a Prometheus reader and `/metrics` served on `port`."""
+Probe = Callable[[], tuple[bool, str]]
+
+
+def serve_prometheus(
+    port: int = METRICS_PORT, addr: str = "0.0.0.0", probes: Mapping[str, Probe] | None = None
+) -> RuntimeMetrics:
+    """Metrics for a process: a Prometheus reader and `/metrics` served on `port`, and
+    beside it each probe's path (e.g. `/healthz`): 200 when it holds, 503 and why when
+    not. One port, so a probe and a scrape both prove the process answers there."""
     # Imported here: the exporter registers with prometheus_client's global registry on
     # construction, which only the process's own entry point should do.
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader  # noqa: PLC0415
-    from prometheus_client import start_http_server  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    from wsgiref.simple_server import make_server  # noqa: PLC0415
 
-    start_http_server(port, addr=addr)
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader  # noqa: PLC0415
+    from prometheus_client.exposition import (  # noqa: PLC0415
+        ThreadingWSGIServer,
+        _SilentHandler,
+        make_wsgi_app,
+    )
+
+    metrics_app = make_wsgi_app()
+    paths = dict(probes or {})
+
+    def app(environ, start_response):
+        probe = paths.get(environ.get("PATH_INFO", ""))
+        if probe is None:
+            return metrics_app(environ, start_response)
+        holds, why = probe()
+        start_response(
+            "200 OK" if holds else "503 Service Unavailable",
+            [("Content-Type", "text/plain; charset=utf-8")],
+        )
+        return [(why + "\n").encode()]
+
+    server = make_server(addr, port, app, ThreadingWSGIServer, handler_class=_SilentHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     return RuntimeMetrics(PrometheusMetricReader())

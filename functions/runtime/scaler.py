@@ -13,6 +13,12 @@ ScaledObject's own name) in the ScaledObject's namespace. Its metric is the floo
 target of 1, so the HPA asks for exactly `floor` replicas from this trigger; any other
 outcome is 0, "no influence". The one error is UNAVAILABLE while the cache has never
 been filled: KEDA then keeps its last decision instead of scaling on a guess.
+
+Health (grpc.health.v1): the overall service ("") and `externalscaler.ExternalScaler`
+are NOT_SERVING until that cache has been filled, then SERVING — the readiness probe;
+`liveness` is SERVING while the process serves. It is on the scaler's port (for TLS
+clients) and on a plaintext port of its own (`serve_health`): kubelet's gRPC probe speaks
+no TLS, and that port serves nothing but health.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from functions.common.contracts import (
     API_VERSION,
     AUTOSCALING_GROUP,
     HUB_LEASE_NAME,
+    SCALER_LIVENESS_SERVICE,
     SYSTEM_NAMESPACE,
 )
 from functions.runtime.proto import stubs
@@ -42,6 +49,7 @@ from functions.runtime.scaler_core import HubLeaseCopy, ServedFloor, served_floo
 log = logging.getLogger("modelplane.scaler")
 
 pb, pb_grpc = stubs()
+health_pb, health_grpc = stubs("health")
 
 METRIC_NAME = "modelplane-floor"
 METADATA_POLICY = "policy"
@@ -274,6 +282,46 @@ class FloorScaler(pb_grpc.ExternalScalerServicer):
         )
 
 
+SCALER_SERVICE = "externalscaler.ExternalScaler"
+
+
+class Health(health_grpc.HealthServicer):
+    """grpc.health.v1 over the scaler's cache: ready once filled, live while serving."""
+
+    def __init__(self, cache: MemberCache, watch_seconds: float = DEFAULT_RECHECK) -> None:
+        self.cache = cache
+        self.watch_seconds = watch_seconds
+
+    def status(self, service: str) -> int | None:
+        serving = health_pb.HealthCheckResponse.SERVING
+        if service == SCALER_LIVENESS_SERVICE:
+            return serving
+        if service in {"", SCALER_SERVICE}:
+            return serving if self.cache.synced else health_pb.HealthCheckResponse.NOT_SERVING
+        return None
+
+    def Check(self, request, context):
+        status = self.status(request.service)
+        if status is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return health_pb.HealthCheckResponse(status=status)
+
+    def Watch(self, request, context):
+        last = None
+        context.add_callback(self.cache.wake)
+        while context.is_active():
+            status = self.status(request.service)
+            if status is None:
+                status = health_pb.HealthCheckResponse.SERVICE_UNKNOWN
+            if status != last:
+                last = status
+                yield health_pb.HealthCheckResponse(status=status)
+            _, _, generation = self.cache.snapshot("", "")
+            self.cache.wait_for_change(
+                generation, self.watch_seconds, gone=lambda: not context.is_active()
+            )
+
+
 def tls_credentials(cert_dir: Path) -> grpc.ServerCredentials:
     """tls.crt and tls.key serve TLS; with ca.crt, clients must present a cert it signed
     (the trigger's TriggerAuthentication: caCert, tlsClientCert, tlsClientKey)."""
@@ -296,10 +344,20 @@ def serve(
     # Each open StreamIsActive holds a worker thread while it waits for changes.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_streams + 8))
     pb_grpc.add_ExternalScalerServicer_to_server(scaler, server)
+    health_grpc.add_HealthServicer_to_server(Health(scaler.cache), server)
     if credentials is None:
         port = server.add_insecure_port(address)
     else:
         port = server.add_secure_port(address, credentials)
+    server.start()
+    return server, port
+
+
+def serve_health(cache: MemberCache, address: str) -> tuple[grpc.Server, int]:
+    """Health alone, in plaintext, on a server of its own (kubelet's gRPC probe)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    health_grpc.add_HealthServicer_to_server(Health(cache), server)
+    port = server.add_insecure_port(address)
     server.start()
     return server, port
 

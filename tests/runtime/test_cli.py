@@ -22,7 +22,7 @@ from functions.runtime.scaler import METRIC_NAME
 from tests.runtime.cluster import free_port
 from tests.runtime.conftest import FAST, wait_for
 from tests.runtime.test_election import SLACK, _lease
-from tests.runtime.test_scaler import Member, in_seconds, pb, pb_grpc
+from tests.runtime.test_scaler import Member, _health, in_seconds, pb, pb_grpc
 
 ENTRYPOINT = [sys.executable, "-m", "functions.entrypoint", "runtime"]
 TIMING_FLAGS = [
@@ -145,7 +145,7 @@ def test_scaler_process_serves_the_floor_stamped_with_the_lease_term(fleet, proc
     writer.lease(holder="member-0/agent-0", token="term-cli")
     writer.policy()
     kubeconfig = _kubeconfig(member, fleet.root)
-    port = free_port()
+    port, health_port = free_port(), free_port()
     processes.append(
         subprocess.Popen(
             [
@@ -154,6 +154,7 @@ def test_scaler_process_serves_the_floor_stamped_with_the_lease_term(fleet, proc
                 f"--cluster={member.name}",
                 f"--kubeconfig={kubeconfig}",
                 f"--listen=127.0.0.1:{port}",
+                f"--health-listen=127.0.0.1:{health_port}",
                 "--metrics-port=0",
             ],
         )
@@ -173,8 +174,15 @@ def test_scaler_process_serves_the_floor_stamped_with_the_lease_term(fleet, proc
         except grpc.RpcError:
             return None
 
+    def health() -> str | None:
+        try:
+            return _health(health_port)
+        except grpc.RpcError:
+            return None
+
     try:
         assert wait_for(lambda: served() == 3, 15)
+        assert health() == "SERVING"  # the readiness probe's answer once the cache is filled
     finally:
         channel.close()
         writer.api.close()

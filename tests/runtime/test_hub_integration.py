@@ -40,7 +40,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
 from functions.common.health import health_record_name
-from functions.runtime.acting import FIELD_MANAGER, Actor
+from functions.runtime.acting import FIELD_MANAGER, Actor, LeaseCopy
 from functions.runtime.agent import Agent, AgentConfig, ElectionRole
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent
@@ -471,7 +471,14 @@ def test_route_weights_are_owned_by_the_hub_and_the_rest_by_the_composition(flee
         )
     apply(api, ROUTE_PATH, route_object(names), COMPOSITION_MANAGER)
 
-    actor = Actor({member.name: api}, member.name, "member-0/agent-0", lambda: "t")
+    # Fencing is test_fencing's; here this member's Lease copy names the hub.
+    actor = Actor(
+        {member.name: api},
+        member.name,
+        "member-0/agent-0",
+        lambda: "t",
+        lease_reader=lambda _: LeaseCopy("member-0/agent-0", "t"),
+    )
     assert actor.write_route_weights(member.name, NS, ROUTE, {"member-0": 70, "member-1": 30})
     route = get(api, ROUTE_PATH)
     assert [r["weight"] for r in route["spec"]["rules"][0]["backendRefs"]] == [70, 30]
@@ -738,6 +745,62 @@ def test_borrowed_floors_survive_a_hub_change(running):
     assert floor >= 3  # the floor the old hub raised, carried on from its status.fleet
 
 
+def test_a_new_hub_completes_the_outcome_lines_of_its_predecessors_decision(running):
+    """A failover mid-decision: the old hub decides (AddCapacity), writes its first
+    outcome line at most, and crashes; the new hub continues from status.fleet and
+    writes the rest — every checkpoint once, none twice."""
+    world, names = running.world, running.names
+    assert wait_for(running.elections.hubs, 15), "no hub"
+    assert wait_for(lambda: all(running.status(n).get("report") for n in names), 15)
+    time.sleep(2)
+    world.total_demand = 70.0
+
+    def added() -> dict | None:
+        return next(
+            (
+                x
+                for x in running.lines()
+                if x["kind"] == "decision" and "AddCapacity" in x["action"] and x["applied"]
+            ),
+            None,
+        )
+
+    decision = wait_for(added, 30)
+    assert decision, running.summary()
+    old_hub = decision["hub"].split("/")[0]
+    running.crash(old_hub)
+    decided_at = time.monotonic()
+
+    # The intent says which decision added the floor.
+    intent = running.status("member-1").get("intent") or {}
+    assert intent.get("decisionId") == decision["decisionId"], (intent, decision)
+
+    def outcomes() -> list[tuple[str, int]]:
+        return sorted(
+            (member, x["afterSeconds"])
+            for member, log in running.logs.items()
+            for x in map(json.loads, filter(str.strip, log.getvalue().splitlines()))
+            if x["kind"] == "outcome" and x["decisionId"] == decision["decisionId"]
+        )
+
+    complete = wait_for(lambda: sorted(a for _, a in outcomes()) == [1, 3, 8], 30)
+    assert complete, (outcomes(), running.summary())
+    measured("crash to the predecessor's last outcome line", time.monotonic() - decided_at)
+    by_new_hub = [a for member, a in outcomes() if member != old_hub]
+    assert 8 in by_new_hub, outcomes()  # the final line came from the new hub
+    final = next(
+        x
+        for x in running.lines()
+        if x["kind"] == "outcome" and x["decisionId"] == decision["decisionId"] and x["final"]
+    )
+    assert set(final["clusters"]) == set(names)
+    # The new hub's memory names the decisions it follows and the recent ones.
+    fleet = next(
+        f for n in names if (f := running.status(n).get("fleet")) and f["hub"] != decision["hub"]
+    )
+    assert decision["decisionId"] in [r["decisionId"] for r in fleet["recent"]]
+
+
 @pytest.mark.parametrize("running", ["shadow"], indirect=True)
 def test_shadow_simulates_the_plan_in_status_fleet_and_writes_nothing_else(running):
     world, names = running.world, running.names
@@ -933,6 +996,12 @@ def test_the_shipped_agent_command_reports_and_logs_decisions(fleet, tmp_path):
         assert samples["plumb_fleet_members_out_of_sync"].endswith(" 0.0")
         assert samples["plumb_hub_step_errors_total"].endswith(" 0.0")
         assert 'action="Escalate"' in samples["plumb_hub_decisions_total"]
+
+        # The probes the composed Deployment uses, beside /metrics.
+        for path in ("/healthz", "/readyz"):
+            url = f"http://127.0.0.1:{metrics_port}{path}"
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                assert (answer.status, answer.read()) == (200, b"ok\n"), path
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(15)

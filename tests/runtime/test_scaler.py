@@ -21,6 +21,7 @@ from functions.common.contracts import (
     API_VERSION,
     AUTOSCALING_GROUP,
     HUB_LEASE_NAME,
+    SCALER_LIVENESS_SERVICE,
     SYSTEM_NAMESPACE,
 )
 from functions.runtime.election_core import LeaseRecord
@@ -28,15 +29,18 @@ from functions.runtime.kube import lease_body
 from functions.runtime.proto import stubs
 from functions.runtime.scaler import (
     METRIC_NAME,
+    SCALER_SERVICE,
     FloorScaler,
     MemberCache,
     serve,
+    serve_health,
     tls_credentials,
     wait_synced,
 )
 from tests.runtime.conftest import POLICY_NAMESPACE, POLICY_PLURAL, measured, wait_for
 
 pb, pb_grpc = stubs()
+health_pb, health_grpc = stubs("health")
 
 HUB = "member-1/agent-0"
 TOKEN = "term-a"
@@ -395,4 +399,48 @@ def test_tls_with_client_certificates_from_the_trigger_authentication(fleet, tmp
             pb_grpc.ExternalScalerStub(channel).IsActive(ref, timeout=5)
     finally:
         server.stop(grace=None)
+        cache.stop()
+
+
+# --- health: what kubelet's gRPC probes ask ------------------------------------------
+
+
+def _health(port: int, service: str = "") -> str:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_grpc.HealthStub(channel)
+        answer = stub.Check(health_pb.HealthCheckRequest(service=service), timeout=5)
+        return health_pb.HealthCheckResponse.ServingStatus.Name(answer.status)
+
+
+def test_health_is_not_serving_until_the_cache_is_filled_then_serving(fleet):
+    """Readiness ("" and the scaler's service) follows the cache; liveness does not. The
+    API server is frozen first, so the cache cannot fill until it thaws."""
+    member = fleet.members[0]
+    member.freeze()
+    cache = MemberCache(member.client(), request_timeout=2.0).start()
+    scaler_server, scaler_port = serve(FloorScaler(cache, member.name), "127.0.0.1:0")
+    health_server, health_port = serve_health(cache, "127.0.0.1:0")
+    try:
+        for port in (health_port, scaler_port):
+            assert _health(port) == "NOT_SERVING"
+            assert _health(port, SCALER_SERVICE) == "NOT_SERVING"
+            assert _health(port, SCALER_LIVENESS_SERVICE) == "SERVING"
+        with pytest.raises(grpc.RpcError) as unknown:
+            _health(health_port, "something.Else")
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+        # The health port serves health alone: the floors stay behind the scaler's port.
+        with grpc.insecure_channel(f"127.0.0.1:{health_port}") as channel:
+            with pytest.raises(grpc.RpcError) as floors:
+                pb_grpc.ExternalScalerStub(channel).IsActive(
+                    pb.ScaledObjectRef(name=POLICY, namespace=POLICY_NAMESPACE), timeout=5
+                )
+            assert floors.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+        member.thaw()
+        assert wait_for(lambda: _health(health_port) == "SERVING", 20)
+        assert _health(scaler_port, SCALER_SERVICE) == "SERVING"
+    finally:
+        member.restore()
+        health_server.stop(grace=None)
+        scaler_server.stop(grace=None)
         cache.stop()

@@ -43,6 +43,7 @@ class Member:
     safe_pressure: float | None = 9.0
     latency: float | None = None
     reports: bool = True  # False: its agent stopped (the report goes stale)
+    launch_fails: bool = False  # True: its NodePools launch nothing (the cloud is out)
     spec_hash: str | None = None  # set to diverge from the hub's copy
     replicas: list[Replica] = field(default_factory=list)
 
@@ -108,7 +109,7 @@ class World:
             extra = len(m.replicas) - m.own
             if extra < m.static_room:
                 at = self.now
-            elif extra < m.static_room + m.headroom:
+            elif extra < m.static_room + m.headroom and not m.launch_fails:
                 at = self.now + m.launch_seconds
             else:
                 at = None

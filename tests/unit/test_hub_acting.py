@@ -11,13 +11,15 @@ import io
 import json
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from functions.common.contracts import ANNOTATION_FENCING_TOKEN
 from functions.runtime.acting import FIELD_MANAGER, Actor, LeaseCopy, NotHub, weighted_rules
 from functions.runtime.agent import Agent, AgentConfig, FixedRole
 from functions.runtime.decision_log import DecisionLog
-from functions.runtime.hub_metrics import HubMetrics
+from functions.runtime.hub_metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics
 from functions.runtime.policy import Policy, PolicySpec, rfc3339, spec_hash
 from functions.runtime.report_core import Report
 
@@ -58,6 +60,8 @@ class FakeApi:
             if path.endswith("/adaptivepolicies"):
                 held = self.objects.get(POLICY_PATH)
                 return FakeResponse({"items": [copy.deepcopy(held)] if held else []})
+            if path not in self.objects:
+                raise ApiException(status=404, reason="Not Found")
             return FakeResponse(copy.deepcopy(self.objects[path]))
         self.writes.append((method, path, body, query))
         return FakeResponse({})
@@ -128,8 +132,9 @@ ROUTE = {
 }
 
 
-def fleet(mode: str, holder="home/agent-0", token="t1"):
-    """A hub on `home`; `home` has been short long enough; `helper` has static room."""
+def fleet(mode: str, holder="home/agent-0", token="t1", helper_holder=None):
+    """A hub on `home`; `home` has been short long enough; `helper` has static room.
+    `helper_holder` is whom helper's Lease copy names, when not the same as home's."""
     short_since = rfc3339(NOW - 300)
     home = FakeApi(
         {
@@ -155,26 +160,41 @@ def fleet(mode: str, holder="home/agent-0", token="t1"):
             POLICY_PATH: policy_object(
                 mode, {"report": report("helper", static_room=4, pressure=1.0)}
             ),
-            LEASE_PATH: lease(holder, token),
+            LEASE_PATH: lease(helper_holder or holder, token),
             ROUTE_PATH: ROUTE,
         }
     )
     return home, helper
 
 
-def run_hub_step(mode: str, **lease_kw):
+def run_hub_step(mode: str, reader: InMemoryMetricReader | None = None, **lease_kw):
     home, helper = fleet(mode, **lease_kw)
     stream = io.StringIO()
+    provider = MeterProvider(metric_readers=[reader] if reader else [])
     agent = Agent(
         AgentConfig(cluster="home"),
         {"home": home, "helper": helper},
         FixedRole("home/agent-0", True, "t1"),
-        HubMetrics(MeterProvider().get_meter("test")),
+        HubMetrics(provider.get_meter("test")),
         DecisionLog(stream),
         clock=lambda: NOW,
     )
     agent.hub_step(NOW)
     return home, helper, [json.loads(x) for x in stream.getvalue().splitlines()]
+
+
+def step_errors(reader: InMemoryMetricReader) -> int:
+    data = reader.get_metrics_data()
+    return int(
+        sum(
+            point.value
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for metric in sm.metrics
+            if metric.name == HUB_STEP_ERRORS_TOTAL
+            for point in metric.data.data_points
+        )
+    )
 
 
 def test_shadow_writes_nothing_but_the_hubs_status_fleet():
@@ -200,6 +220,7 @@ def test_auto_writes_fenced_intents_weights_and_an_event():
                     "hub": "home/agent-0",
                     "fencingToken": "t1",
                     "expires": rfc3339(NOW + 300),
+                    "decisionId": lines[0]["decisionId"],  # the decision that added it
                 }
             }
         }
@@ -218,13 +239,28 @@ def test_auto_writes_fenced_intents_weights_and_an_event():
     assert lines[0]["applied"] is True
 
 
-def test_a_lease_copy_naming_another_hub_stops_the_intent_and_warns():
-    home, helper, lines = run_hub_step("auto", holder="helper/agent-1", token="t9")
-    assert not [p for _, p, _, _ in helper.writes if p == POLICY_PATH + "/status"]
+def test_a_lease_copy_naming_another_hub_stops_the_intent_and_the_weights_and_warns():
+    reader = InMemoryMetricReader()
+    home, helper, lines = run_hub_step("auto", reader, helper_holder="helper/agent-1")
+    assert helper.writes == []  # neither the intent nor the route's weights
+    assert [p for _, p, _, _ in home.writes if p == ROUTE_PATH]  # home's copy names it
     assert lines[0]["applied"] is False
-    assert "does not hold the hub lease" in lines[0]["error"]
+    assert lines[0]["error"].count("helper: does not hold the hub lease") == 2
+    assert step_errors(reader) == 2
     events = [b for m, p, b, _ in home.writes if p == "/api/v1/namespaces/ml/events"]
     assert events[0]["type"] == "Warning"
+
+
+def test_a_hub_deposed_everywhere_writes_nothing_at_all():
+    reader = InMemoryMetricReader()
+    home, helper, lines = run_hub_step("auto", reader, holder="helper/agent-1", token="t9")
+    # No intent, weight, memory or Event anywhere.
+    assert home.writes == []
+    assert helper.writes == []
+    assert lines[0]["applied"] is False
+    # The intent, the two routes, the Events and status.fleet: each refused, each counted.
+    assert lines[0]["error"].count("does not hold the hub lease") == 5
+    assert step_errors(reader) == 5
 
 
 @pytest.mark.parametrize(
@@ -242,6 +278,23 @@ def test_an_intent_is_written_only_under_this_hubs_current_term(copy_, term):
     policy = Policy(namespace="ml", name="llm", spec=PolicySpec.model_validate(SPEC))
     with pytest.raises(NotHub, match="does not hold the hub lease"):
         actor.write_intent("m", policy, 3, 1, NOW)
+    assert api.writes == []
+
+
+@pytest.mark.parametrize(
+    ("copy_", "term"),
+    [
+        (LeaseCopy("other/agent", "t1"), "t1"),
+        (LeaseCopy("home/agent-0", "t0"), "t1"),
+        (LeaseCopy("home/agent-0", "t1"), ""),
+    ],
+    ids=["other-holder", "other-term", "no-term"],
+)
+def test_route_weights_are_written_only_under_this_hubs_current_term(copy_, term):
+    api = FakeApi({ROUTE_PATH: ROUTE})
+    actor = Actor({"m": api}, "m", "home/agent-0", lambda: term, lease_reader=lambda _: copy_)
+    with pytest.raises(NotHub, match="does not hold the hub lease"):
+        actor.write_route_weights("m", "ml", "llm", {"home": 0, "llm-helper": 100})
     assert api.writes == []
 
 
@@ -298,3 +351,102 @@ def test_a_hub_without_its_own_copy_anchors_on_the_first_member_that_has_one():
     agent.hub_step(NOW)
     assert written_fleet(helper)["hub"] == "third/agent-0"  # "helper" sorts first
     assert third.writes == []
+
+
+def _keep_written_fleet(api: FakeApi) -> None:
+    """What the API server would do with the hub's status.fleet merge patch."""
+    for _, path, body, _ in api.writes:
+        if path == POLICY_PATH + "/status" and "fleet" in body["status"]:
+            api.objects[POLICY_PATH]["status"]["fleet"] = copy.deepcopy(body["status"]["fleet"])
+    api.writes.clear()
+
+
+def test_a_new_hub_writes_the_outcome_lines_its_predecessor_still_owed():
+    home, helper = fleet("auto")
+    old_log, new_log = io.StringIO(), io.StringIO()
+
+    def hub(cluster: str, stream, at: float) -> Agent:
+        return Agent(
+            AgentConfig(cluster=cluster),
+            {"home": home, "helper": helper},
+            FixedRole(f"{cluster}/agent-0", True, "t1"),
+            HubMetrics(MeterProvider().get_meter("test")),
+            DecisionLog(stream),
+            clock=lambda: at,
+        )
+
+    hub("home", old_log, NOW).hub_step(NOW)
+    decision = json.loads(old_log.getvalue().splitlines()[0])
+    _keep_written_fleet(home)
+    memory = home.objects[POLICY_PATH]["status"]["fleet"]
+    assert [f["decisionId"] for f in memory["following"]] == [decision["decisionId"]]
+    assert memory["following"][0]["checkpoints"] == [60, 300, 900]
+    assert memory["recent"][0]["action"] == decision["action"]
+    helper_entry = next(c for c in memory["clusters"] if c["name"] == "helper")
+    assert helper_entry["decisionId"] == decision["decisionId"]
+
+    # The old hub is gone; the new one (on helper, its own copy without a fleet yet)
+    # continues from home's status.fleet.
+    for api in (home, helper):
+        api.objects[LEASE_PATH] = lease("helper/agent-0", "t1")
+    new_hub = hub("helper", new_log, NOW)
+    for at in (NOW + 60, NOW + 300, NOW + 900, NOW + 960):
+        for api in (home, helper):
+            api.objects[POLICY_PATH]["status"]["report"]["time"] = rfc3339(at - 5)
+        new_hub.hub_step(at)
+        _keep_written_fleet(helper)
+    outcomes = [
+        json.loads(x)
+        for x in new_log.getvalue().splitlines()
+        if json.loads(x)["kind"] == "outcome"
+        and json.loads(x)["decisionId"] == decision["decisionId"]
+    ]
+    assert [(o["afterSeconds"], o["final"]) for o in outcomes] == [
+        (60, False),
+        (300, False),
+        (900, True),
+    ]
+    following = helper.objects[POLICY_PATH]["status"]["fleet"]["following"]
+    assert decision["decisionId"] not in [f["decisionId"] for f in following]
+
+
+def test_a_hub_whose_memory_write_is_refused_writes_no_outcome_line():
+    home, helper = fleet("shadow")
+    stream = io.StringIO()
+    agent = Agent(
+        AgentConfig(cluster="home"),
+        {"home": home, "helper": helper},
+        FixedRole("home/agent-0", True, "t1"),
+        HubMetrics(MeterProvider().get_meter("test")),
+        DecisionLog(stream),
+        clock=lambda: NOW,
+    )
+    agent.hub_step(NOW)
+    _keep_written_fleet(home)
+    home.objects[LEASE_PATH] = lease("helper/agent-0", "t2")  # deposed meanwhile
+    agent.hub_step(NOW + 60)
+    kinds = [json.loads(x)["kind"] for x in stream.getvalue().splitlines()]
+    assert "outcome" not in kinds  # the 60 s line is the next hub's to write
+    assert home.writes == []
+
+
+def test_the_agent_is_ready_while_it_reads_its_member_and_live_while_its_loop_turns():
+    home, helper = fleet("auto")
+    agent = Agent(
+        AgentConfig(cluster="home", report_interval=30.0),
+        {"home": home, "helper": helper},
+        FixedRole("home/agent-0", True, "t1"),
+        HubMetrics(MeterProvider().get_meter("test")),
+        DecisionLog(io.StringIO()),
+        clock=lambda: NOW,
+    )
+    assert agent.live(NOW)[0] is False  # the loop has not turned yet
+    assert agent.ready(NOW)[0] is False
+    agent.ticked_at = NOW
+    agent.report_step(NOW)
+    assert agent.live(NOW + 60) == (True, "ok")
+    assert agent.ready(NOW + 60) == (True, "ok")
+    ready, why = agent.ready(NOW + 91)  # three report intervals without an answer
+    assert not ready
+    assert "own API server" in why
+    assert agent.live(NOW + 121)[0] is False

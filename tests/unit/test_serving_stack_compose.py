@@ -147,9 +147,14 @@ def test_the_embedded_crd_is_the_apis_file():
 def test_the_runtime_uses_the_shared_names():
     composed = runtime_hosting.runtime_hosting(Target("a", "a"), "img", [])
     manifests = [c.resource["spec"]["forProvider"]["manifest"] for c in composed]
-    service = next(m for m in manifests if m["kind"] == "Service")
-    assert service["metadata"]["name"] == contracts.SCALER_SERVICE_NAME
-    assert service["metadata"]["namespace"] == contracts.SYSTEM_NAMESPACE
+    services = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "Service"}
+    assert set(services) == {contracts.SCALER_SERVICE_NAME, contracts.AGENT_SERVICE_NAME}
+    assert {s["metadata"]["namespace"] for s in services.values()} == {contracts.SYSTEM_NAMESPACE}
+    # Both components have a metrics Service (what a scrape targets).
+    for service in services.values():
+        assert {"name": "metrics", "port": contracts.METRICS_PORT, "targetPort": "metrics"} in (
+            service["spec"]["ports"]
+        )
 
 
 def _grants(rules: list[dict], group: str, resource: str, verb: str) -> bool:
