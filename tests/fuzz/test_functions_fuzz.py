@@ -267,7 +267,7 @@ def test_model_deployment_answers_a_broken_deployment(data):
 # --- compose-serving-stack --------------------------------------------------------------
 
 DESTINATION = _load(EXAMPLES / "telemetrydestinations" / "fleet.yaml")
-MAPPINGS = [_load(p) for p in sorted((REPO / "apis/metricmappings/builtin").glob("*.yaml"))]
+MAPPINGS = [_load(p) for p in sorted((REPO / "functions/common/builtin_mappings").glob("*.yaml"))]
 
 
 def _stack_request(xr: dict, destination: dict, mappings: list[dict], peers: list[dict]):
