@@ -8,9 +8,9 @@ read without a CRD, and the agent needs no more than `configmaps` RBAC in the na
 it serves.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from functions.common.naming import dns_label
 
@@ -45,6 +45,26 @@ class HealthRecord:
             KEY_LAST_ERROR: self.last_error,
             KEY_OBSERVED_AT: self.observed_at,
         }
+
+    def to_status(self) -> dict[str, Any]:
+        """The record as a ModelReplica's status.health carries it (the count a number)."""
+        return {**self.to_data(), KEY_CONSECUTIVE_START_FAILURES: self.consecutive_start_failures}
+
+    @classmethod
+    def from_status(
+        cls, status: Mapping[str, Any], count: Callable[[Any, str], int]
+    ) -> "HealthRecord":
+        """Read a ModelReplica's status.health; `count` reads the failure count the way
+        the caller treats a malformed number (refuse with the field's path, or read 0)."""
+        return cls(
+            definition_hash=str(status.get(KEY_DEFINITION_HASH, "")),
+            consecutive_start_failures=count(
+                status.get(KEY_CONSECUTIVE_START_FAILURES),
+                f"status.health.{KEY_CONSECUTIVE_START_FAILURES}",
+            ),
+            last_error=str(status.get(KEY_LAST_ERROR, "")),
+            observed_at=str(status.get(KEY_OBSERVED_AT, "")),
+        )
 
     @classmethod
     def from_data(cls, data: dict[str, str]) -> "HealthRecord":

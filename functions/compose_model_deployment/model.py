@@ -524,16 +524,7 @@ def _read_holding(mr: dict) -> Holding:
                 )
             )
     raw_health = status.get("health")
-    health = None
-    if raw_health:
-        health = HealthRecord(
-            definition_hash=str(raw_health.get("definitionHash", "")),
-            consecutive_start_failures=_count(
-                raw_health.get("consecutiveStartFailures"), "status.health.consecutiveStartFailures"
-            ),
-            last_error=str(raw_health.get("lastError", "")),
-            observed_at=str(raw_health.get("observedAt", "")),
-        )
+    health = HealthRecord.from_status(raw_health, _count) if raw_health else None
     namespace = str(meta.get("namespace", ""))
     name = str(meta.get("name", ""))
     return Holding(

@@ -41,12 +41,7 @@ class ReplicaStatus:
     def to_status(self) -> dict:
         status: dict = {"readyReplicas": self.ready_replicas}
         if self.health is not None:
-            status["health"] = {
-                "definitionHash": self.health.definition_hash,
-                "consecutiveStartFailures": self.health.consecutive_start_failures,
-                "lastError": self.health.last_error,
-                "observedAt": self.health.observed_at,
-            }
+            status["health"] = self.health.to_status()
         return status
 
 

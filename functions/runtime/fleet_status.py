@@ -236,12 +236,7 @@ def _replica_failures(
         return 0, ""  # none yet, or mid-rollout of a new definition: nothing counted
     definition = definitions.pop()
     records = [
-        HealthRecord(
-            definition_hash=str(health.get("definitionHash", "")),
-            consecutive_start_failures=_int(health.get("consecutiveStartFailures")),
-            last_error=str(health.get("lastError", "")),
-            observed_at=str(health.get("observedAt", "")),
-        )
+        HealthRecord.from_status(health, lambda value, _path: _int(value))
         for r in replicas
         if (health := (r.get("status") or {}).get("health"))
     ]
