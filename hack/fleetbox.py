@@ -33,7 +33,6 @@ running detached (see hack/fleet.py).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import gzip
 import hashlib
@@ -56,11 +55,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "hack"))
 
-from kubernetes import client, dynamic  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
+from kubernetes import client  # noqa: E402
 
+from functions.common.conditions import TRUE, condition_status  # noqa: E402
 from functions.common.contracts import FUNCTIONS  # noqa: E402
+from render import module_for, tools_bin  # noqa: E402
 from tests.runtime.cluster import Member, _die_with_parent, free_port  # noqa: E402
 
 CROSSPLANE_NAMESPACE = "crossplane-system"
@@ -106,12 +107,6 @@ POLL_SECONDS = 0.25
 
 class FleetBoxError(RuntimeError):
     """The box could not start a part, or a part did not become ready in time."""
-
-
-def tools_bin() -> Path:
-    override = os.environ.get("MODELPLANE_TOOLS")
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return (Path(override) if override else cache / "modelplane" / "tools") / "bin"
 
 
 REQUIRED_TOOLS = (
@@ -246,21 +241,6 @@ def _free_port_on(host: str) -> int:
         return sock.getsockname()[1]
 
 
-def kubeconfig(server: str, ca_file: Path, token: str, name: str) -> dict[str, Any]:
-    """A kubeconfig with the CA and the token inline (provider-kubernetes ignores paths)."""
-    ca_data = base64.b64encode(ca_file.read_bytes()).decode()
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": name, "cluster": {"server": server, "certificate-authority-data": ca_data}}
-        ],
-        "users": [{"name": "admin", "user": {"token": token}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": "admin"}}],
-        "current-context": name,
-    }
-
-
 # --- the function packages ---------------------------------------------------------------
 
 
@@ -368,11 +348,7 @@ class FleetBox:
             list(pool.map(lambda c: c.wait_ready(), self.clusters))
         for cluster in self.clusters:
             path = cluster.workdir / "kubeconfig"
-            path.write_text(
-                yaml.safe_dump(
-                    kubeconfig(cluster.server, cluster.ca_file, cluster.token, cluster.name)
-                )
-            )
+            path.write_text(yaml.safe_dump(cluster.kubeconfig()))
             self.kubeconfigs[cluster.name] = path
         self.timings["api_servers"] = time.monotonic() - began
 
@@ -486,13 +462,12 @@ class FleetBox:
             host = f"127.0.0.{index + 2}"
             port = _free_port_on(host)
             certs = self.certs.pair(function, host, "serverAuth")
-            module = "functions." + function.removeprefix("function-").replace("-", "_") + ".main"
             process = Process(
                 function,
                 [
                     sys.executable,
                     "-m",
-                    module,
+                    module_for(function),
                     "--tls-server-certs-dir",
                     str(certs),
                     "--address",
@@ -632,7 +607,7 @@ class FleetBox:
         documents = []
         targets = {**self.members, CONTROL_PLANE_CONFIG: self.control}
         for name, cluster in targets.items():
-            config = kubeconfig(cluster.server, cluster.ca_file, cluster.token, cluster.name)
+            config = cluster.kubeconfig()
             if name in self.members:
                 # What the platform team provides for each member's peers (README: the
                 # runtime): a kubeconfig peers' agents reach it with. A real one is
@@ -718,9 +693,6 @@ class FleetBox:
             return []
         return json.loads(result.stdout)["items"]
 
-    def dynamic(self, cluster: str = "control-plane") -> dynamic.DynamicClient:
-        return dynamic.DynamicClient(self.api(cluster))
-
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.tail()}" for p in self.processes.values())
 
@@ -742,7 +714,7 @@ def conditions(resource: dict) -> dict[str, dict]:
 
 
 def is_true(resource: dict, condition: str) -> bool:
-    return conditions(resource).get(condition, {}).get("status") == "True"
+    return condition_status(resource, condition) == TRUE
 
 
-__all__ = ["ApiException", "FleetBox", "FleetBoxError", "conditions", "is_true", "wait_for"]
+__all__ = ["FleetBox", "FleetBoxError", "conditions", "is_true", "wait_for"]

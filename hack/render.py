@@ -75,7 +75,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _module_for(function: str) -> str:
+def module_for(function: str) -> str:
     # function-compose-model-replica -> functions.compose_model_replica.main
     return "functions." + function.removeprefix("function-").replace("-", "_") + ".main"
 
@@ -129,7 +129,7 @@ class FunctionServers:
             [
                 sys.executable,
                 "-m",
-                _module_for(function),
+                module_for(function),
                 "--insecure",
                 "--address",
                 f"127.0.0.1:{port}",

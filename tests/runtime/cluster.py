@@ -14,6 +14,7 @@ SIGSTOP so requests hang in its socket and land when `thaw()` sends SIGCONT.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import os
@@ -85,6 +86,27 @@ class Member:
         """The API server's self-signed serving certificate (with its CA), valid for
         127.0.0.1."""
         return self.workdir / "certs" / "apiserver.crt"
+
+    def kubeconfig(self, namespace: str | None = None) -> dict:
+        """A kubeconfig for this member with the CA and the admin token inline (tools
+        such as provider-kubernetes ignore file paths in a kubeconfig)."""
+        context = {"cluster": self.name, "user": "admin"}
+        if namespace:
+            context["namespace"] = namespace
+        ca_data = base64.b64encode(self.ca_file.read_bytes()).decode()
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": self.name,
+                    "cluster": {"server": self.server, "certificate-authority-data": ca_data},
+                }
+            ],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": self.name, "context": context}],
+            "current-context": self.name,
+        }
 
     def client(self) -> client.ApiClient:
         """A new client for this member, with an admin token."""

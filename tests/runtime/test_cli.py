@@ -34,25 +34,7 @@ TIMING_FLAGS = [
 
 def _kubeconfig(member, directory) -> str:
     path = directory / f"{member.name}.kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": member.name,
-                        "cluster": {"server": member.server, "insecure-skip-tls-verify": True},
-                    }
-                ],
-                "users": [{"name": "admin", "user": {"token": member.token}}],
-                "contexts": [
-                    {"name": member.name, "context": {"cluster": member.name, "user": "admin"}}
-                ],
-                "current-context": member.name,
-            }
-        )
-    )
+    path.write_text(yaml.safe_dump(member.kubeconfig()))
     return str(path)
 
 

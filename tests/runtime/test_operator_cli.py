@@ -158,35 +158,7 @@ def control_plane(tmp_path_factory) -> Iterator[Member]:
 @pytest.fixture(scope="module")
 def kubeconfig(control_plane: Member, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("kubeconfig") / "config"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "control-plane",
-                        "cluster": {
-                            "server": control_plane.server,
-                            "certificate-authority": str(control_plane.ca_file),
-                        },
-                    }
-                ],
-                "users": [{"name": "admin", "user": {"token": control_plane.token}}],
-                "contexts": [
-                    {
-                        "name": "control-plane",
-                        "context": {
-                            "cluster": "control-plane",
-                            "user": "admin",
-                            "namespace": NAMESPACE,
-                        },
-                    }
-                ],
-                "current-context": "control-plane",
-            }
-        )
-    )
+    path.write_text(yaml.safe_dump(control_plane.kubeconfig(namespace=NAMESPACE)))
     return path
 
 
