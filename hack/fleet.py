@@ -122,7 +122,7 @@ def up() -> int:
         time.sleep(0.5)
     state, box = _box_from_state()
     print(f"started in {state['start_seconds']} s; applying examples/")
-    box.apply("control-plane", fleetbox.FleetBox.example_paths(box))
+    box.apply("control-plane", fleetbox.example_paths())
     _settle(box)
     return status()
 

@@ -230,6 +230,12 @@ def _tls_secret(function: str) -> str:
     return f"{function}-tls-server"
 
 
+def example_paths() -> list[Path]:
+    """The claims a user applies, in order: clusters and the destination, then models."""
+    kinds = ("inferenceclusters", "telemetrydestinations", "modeldeployments")
+    return [p for kind in kinds for p in sorted((REPO / "examples" / kind).glob("*.yaml"))]
+
+
 # --- the box ------------------------------------------------------------------------------
 
 
@@ -625,15 +631,8 @@ class FleetBox:
 
     # -- examples ------------------------------------------------------------------
 
-    def example_paths(self) -> list[Path]:
-        """The claims a user applies: clusters and the destination first, then models.
-        examples/modelreplicas are what compose-model-deployment composes (for `make
-        demo`), never applied by a user."""
-        kinds = ("inferenceclusters", "telemetrydestinations", "modeldeployments")
-        return [p for kind in kinds for p in sorted((REPO / "examples" / kind).glob("*.yaml"))]
-
     def apply_examples(self) -> None:
-        self.apply("control-plane", self.example_paths())
+        self.apply("control-plane", example_paths())
 
     # -- reading -------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet", "PodCliqueSet"}
 
 def _example_claims() -> list[tuple[str, str, str | None]]:
     found = []
-    for path in fleetbox.FleetBox.example_paths(None):
+    for path in fleetbox.example_paths():
         document = yaml.safe_load(path.read_text())
         found.append(
             (
