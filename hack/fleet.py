@@ -61,7 +61,7 @@ def serve() -> None:
         }))  # fmt: skip
         while not stop.wait(1.0):
             for process in box.processes.values():
-                if not process.alive():
+                if not process.running():
                     print(f"{process.name} exited; restarting it", flush=True)
                     process.start()
     finally:

@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -46,7 +47,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ from kubernetes import client  # noqa: E402
 from functions.common.conditions import TRUE, condition_status  # noqa: E402
 from functions.common.contracts import FUNCTIONS  # noqa: E402
 from render import module_for, tools_bin  # noqa: E402
-from tests.runtime.cluster import Member, Process, free_port  # noqa: E402
+from tests.runtime.cluster import Member, _die_with_parent, free_port  # noqa: E402
 
 CROSSPLANE_NAMESPACE = "crossplane-system"
 PACKAGE_REGISTRY = "ghcr.io/modelplaneai"
@@ -185,6 +186,53 @@ class Certificates:
 
 
 # --- processes -------------------------------------------------------------------------
+
+
+@dataclass
+class Process:
+    """One long-running process of the box, restartable with the same arguments."""
+
+    name: str
+    args: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    popen: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        environment = {**os.environ, **self.env}
+        self.popen = subprocess.Popen(
+            self.args,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=environment,
+            cwd=self.cwd,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - sets a signal and a group only
+        )
+
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        if not self.running():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def tail(self, lines: int = 30) -> str:
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _free_port_on(host: str) -> int:
@@ -442,7 +490,7 @@ class FleetBox:
 
     def wait_function(self, server: FunctionServer) -> None:
         def listening() -> bool:
-            if not server.process.alive():
+            if not server.process.running():
                 raise FleetBoxError(f"{server.function} exited:\n{server.process.tail()}")
             with socket.create_connection((server.host, server.port), timeout=0.5):
                 return True

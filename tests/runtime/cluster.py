@@ -61,54 +61,6 @@ def free_port() -> int:
 
 
 @dataclass
-class Process:
-    """A long-running child (a collector, Prometheus, a part of the fleet box) in its own
-    process group, dying with the process that started it; restartable as it was."""
-
-    name: str
-    args: list[str]
-    log: Path
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: Path | None = None
-    popen: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        environment = {**os.environ, **self.env}
-        self.popen = subprocess.Popen(
-            self.args,
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-            env=environment,
-            cwd=self.cwd,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - sets a signal and a group only
-        )
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def stop(self, grace: float = 15.0) -> None:
-        if not self.alive():
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def tail(self, lines: int = 30) -> str:
-        if not self.log.exists():
-            return ""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-@dataclass
 class Member:
     name: str
     workdir: Path

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -36,7 +38,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -56,7 +58,6 @@ from functions.compose_serving_stack.collector import (
 )
 from functions.compose_telemetry import gateway, rollup
 from tests.conftest import REPO, require_tool
-from tests.runtime.cluster import Process
 
 TOKEN = "fleet-token-for-the-live-test"
 TTFT = "modelplane_time_to_first_token"
@@ -148,6 +149,39 @@ class FakeEngine:
 
 
 # --- Processes ----------------------------------------------------------------------------
+
+
+@dataclass
+class Process:
+    name: str
+    args: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    popen: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.popen = subprocess.Popen(
+            self.args,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=os.environ | self.env,
+            start_new_session=True,
+        )
+
+    def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float, logs: Callable[[], str]):
