@@ -24,7 +24,14 @@ if [[ ${1:-} == --dir ]]; then
   exit 0
 fi
 
-log() { printf '[tools] %s\n' "$*" >&2; }
+# The step a tool is on, for the progress ticker (a cold build runs for many minutes).
+step_file=$(mktemp)
+ticker=
+trap 'rm -f "$step_file"; [[ -z $ticker ]] || kill "$ticker" 2>/dev/null || true' EXIT
+log() {
+  printf '[tools] %s\n' "$*" >&2
+  printf '%s' "$*" >"$step_file"
+}
 die() { printf '[tools] error: %s\n' "$*" >&2; exit 1; }
 
 # link NAME PATH: expose a built binary as $TOOLS_BIN/NAME.
@@ -80,7 +87,22 @@ wanted=("$@")
 [[ ${#wanted[@]} -gt 0 ]] || wanted=("${ALL_TOOLS[@]}")
 for tool in "${wanted[@]}"; do
   declare -F "install_$tool" >/dev/null || die "no such tool: $tool (known: ${ALL_TOOLS[*]})"
+  # While a tool installs, say every minute which step it is on and for how long, so a
+  # cold build never looks hung.
+  started_at=$SECONDS
+  printf '%s: checking' "$tool" >"$step_file"
+  (
+    while sleep "${MODELPLANE_TOOLS_TICK:-60}"; do
+      printf '[tools] … %s (%d s so far)\n' "$(cat "$step_file")" $((SECONDS - started_at)) >&2
+    done
+  ) &
+  ticker=$!
   "install_$tool"
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  ticker=
+  elapsed=$((SECONDS - started_at))
+  [[ $elapsed -lt 5 ]] || log "$tool ready after $elapsed s"
 done
 
 log "installed into $TOOLS_BIN:"
