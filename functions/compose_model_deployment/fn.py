@@ -337,6 +337,7 @@ class FunctionRunner(GuardedRunner):
                 replicas,
                 autoscaling=autoscaling,
                 unavailable=decided.unavailable,
+                fabrics=decided.fabrics.get(cluster.name, ()),
             )
             target = rsp.desired.resources[manifests.replica_key(cluster.name)].resource
             if first is None:

@@ -331,6 +331,9 @@ class Pool:
     profile: DeviceProfile
     fabrics: tuple[Fabric, ...]  # empty: the whole pool is one fabric
     taints: tuple[Taint, ...]
+    # The node label whose value names a node's fabric; "" when fabrics are not labelled
+    # (then nothing pins a multi-node replica's pods to its fabric).
+    fabric_label: str = ""
 
     @property
     def device_label(self) -> str:
@@ -429,6 +432,7 @@ def _read_cluster(ic: dict) -> Cluster:
                     Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
                     for t in raw.get("taints") or []
                 ),
+                fabric_label=str(raw.get("fabricNodeLabel") or ""),
             )
         )
     return Cluster(

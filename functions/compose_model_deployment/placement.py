@@ -10,6 +10,9 @@ racing for the last node never both give way: the younger one yields.
   large free blocks stay whole for multi-node replicas).
 - A multi-node replica (Leader + Workers) takes `worker.nodes + 1` whole free nodes of
   one fabric of one pool (the fabric with the fewest free nodes that still fits).
+- The fabrics a deployment's multi-node replicas take are recorded per cluster: the
+  ModelReplica pins their pods there (see the pool's `fabricNodeLabel`), so the scheduler
+  cannot split a gang across fabrics that placement counted as one.
 - One pool per cluster per deployment: its ModelReplica is per cluster.
 - Existing placements are kept while they still fit, their pool still matches, and no
   untolerated NoExecute taint moves them; NoSchedule only keeps new replicas off.
@@ -52,6 +55,9 @@ class Placement:
     cluster: str
     pool: str
     replicas: int
+    # The fabrics its multi-node replicas took (sorted; empty for single-node replicas
+    # or a pool without declared fabrics): what their pods are pinned to.
+    fabrics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,7 @@ class PlacementPlan:
 class PoolRoom:
     """Free whole nodes per fabric, nodes outside fabrics, and partly used nodes."""
 
-    __slots__ = ("fabric_free", "loose", "partial", "per_node")
+    __slots__ = ("fabric_free", "last_fabrics", "loose", "partial", "per_node")
 
     def __init__(self, pool: Pool) -> None:
         self.per_node = pool.per_node
@@ -99,6 +105,8 @@ class PoolRoom:
             self.loose = 0
         # partial[f]: nodes with f free devices, 0 < f < per_node.
         self.partial = [0] * (self.per_node + 1)
+        # The fabric each gang of the last successful take went to ("" for an undeclared one).
+        self.last_fabrics: tuple[str, ...] = ()
 
     def take(self, footprint: Footprint) -> bool:
         """Allocate one replica; False (and nothing taken) if it does not fit."""
@@ -106,12 +114,14 @@ class PoolRoom:
         loose = self.loose
         partial = self.partial[:]
         per_node = self.per_node
+        gang_fabrics = []
         for nodes in footprint.gangs:
             fits = [(free, name) for name, free in fabric_free.items() if free >= nodes]
             if not fits:
                 return False
             _free, name = min(fits)
             fabric_free[name] -= nodes
+            gang_fabrics.append(name)
         for devices in footprint.pods:
             if devices > per_node:
                 return False
@@ -131,6 +141,7 @@ class PoolRoom:
                     fabric_free[name] -= 1
                 partial[per_node - devices] += 1
         self.fabric_free, self.loose, self.partial = fabric_free, loose, partial
+        self.last_fabrics = tuple(gang_fabrics)
         return True
 
     def free_devices(self) -> int:
@@ -192,7 +203,9 @@ def place(
     placed, dropped_late = planner.count_holdings(holdings, kept, keep_counts)
     need = planner.fill(desired - sum(placed.values()), placed)
     placements = tuple(
-        Placement(name, planner.placed_pool[name], n) for name, n in sorted(placed.items()) if n
+        Placement(name, planner.placed_pool[name], n, planner.fabrics_of(name))
+        for name, n in sorted(placed.items())
+        if n
     )
     reason, nearest = ("", None) if need <= 0 else planner.diagnose()
     return PlacementPlan(placements, max(0, need), reason, tuple(dropped + dropped_late), nearest)
@@ -234,12 +247,20 @@ class _Planner:
         self.selected_names = {c.name for c in self.selected}
         self.rooms: dict[tuple[str, str], PoolRoom] = {}
         self.placed_pool: dict[str, str] = {}
+        self.placed_fabrics: dict[str, set[str]] = {}
         # Every ModelReplica of an autoscaled deployment lists all its clusters for the
         # AdaptivePolicy, which holds at most ADAPTIVE_POLICY_MAX_CLUSTERS of them.
         self.max_clusters = (
             contracts.ADAPTIVE_POLICY_MAX_CLUSTERS if deployment.autoscaling else len(clusters)
         )
         self.capped = False
+
+    def took(self, cluster: str, room: PoolRoom) -> None:
+        """Remember the fabrics one of our replicas just took on `cluster`."""
+        self.placed_fabrics.setdefault(cluster, set()).update(f for f in room.last_fabrics if f)
+
+    def fabrics_of(self, cluster: str) -> tuple[str, ...]:
+        return tuple(sorted(self.placed_fabrics.get(cluster, ())))
 
     def owns(self, h: Holding) -> bool:
         return h.namespace == self.deployment.namespace and h.deployment == self.deployment.name
@@ -324,6 +345,7 @@ class _Planner:
             want = keep_counts.get(h.cluster, 0)
             got = 0
             while got < want and room.take(self.footprint):
+                self.took(h.cluster, room)
                 got += 1
             self.placed_pool[h.cluster] = h.pool
             placed[h.cluster] = got
@@ -377,11 +399,15 @@ class _Planner:
         chosen = self.placed_pool.get(cluster.name)
         if chosen is not None:
             pool = cluster.pool(chosen)
-            return pool is not None and self.room(cluster, pool).take(self.footprint)
+            if pool is None or not self.room(cluster, pool).take(self.footprint):
+                return False
+            self.took(cluster.name, self.room(cluster, pool))
+            return True
         # The first replica on this cluster: the matching pool with the most free devices.
         for pool in sorted(pools, key=lambda p: (-self.room(cluster, p).free_devices(), p.name)):
             if self.room(cluster, pool).take(self.footprint):
                 self.placed_pool[cluster.name] = pool.name
+                self.took(cluster.name, self.room(cluster, pool))
                 return True
         return False
 

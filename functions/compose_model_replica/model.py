@@ -62,6 +62,8 @@ class NodePool(_Spec):
     name: str
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     driver: str = ""
+    fabric_node_label: str = Field(default="", alias="fabricNodeLabel")
+    fabrics: tuple[str, ...] = ()
 
 
 class DeviceRequest(_Spec):

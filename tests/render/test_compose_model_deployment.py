@@ -198,6 +198,18 @@ def test_an_unplaceable_model_says_what_was_missing_where(function_servers, tmp_
     assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
 
 
+def test_multi_node_replicas_name_the_fabrics_their_pods_are_pinned_to(function_servers, tmp_path):
+    _composite, replicas, _results, conds = _parts(
+        _render(function_servers, "fabric-pinned", tmp_path)
+    )
+    (only,) = replicas.values()
+    # Two 2-node replicas fill ib-a (4 nodes), the third opens ib-b.
+    assert only["spec"]["replicas"] == 3
+    assert only["spec"]["nodePool"]["fabricNodeLabel"] == "network.example.com/fabric"
+    assert only["spec"]["nodePool"]["fabrics"] == ["ib-a", "ib-b"]
+    assert conds[conditions.REPLICAS_SCHEDULED]["status"] == "True"
+
+
 @pytest.mark.parametrize(
     "example", sorted((render.REPO / "examples" / "modeldeployments").glob("*.yaml"))
 )
