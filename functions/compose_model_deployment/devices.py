@@ -93,4 +93,6 @@ def describe_mismatch(mismatch: Mismatch, profiles: list[DeviceProfile]) -> str:
         )
     if mismatch.error:
         return f"{mismatch.path}: {mismatch.error}"
-    return f"{mismatch.path}: no selected pool's devices satisfy {mismatch.selector!r}"
+    # A selector written as a YAML block carries line ends: quote it on one line.
+    selector = " ".join(mismatch.selector.split())
+    return f"{mismatch.path}: no selected pool's devices satisfy {selector!r}"

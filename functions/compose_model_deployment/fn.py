@@ -238,6 +238,10 @@ class FunctionRunner(GuardedRunner):
                 parking_enabled=deployment.parking.enabled,
             ),
         )
+        if plan.unplaceable or decision.is_parked:
+            # Its ModelReplicas at 0 replicas are themselves ready (nothing to wait for),
+            # so without this the deployment would read Ready while serving nothing.
+            rsp.desired.composite.ready = fnv1.Ready.READY_FALSE
         self.log.debug(
             "placed",
             composite=name,

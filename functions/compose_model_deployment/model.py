@@ -334,6 +334,7 @@ class Pool:
     # The node label whose value names a node's fabric; "" when fabrics are not labelled
     # (then nothing pins a multi-node replica's pods to its fabric).
     fabric_label: str = ""
+    cost_rank: int = 0  # lower is preferred when placement would otherwise tie
 
     @property
     def device_label(self) -> str:
@@ -433,6 +434,7 @@ def _read_cluster(ic: dict) -> Cluster:
                     for t in raw.get("taints") or []
                 ),
                 fabric_label=str(raw.get("fabricNodeLabel") or ""),
+                cost_rank=_int(raw.get("costRank"), f"{path}.costRank", default=0),
             )
         )
     return Cluster(

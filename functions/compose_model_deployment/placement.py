@@ -20,8 +20,11 @@ racing for the last node never both give way: the younger one yields.
 - An autoscaled deployment uses at most 100 clusters: each of its ModelReplicas carries
   the AdaptivePolicy member list, which holds no more.
 - New replicas spread before they pack: each goes to the cluster with the fewest of the
-  deployment's replicas that still has room (ties: a cluster it is already on, then the
-  first by name).
+  deployment's replicas that still has room. Ties go to a cluster it is already on, then
+  to the lowest declared `costRank` of the pool it would use, then to best fit (the pool
+  with the fewest free devices that still fits, so large pools stay whole), and only
+  then to the first by name. Within a cluster the first replica's pool is chosen the
+  same way (rank, then best fit).
 
 Pure and deterministic: inputs are sorted, nothing reads the clock, and the same input
 gives the same plan.
@@ -144,6 +147,16 @@ class PoolRoom:
         self.last_fabrics = tuple(gang_fabrics)
         return True
 
+    def fitting(self, footprint: Footprint, limit: int) -> int:
+        """How many more replicas would fit (at most `limit`), taking nothing."""
+        trial = PoolRoom.__new__(PoolRoom)
+        trial.per_node, trial.loose, trial.partial = self.per_node, self.loose, self.partial[:]
+        trial.fabric_free, trial.last_fabrics = dict(self.fabric_free), ()
+        count = 0
+        while count < limit and trial.take(footprint):
+            count += 1
+        return count
+
     def free_devices(self) -> int:
         whole = sum(self.fabric_free.values()) + self.loose
         return whole * self.per_node + sum(f * n for f, n in enumerate(self.partial[:-1]))
@@ -208,6 +221,8 @@ def place(
         if n
     )
     reason, nearest = ("", None) if need <= 0 else planner.diagnose()
+    # A selector written as a YAML block keeps its line ends; a reason is one line.
+    reason = " ".join(reason.split())
     return PlacementPlan(placements, max(0, need), reason, tuple(dropped + dropped_late), nearest)
 
 
@@ -377,25 +392,60 @@ class _Planner:
             if pools:
                 candidates[cluster.name] = (cluster, pools)
         # Ties go to a cluster the deployment is already on (its ModelReplica stays
-        # rather than one being deleted and another created), then by name.
-        heap = [(placed.get(name, 0), name not in placed, name) for name in candidates]
+        # rather than one being deleted and another created), then to the cheaper and
+        # tighter pool, and only then by name.
+        heap = []
+        for name, (cluster, pools) in candidates.items():
+            preference = self.preference(cluster, pools, need)
+            if preference is not None:
+                heap.append((placed.get(name, 0), name not in placed, *preference, name))
         heapq.heapify(heap)
         in_use = {name for name, n in placed.items() if n}
         while need > 0 and heap:
-            count, _fresh, name = heapq.heappop(heap)
+            count, _fresh, _rank, _free, name = heapq.heappop(heap)
             if name not in in_use and len(in_use) >= self.max_clusters:
                 self.capped = True
                 continue  # an autoscaled deployment's member list is full
             cluster, pools = candidates[name]
-            if not self.take_one(cluster, pools):
+            if not self.take_one(cluster, pools, need):
                 continue  # full: the cluster leaves the heap
             in_use.add(name)
             placed[name] = count + 1
             need -= 1
-            heapq.heappush(heap, (count + 1, False, name))
+            preference = self.preference(cluster, pools, need)
+            if preference is not None:
+                heapq.heappush(heap, (count + 1, False, *preference, name))
         return need
 
-    def take_one(self, cluster: Cluster, pools: list[Pool]) -> bool:
+    def usable_pools(self, cluster: Cluster, pools: list[Pool], need: int) -> list[Pool]:
+        """The pools one more replica could go to on this cluster, best first: the
+        deployment's pool there once it has one. Else by cost rank, then best fit: the
+        smallest pool that holds all `need` replicas still to place (one pool per cluster
+        per deployment, so a pool that fits only the first would cap the rest), else the
+        one that holds the most."""
+        chosen = self.placed_pool.get(cluster.name)
+        if chosen is not None:
+            pools = [p for p in pools if p.name == chosen]
+            need = 1  # the pool is decided: all that matters is whether one more fits
+        ranked = []
+        for pool in pools:
+            room = self.room(cluster, pool)
+            fit = room.fitting(self.footprint, max(1, need))
+            if fit:
+                free = room.free_devices()
+                holds_all = fit >= need
+                ranked.append(((pool.cost_rank, not holds_all, free if holds_all else -free), pool))
+        return [pool for _key, pool in sorted(ranked, key=lambda kp: (kp[0], kp[1].name))]
+
+    def preference(self, cluster: Cluster, pools: list[Pool], need: int) -> tuple[int, int] | None:
+        """(cost rank, free devices) of the pool the next replica would use; None: full."""
+        usable = self.usable_pools(cluster, pools, need)
+        if not usable:
+            return None
+        best = usable[0]
+        return best.cost_rank, self.room(cluster, best).free_devices()
+
+    def take_one(self, cluster: Cluster, pools: list[Pool], need: int) -> bool:
         chosen = self.placed_pool.get(cluster.name)
         if chosen is not None:
             pool = cluster.pool(chosen)
@@ -403,8 +453,7 @@ class _Planner:
                 return False
             self.took(cluster.name, self.room(cluster, pool))
             return True
-        # The first replica on this cluster: the matching pool with the most free devices.
-        for pool in sorted(pools, key=lambda p: (-self.room(cluster, p).free_devices(), p.name)):
+        for pool in self.usable_pools(cluster, pools, need):
             if self.room(cluster, pool).take(self.footprint):
                 self.placed_pool[cluster.name] = pool.name
                 self.took(cluster.name, self.room(cluster, pool))
@@ -452,17 +501,20 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
                 matching.append((cluster, pool))
             elif result.mismatch:
                 mismatches.append(result.mismatch)
+    # Where a model that fits nowhere answers requests with why when no pool comes close:
+    # the first selected cluster's first pool (a ModelReplica needs one).
+    fallback = next(((c.name, c.pools[0].name) for c in selected if c.pools), None)
     if not matching:
         reason = f"no node pool on the {len(selected)} selected clusters has matching devices"
         if mismatches:
             first = min(mismatches, key=lambda m: (not m.missing_name, not m.error, m.path))
             reason += ": " + describe_mismatch(first, list(profiles))
-        return reason, None
+        return reason, fallback
     structural = [(c, p, _structural_problem(p, footprint)) for c, p in matching]
     sized = [(c, p) for c, p, problem in structural if not problem]
     if not sized:
         c, p, problem = structural[0]
-        return f"no matching pool is big enough: {c.name}/{p.name} {problem}", None
+        return f"no matching pool is big enough: {c.name}/{p.name} {problem}", (c.name, p.name)
     schedulable = [
         (c, p) for c, p in sized if not _untolerated(deployment, p, ("NoSchedule", "NoExecute"))
     ]
@@ -472,7 +524,7 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
         return (
             f"every matching pool has a taint the deployment does not tolerate "
             f"({c.name}/{p.name} {taint})",
-            None,
+            (c.name, p.name),
         )
     if footprint.multi_node:
         nodes = max(footprint.gangs)

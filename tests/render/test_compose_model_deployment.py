@@ -198,6 +198,21 @@ def test_an_unplaceable_model_says_what_was_missing_where(function_servers, tmp_
     assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
 
 
+def test_a_model_no_pool_matches_is_not_ready_and_still_answers_why(function_servers, tmp_path):
+    documents = _render(function_servers, "no-matching-pool", tmp_path)
+    composite, replicas, _results, conds = _parts(documents)
+    reason = composite["status"]["unplaceable"]["reason"]
+    assert "\n" not in reason
+    assert reason.endswith(
+        "no selected pool's devices satisfy "
+        '\'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"\''
+    ), reason
+    assert conds["Ready"]["status"] == "False"
+    (only,) = replicas.values()
+    assert only["spec"]["replicas"] == 0
+    assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
+
+
 def test_multi_node_replicas_name_the_fabrics_their_pods_are_pinned_to(function_servers, tmp_path):
     _composite, replicas, _results, conds = _parts(
         _render(function_servers, "fabric-pinned", tmp_path)

@@ -241,12 +241,33 @@ def test_uses_one_pool_per_cluster_per_deployment():
     assert plan.unplaceable == 2
 
 
-def test_first_replica_on_a_cluster_picks_the_matching_pool_with_most_room():
+def test_first_replica_on_a_cluster_picks_the_smallest_matching_pool_that_holds_them_all():
     c = cluster(
         "a", pool("small", nodes=1), pool("big", nodes=3), pool("l40s", product="L40S", nodes=9)
     )
-    plan = place(deployment(replicas=2), [c], [], 2)
-    assert placed(plan) == {("a", "big"): 2}
+    # Two 1-GPU replicas: the one-node pool holds both, and the big pool stays whole.
+    assert placed(place(deployment(replicas=2), [c], [], 2)) == {("a", "small"): 2}
+    # Two 8-GPU replicas: the small pool holds one, so the pool that holds both wins.
+    assert placed(place(deployment(replicas=2, devices=8), [c], [], 2)) == {("a", "big"): 2}
+
+
+def test_a_lower_cost_rank_wins_over_best_fit():
+    cheap = {**pool("cheap", nodes=3), "costRank": 1}
+    dear = {**pool("dear", nodes=1), "costRank": 5}
+    plan = place(deployment(replicas=1), [cluster("a", cheap, dear)], [], 1)
+    assert placed(plan) == {("a", "cheap"): 1}
+
+
+def test_ties_between_clusters_break_by_cost_rank_then_best_fit_not_by_name():
+    # "a" sorts first but is dearer; among equals the tighter cluster wins.
+    dear = cluster("a", {**pool(nodes=1), "costRank": 9})
+    roomy = cluster("b", pool(nodes=4))
+    tight = cluster("c", pool(nodes=1))
+    plan = place(deployment(replicas=1), [dear, roomy, tight], [], 1)
+    assert placed(plan) == {("c", "h100"): 1}
+    # Spreading still comes first: the second replica goes to another cluster.
+    plan = place(deployment(replicas=2), [dear, roomy, tight], [], 2)
+    assert placed(plan) == {("b", "h100"): 1, ("c", "h100"): 1}
 
 
 def test_no_schedule_taint_keeps_new_replicas_off_but_existing_stay():
