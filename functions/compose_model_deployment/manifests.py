@@ -110,7 +110,12 @@ def model_replica(
                             else {}
                         ),
                         "devices": [
-                            {"name": d.name, "count": d.count, "selectors": list(d.selectors)}
+                            {
+                                "name": d.name,
+                                "count": d.count,
+                                **({"deviceClassName": d.device_class} if d.device_class else {}),
+                                "selectors": list(d.selectors),
+                            }
                             for d in member.devices
                         ],
                         "template": member.template,

@@ -41,7 +41,7 @@ from functions.compose_model_deployment.cel_env import DeviceProfile
 from functions.compose_model_deployment.devices import (
     ProfileMatch,
     describe_mismatch,
-    match_profile,
+    match_pool,
 )
 from functions.compose_model_deployment.model import (
     Cluster,
@@ -201,7 +201,7 @@ def place(
     holdings: list[Holding],
     desired: int,
     *,
-    matches: dict[DeviceProfile, ProfileMatch] | None = None,
+    matches: dict[tuple, ProfileMatch] | None = None,
 ) -> PlacementPlan:
     """Keep what still fits, then fill the rest, spreading before packing.
 
@@ -248,7 +248,7 @@ class _Planner:
         self,
         deployment: Deployment,
         clusters: list[Cluster],
-        matches: dict[DeviceProfile, ProfileMatch],
+        matches: dict[tuple, ProfileMatch],
     ) -> None:
         self.deployment = deployment
         self.footprint = footprint_of(deployment.engines)
@@ -281,9 +281,9 @@ class _Planner:
         return h.namespace == self.deployment.namespace and h.deployment == self.deployment.name
 
     def profile_match(self, pool: Pool) -> ProfileMatch:
-        found = self.matches.get(pool.profile)
+        found = self.matches.get(pool.match_key)
         if found is None:
-            found = self.matches[pool.profile] = match_profile(self.deployment, pool.profile)
+            found = self.matches[pool.match_key] = match_pool(self.deployment, pool)
         return found
 
     def room(self, cluster: Cluster, pool: Pool) -> PoolRoom:
@@ -496,18 +496,24 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
             if placed_pool.get(cluster.name) not in (None, pool.name):
                 continue
             profiles[pool.profile] = None
+            profiles.update((e.profile, None) for e in pool.extra_devices)
             result = profile_match(pool)
             if result.matched:
                 matching.append((cluster, pool))
             elif result.mismatch:
-                mismatches.append(result.mismatch)
+                mismatches.append((result.matched_requests, result.mismatch))
     # Where a model that fits nowhere answers requests with why when no pool comes close:
     # the first selected cluster's first pool (a ModelReplica needs one).
     fallback = next(((c.name, c.pools[0].name) for c in selected if c.pools), None)
     if not matching:
         reason = f"no node pool on the {len(selected)} selected clusters has matching devices"
         if mismatches:
-            first = min(mismatches, key=lambda m: (not m.missing_name, not m.error, m.path))
+            # Explain the pool that came closest (the most requests matched): what blocks
+            # there is what the user would change, not the first selector of any pool.
+            _closest, first = min(
+                mismatches,
+                key=lambda cm: (-cm[0], not cm[1].missing_name, not cm[1].error, cm[1].path),
+            )
             reason += ": " + describe_mismatch(first, list(profiles))
         return reason, fallback
     structural = [(c, p, _structural_problem(p, footprint)) for c, p in matching]

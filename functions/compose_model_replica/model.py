@@ -70,6 +70,7 @@ class DeviceRequest(_Spec):
     name: str
     count: int = Field(ge=1)
     selectors: tuple[str, ...] = ()
+    device_class: str = Field(default="", alias="deviceClassName")  # "": the pool's driver
 
 
 class Member(_Spec):

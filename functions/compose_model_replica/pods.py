@@ -68,7 +68,8 @@ def resource_claim_template(replica: ModelReplica, engine: Engine, member: Membe
     requests = []
     for device in member.devices:
         exactly: dict[str, Any] = {
-            "deviceClassName": device_class,
+            # A NIC beside the GPUs names its own class; the rest are the pool's devices.
+            "deviceClassName": device.device_class or device_class,
             "allocationMode": "ExactCount",
             "count": device.count,
         }

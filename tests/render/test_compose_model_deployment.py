@@ -213,6 +213,21 @@ def test_a_model_no_pool_matches_is_not_ready_and_still_answers_why(function_ser
     assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
 
 
+def test_a_pool_with_gpus_and_nics_places_a_model_that_needs_both(function_servers, tmp_path):
+    composite, replicas, _results, conds = _parts(
+        _render(function_servers, "two-driver-pool", tmp_path)
+    )
+    (only,) = replicas.values()
+    assert (only["spec"]["cluster"]["name"], only["spec"]["replicas"]) == ("dev-1", 2)
+    requests = only["spec"]["engines"][0]["members"][0]["devices"]
+    assert [(r["name"], r.get("deviceClassName")) for r in requests] == [
+        ("gpus", None),
+        ("rdma", "dra.net"),
+    ]
+    assert conds[conditions.REPLICAS_SCHEDULED]["status"] == "True"
+    assert "unplaceable" not in composite["status"]
+
+
 def test_multi_node_replicas_name_the_fabrics_their_pods_are_pinned_to(function_servers, tmp_path):
     _composite, replicas, _results, conds = _parts(
         _render(function_servers, "fabric-pinned", tmp_path)
