@@ -168,7 +168,7 @@ def _pod(api, name: str, node: str, serving: str, claim: str, *, ready: bool) ->
                 "name": name,
                 "labels": {
                     LABEL_SERVING: serving,
-                    LABEL_DEPLOYMENT: serving.split("-us-east-1")[0],
+                    LABEL_DEPLOYMENT: serving.removesuffix("-us-east-1"),
                     LABEL_ROLE: "Standalone",
                 },
             },
