@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from functions.runtime import metrics as election_metrics
+from functions.runtime.cert_expiry import CERTIFICATE_EXPIRY
 from functions.runtime.hub_metrics import HUB_METRICS
 from functions.runtime.model_health import MODEL_HEALTH_METRICS
 from tests.conftest import REPO, require_tool
@@ -49,7 +50,7 @@ def test_every_rule_parses(promtool, rule_file):
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 9 rules found" in done.stdout
+    assert "SUCCESS: 10 rules found" in done.stdout
 
 
 def test_rules_name_only_metrics_the_runtime_exports():
@@ -57,6 +58,7 @@ def test_rules_name_only_metrics_the_runtime_exports():
         set(HUB_METRICS)
         | set(MODEL_HEALTH_METRICS)
         | {election_metrics.HUB_LEADING, election_metrics.FLEET_MEMBERS}
+        | {CERTIFICATE_EXPIRY}
     )
     rule = yaml.safe_load(RULE.read_text())
     named = set()
