@@ -105,7 +105,10 @@ def replica_shape(deployment: Mapping[str, Any]) -> tuple[int, int]:
                 for d in (member.get("nodeSelector") or {}).get("devices") or []
             )
             per_node = max(per_node, devices)
-            nodes = max(nodes, _int((member.get("worker") or {}).get("nodes"), 1))
+            # A Leader's worker.nodes are besides itself: the replica takes nodes + 1.
+            worker = member.get("worker")
+            if worker:
+                nodes = max(nodes, _int(worker.get("nodes"), 0) + 1)
     return per_node, nodes
 
 
@@ -252,7 +255,8 @@ def render(deployment: Mapping[str, Any], clusters: Iterable[Mapping[str, Any]])
     pools = eligible_pools(deployment, clusters)
     lines = [
         f"# A first autoscaling policy for ModelDeployment {namespace}/{name}, in shadow mode.",
-        f"# Eligible pools: {', '.join(f'{p.cluster}/{p.name}' for p in pools) or 'none'}.",
+        "# Pools on the clusters its clusterSelector picks (device selectors not evaluated):",
+        f"#   {', '.join(f'{p.cluster}/{p.name}' for p in pools) or 'none'}",
         "# Review every MEASURE, then:",
         f"#   kubectl patch md {name} -n {namespace} --type merge --patch-file THIS_FILE",
         "spec:",

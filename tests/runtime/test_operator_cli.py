@@ -283,3 +283,60 @@ def test_model_health_reads_the_same_statuses_at_scrape_time(control_plane):
     assert value("modelplane_deployment_ready_replicas", "deepseek-v3") == 0
     assert value("modelplane_deployment_desired_replicas", "llama-3-1-8b") == 3
     assert value("modelplane_deployment_parked", "llama-3-1-8b") == 0
+
+
+CHECKLIST_KNOBS = (
+    ("mode",),
+    ("minReplicas",),
+    ("maxReplicas",),
+    ("signals", "demand"),
+    ("signals", "pressure"),
+    ("signals", "latency"),
+    ("capacity", "replicaCapacity"),
+    ("latencySLO",),
+    ("escalation", "after"),
+    ("escalation", "readyTimeout"),
+    ("escalation", "cooldown"),
+    ("escalation", "calmFor"),
+)
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("model", ["deepseek-v3", "llama-3-1-8b"])
+def test_suggest_prints_a_shadow_policy_the_api_server_accepts(kubeconfig, control_plane, model):
+    text = modelplane(kubeconfig, "suggest", model).stdout
+    patch = yaml.safe_load(text)
+    autoscaling = patch["spec"]["autoscaling"]
+    assert autoscaling["mode"] == "shadow"
+    for path in CHECKLIST_KNOBS:
+        value = autoscaling
+        for key in path:
+            value = value[key]
+        # Every knob is preceded by a comment saying what goes wrong when it is off.
+        lines = text.splitlines()
+        at = next(
+            i for i, text_line in enumerate(lines) if text_line.strip().startswith(f"{path[-1]}:")
+        )
+        assert lines[at - 1].strip().startswith("#"), path
+    assert f'deployment="{model}"' in autoscaling["signals"]["demand"]
+    # The patch, applied as `kubectl patch --type merge` would, is valid for the real XRD
+    # (schema and CEL rules) as the API server serves it: a server-side dry run.
+    api = control_plane.client()
+    try:
+        objects = client.CustomObjectsApi(api)
+        patched = objects.patch_namespaced_custom_object(
+            API_GROUP,
+            API_VERSION,
+            NAMESPACE,
+            "modeldeployments",
+            model,
+            patch,
+            dry_run="All",
+        )
+    finally:
+        api.close()
+    assert patched["spec"]["autoscaling"]["mode"] == "shadow"
+    assert (
+        patched["spec"]["autoscaling"]["maxReplicas"]
+        >= patched["spec"]["autoscaling"]["minReplicas"]
+    )
