@@ -4,11 +4,7 @@ renewed in place (the series' value moves out, as the metric reads the file at e
 scrape). Labels are the ones the exporter writes (functions/runtime/cert_expiry.py).
 """
 
-import subprocess
-
-import yaml
-
-from tests.runtime.test_hub_alerts import promtool, rule_file, with_annotations  # noqa: F401
+from tests.runtime.test_hub_alerts import promtool, rule_file, run_promtool_tests  # noqa: F401
 
 DAY = 86400
 
@@ -68,13 +64,4 @@ def test_certificate_expiry_alert_fires_within_14_days_and_clears_on_renewal(
     promtool,  # noqa: F811
     rule_file,  # noqa: F811
 ):
-    tests = rule_file.parent / "certificate-tests.yaml"
-    tests.write_text(yaml.safe_dump(with_annotations(CERTIFICATE_TESTS)))
-    done = subprocess.run(
-        [str(promtool), "test", "rules", str(tests)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=rule_file.parent,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_promtool_tests(promtool, rule_file, CERTIFICATE_TESTS, "certificate-tests.yaml")

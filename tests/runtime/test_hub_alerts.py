@@ -277,15 +277,20 @@ def with_annotations(tests: dict) -> dict:
     return tests
 
 
-def test_alerts_fire_on_the_exported_series_and_stay_quiet_otherwise(promtool, rule_file):
-    tests = rule_file.parent / "tests.yaml"
-    every = {**ALERT_TESTS, "tests": ALERT_TESTS["tests"] + MODEL_HEALTH_TESTS}
-    tests.write_text(yaml.safe_dump(with_annotations(every)))
+def run_promtool_tests(promtool: Path, rule_file: Path, tests: dict, name: str) -> None:
+    """`promtool test rules` on these cases (annotations filled in) against the rules."""
+    path = rule_file.parent / name
+    path.write_text(yaml.safe_dump(with_annotations(tests)))
     done = subprocess.run(
-        [str(promtool), "test", "rules", str(tests)],
+        [str(promtool), "test", "rules", str(path)],
         capture_output=True,
         text=True,
         check=False,
         cwd=rule_file.parent,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_alerts_fire_on_the_exported_series_and_stay_quiet_otherwise(promtool, rule_file):
+    every = {**ALERT_TESTS, "tests": ALERT_TESTS["tests"] + MODEL_HEALTH_TESTS}
+    run_promtool_tests(promtool, rule_file, every, "tests.yaml")

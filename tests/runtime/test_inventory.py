@@ -38,9 +38,9 @@ from functions.common.inventory import (
 )
 from functions.runtime.inventory import ANNOTATION_IDLE_MEMORY, Counters, InventoryAgent
 from functions.runtime.rest import kube_request
-from tests.conftest import REPO, require_tool
-from tests.runtime.cluster import Member, _wait_established
-from tests.runtime.test_operator_cli import KINDS, SCHEMA, crd_from_xrd
+from tests.conftest import REPO
+from tests.runtime.cluster import Member
+from tests.runtime.test_operator_cli import SCHEMA, start_control_plane
 
 NAMESPACE = "ml-team"
 NOW = 1_800_000_000.0
@@ -49,26 +49,14 @@ RESOURCE = "/apis/resource.k8s.io/v1"
 
 @pytest.fixture(scope="module")
 def member(tmp_path_factory) -> Iterator[Member]:
-    member = Member(
-        "us-east-1",
-        tmp_path_factory.mktemp("inventory"),
-        require_tool("etcd"),
-        require_tool("kube-apiserver"),
-    )
+    member = start_control_plane("us-east-1", tmp_path_factory.mktemp("inventory"))
     try:
-        member.start_etcd()
-        member.start_apiserver()
         api = member.client()
         core = client.CoreV1Api(api)
         for namespace in (NAMESPACE, SYSTEM_NAMESPACE):
             core.create_namespace({"metadata": {"name": namespace}})
             # No controller manager: the default ServiceAccount pods need is made by hand.
             core.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
-        extensions = client.ApiextensionsV1Api(api)
-        for kind in KINDS:
-            crd = crd_from_xrd(REPO / "apis" / kind / "definition.yaml")
-            extensions.create_custom_resource_definition(crd)
-            _wait_established(extensions, crd["metadata"]["name"])
         _populate(api)
         api.close()
         yield member

@@ -93,23 +93,28 @@ def recorded(name: str) -> list[dict]:
     return found
 
 
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory) -> Iterator[Member]:
-    member = Member(
-        "control-plane",
-        tmp_path_factory.mktemp("control-plane"),
-        require_tool("etcd"),
-        require_tool("kube-apiserver"),
-    )
+def start_control_plane(name: str, workdir: Path) -> Member:
+    """An API server serving the three kinds as Crossplane would (started; close it)."""
+    member = Member(name, workdir, require_tool("etcd"), require_tool("kube-apiserver"))
+    member.start_etcd()
+    member.start_apiserver()
+    api = member.client()
     try:
-        member.start_etcd()
-        member.start_apiserver()
-        api = member.client()
         extensions = client.ApiextensionsV1Api(api)
         for kind in KINDS:
             crd = crd_from_xrd(REPO / "apis" / kind / "definition.yaml")
             extensions.create_custom_resource_definition(crd)
             _wait_established(extensions, crd["metadata"]["name"])
+    finally:
+        api.close()
+    return member
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory) -> Iterator[Member]:
+    member = start_control_plane("control-plane", tmp_path_factory.mktemp("control-plane"))
+    try:
+        api = member.client()
         client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
         objects = client.CustomObjectsApi(api)
         for cluster in yaml.safe_load_all((GOLDEN / "clusters.yaml").read_text()):
