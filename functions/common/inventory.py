@@ -37,9 +37,22 @@ GPU_DRIVER: Final = "gpu.nvidia.com"
 # one throws away the KV cache prefix routing spent its effort filling.
 IDLE_AFTER_SECONDS: Final = 600
 
+# The device attribute that names a card's class (as NVIDIA's DRA driver publishes it,
+# bare or qualified); a device without it is counted under its driver's name.
+DEVICE_CLASS_ATTRIBUTE: Final = "productName"
+
 # Whether the request counters idle replicas are read from were available this time.
 COUNTERS_AVAILABLE: Final = "Available"
 COUNTERS_UNAVAILABLE: Final = "Unavailable"
+
+
+def device_class(attributes: Mapping[str, Any] | None, driver: str) -> str:
+    """A device's class from its DRA attributes (a ResourceSlice device's, or a node
+    pool's described the same way): its productName, else the driver's name."""
+    for name, attribute in sorted((attributes or {}).items()):
+        if name.rsplit("/", 1)[-1] == DEVICE_CLASS_ATTRIBUTE and (attribute or {}).get("string"):
+            return str(attribute["string"])
+    return driver
 
 
 def inventory_from_record(data: Mapping[str, Any] | None) -> dict[str, Any] | None:

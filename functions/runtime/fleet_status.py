@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from functions.common import conditions
 from functions.common.health import HealthRecord, count_failures
+from functions.common.inventory import device_class
 
 # A model's state, one word each, in the order an operator should look at them.
 STATE_PARKED: Final = "Parked"
@@ -32,10 +33,6 @@ STATE_SHORT: Final = "Short"
 STATE_PENDING: Final = "Pending"  # status not written yet: nothing decided
 STATE_SATISFIED: Final = "Satisfied"
 STATES: Final = (STATE_PARKED, STATE_UNPLACEABLE, STATE_SHORT, STATE_PENDING, STATE_SATISFIED)
-
-# The device attribute that names a pool's card (as a DRA driver publishes it); a pool
-# without it is counted under its driver's name.
-DEVICE_CLASS_ATTRIBUTE: Final = "productName"
 
 SCHEMA_VERSION: Final = "modelplane.ai/fleet-status/v1"
 
@@ -310,14 +307,6 @@ def _int(value: Any) -> int:
         return 0
 
 
-def _device_class(devices: Mapping[str, Any]) -> str:
-    attributes = devices.get("attributes") or {}
-    for name, attribute in sorted(attributes.items()):
-        if name.rsplit("/", 1)[-1] == DEVICE_CLASS_ATTRIBUTE and attribute.get("string"):
-            return str(attribute["string"])
-    return str(devices.get("driver", "unknown"))
-
-
 def read_cluster(obj: Mapping[str, Any]) -> ClusterSummary:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -329,7 +318,9 @@ def read_cluster(obj: Mapping[str, Any]) -> ClusterSummary:
         pools.append(
             PoolSummary(
                 name=str(pool.get("name", "")),
-                device_class=_device_class(devices),
+                device_class=device_class(
+                    devices.get("attributes"), str(devices.get("driver", "unknown"))
+                ),
                 nodes=nodes,
                 max_nodes=_int(pool.get("maxNodes", nodes)),
                 devices_per_node=per_node,

@@ -55,12 +55,12 @@ from functions.common.inventory import (
     INVENTORY_RECORD_NAMESPACE,
     KEY_INVENTORY,
     LABEL_FABRIC,
+    device_class,
 )
 from functions.runtime.policy import rfc3339
 from functions.runtime.rest import APPLY_PATCH, kube_request
 
 ANNOTATION_IDLE_MEMORY: Final = "modelplane.ai/idle-memory"
-DEVICE_CLASS_ATTRIBUTE: Final = "productName"
 
 NODE_READY: Final = "ready"
 NODE_CORDONED: Final = "cordoned"
@@ -171,13 +171,6 @@ def replica_state(pod: Mapping[str, Any]) -> str:
     return REPLICA_STARTING
 
 
-def _device_class(device: Mapping[str, Any], driver: str) -> str:
-    for name, attribute in sorted((device.get("attributes") or {}).items()):
-        if name.rsplit("/", 1)[-1] == DEVICE_CLASS_ATTRIBUTE and attribute.get("string"):
-            return str(attribute["string"])
-    return driver
-
-
 @dataclass(frozen=True)
 class Device:
     key: DeviceKey
@@ -208,7 +201,7 @@ def published_devices(
                 Device(
                     key=(driver, str(pool.get("name", "")), str(device.get("name", ""))),
                     node=str(spec.get("nodeName") or ""),
-                    device_class=_device_class(device, driver),
+                    device_class=device_class(device.get("attributes"), driver),
                     tainted=any(
                         t.get("effect") in UNHEALTHY_EFFECTS for t in device.get("taints") or []
                     ),
