@@ -15,7 +15,7 @@ RUNTIME = "runtime"
 # The operator's commands (`modelplane status`), reading the control plane: the same
 # names as functions.runtime.operator_cli.COMMANDS (asserted by the unit tests), kept
 # here so the dispatcher imports nothing it does not run.
-OPERATOR_COMMANDS = ("status", "explain", "retry")
+OPERATOR_COMMANDS = ("status", "explain", "retry", "suggest")
 
 
 def _components() -> list[str]:

@@ -58,6 +58,7 @@ def object_(
     derive_readiness: bool = False,
     references: list[dict[str, Any]] | None = None,
     namespace: str = COMPOSED_NAMESPACE,
+    management_policies: tuple[str, ...] = (),
 ) -> Composed:
     key = resource_key(key)
     meta = _metadata(target, key, namespace)
@@ -72,6 +73,7 @@ def object_(
             ready_cel=ready_cel,
             derive_readiness=derive_readiness,
             references=references,
+            management_policies=management_policies,
         ),
     )
 

@@ -38,7 +38,7 @@ from functions.common.telemetrydestination import (
     parse_destination,
     secret_namespaces_from,
 )
-from functions.compose_serving_stack import collector_objects, substrate
+from functions.compose_serving_stack import collector_objects, runtime_hosting, substrate
 from functions.compose_serving_stack.compose import (
     DestinationState,
     GatewayDestination,
@@ -50,6 +50,7 @@ from functions.compose_serving_stack.status import (
     gateway_address,
     is_ready,
     mappings_condition,
+    observed_inventory,
     readiness,
     unmapped_engine_types,
 )
@@ -165,6 +166,8 @@ class FunctionRunner(GuardedRunner):
         # 3. Desired resources.
         for composed in decided.composed:
             resource.update(rsp.desired.resources[composed.key], composed.resource)
+        # The observed inventory record never gates the cluster's readiness.
+        rsp.desired.resources[runtime_hosting.INVENTORY_KEY].ready = fnv1.Ready.READY_TRUE
         if decided.keep_observed_collector:
             keep_observed(rsp, observed, replaced={c.key for c in decided.composed})
 
@@ -173,6 +176,9 @@ class FunctionRunner(GuardedRunner):
         status: dict = {"telemetry": decided.telemetry.to_status()}
         if gateway:
             status["gateway"] = {"address": gateway}
+        inventory = observed_inventory(observed.get(runtime_hosting.INVENTORY_KEY))
+        if inventory is not None:
+            status["inventory"] = inventory
         resource.update(rsp.desired.composite, {"status": status})
 
         stack_ready = readiness(

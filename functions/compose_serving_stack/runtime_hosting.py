@@ -23,6 +23,12 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from functions.common import contracts
+from functions.common.inventory import (
+    INVENTORY_RECORD_API_VERSION,
+    INVENTORY_RECORD_KIND,
+    INVENTORY_RECORD_NAME,
+    INVENTORY_RECORD_NAMESPACE,
+)
 from functions.compose_serving_stack import adaptivepolicy_crd
 from functions.compose_serving_stack.envelope import COMPOSED_NAMESPACE, Composed, Target, object_
 
@@ -44,6 +50,9 @@ ANNOTATION_CREDENTIALS: Final = "modelplane.ai/credentials-secret"
 ENV_CLUSTER: Final = "MODELPLANE_CLUSTER"
 RBAC: Final = "rbac.authorization.k8s.io/v1"
 AUTOSCALING_RESOURCES: Final = ["adaptivepolicies"]
+# The Observe-only Object that reads the agent's inventory record back (status.inventory).
+INVENTORY_KEY: Final = "runtime-inventory"
+OBSERVE_ONLY: Final = ("Observe",)
 
 
 def peer_secret_name(member: str) -> str:
@@ -152,6 +161,8 @@ def _rbac(target: Target) -> list[Composed]:
                 # The report: static room on registered nodes, NodePool headroom, and the
                 # workload behind the policy's ScaledObject (its scale subresource).
                 _rule([""], ["nodes"], READ),
+                # The inventory: the GPUs the DRA driver publishes and what claims hold.
+                _rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"], READ),
                 _rule(["karpenter.sh"], ["nodepools", "nodeclaims"], READ),
                 _rule(["keda.sh"], ["scaledobjects"], READ),
                 _rule(
@@ -324,6 +335,20 @@ def _cluster_profile(target: Target, peer: str) -> list[Composed]:
             },
         ),
     ]
+
+
+def inventory_record(target: Target) -> Composed:
+    """The agent's inventory record, observed only: the agent writes it, this reads it."""
+    return object_(
+        target,
+        INVENTORY_KEY,
+        {
+            "apiVersion": INVENTORY_RECORD_API_VERSION,
+            "kind": INVENTORY_RECORD_KIND,
+            "metadata": {"name": INVENTORY_RECORD_NAME, "namespace": INVENTORY_RECORD_NAMESPACE},
+        },
+        management_policies=OBSERVE_ONLY,
+    )
 
 
 def runtime_hosting(

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from functions.common import conditions
 from functions.common.conditions import Condition
+from functions.common.inventory import inventory_from_record
 from functions.common.metricmapping import SOURCE_BUILTIN, MappingInUse, RefusedMapping
 
 MODE_PUSH: Final = "Push"
@@ -105,6 +106,14 @@ def readiness(
         Reason.CREATING,
         f"{what}: being created: {_names(unseen)}",
     )
+
+
+def observed_inventory(observed_record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The agent's inventory document, from the Observe-only Object's atProvider."""
+    if not observed_record:
+        return None
+    manifest = ((observed_record.get("status") or {}).get("atProvider") or {}).get("manifest") or {}
+    return inventory_from_record(manifest.get("data"))
 
 
 def gateway_address(observed_gateway: Mapping[str, Any] | None) -> str:

@@ -1,6 +1,7 @@
 """The member agent's loop: report every 30 s, hub step every 10 s while this agent is the
-hub, model health every 30 s. The election (who is hub, and the term it stamps into
-intents) is the election module's; this loop only asks it through `HubRole`.
+hub, model health and the fleet inventory (inventory.py) every 30 s. The election (who is
+hub, and the term it stamps into intents) is the election module's; this loop only asks
+it through `HubRole`.
 
 Every step is per policy and independent: a policy whose workload cannot be read gets
 `Ready=False/ObservationFailed` and the others carry on; a member that cannot be read is
@@ -27,6 +28,7 @@ from functions.runtime.hub import plan
 from functions.runtime.hub_decision import SOURCE_RULE, Decision, HubState
 from functions.runtime.hub_fleet import PHASE_ESCALATED, FleetStatus
 from functions.runtime.hub_metrics import HubMetrics
+from functions.runtime.inventory import InventoryAgent, counters_from_prometheus
 from functions.runtime.policy import (
     HUB_STEP_SECONDS,
     INTENT_RENEW_SECONDS,
@@ -124,6 +126,7 @@ class AgentConfig:
     report_interval: float = REPORT_INTERVAL_SECONDS
     hub_interval: float = HUB_STEP_SECONDS
     health_interval: float = HEALTH_INTERVAL_SECONDS
+    inventory_interval: float = REPORT_INTERVAL_SECONDS
 
 
 class Agent:
@@ -154,6 +157,9 @@ class Agent:
         self.ticked_at: float | None = None
         self.reported_at: float | None = None
         self._actor: Actor | None = None
+        self.inventory = InventoryAgent(
+            self.local, lambda: counters_from_prometheus(config.prometheus_url)
+        )
 
     # --- reading -----------------------------------------------------------------------
 
@@ -446,11 +452,12 @@ class Agent:
     # --- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        due = {"report": 0.0, "hub": 0.0, "health": 0.0}
+        due = {"report": 0.0, "hub": 0.0, "health": 0.0, "inventory": 0.0}
         steps = {
             "report": (self.report_step, self.config.report_interval),
             "hub": (self.hub_step, self.config.hub_interval),
             "health": (self.health_step, self.config.health_interval),
+            "inventory": (self.inventory.sync, self.config.inventory_interval),
         }
         while not stop.is_set():
             now = self.clock()

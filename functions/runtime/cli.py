@@ -177,6 +177,7 @@ def agent(
     decision_log,
     metrics_port,
 ):
+    from functions.runtime import cert_expiry  # noqa: PLC0415
     from functions.runtime.agent import start_loop  # noqa: PLC0415
     from functions.runtime.metrics import serve_prometheus  # noqa: PLC0415
 
@@ -197,6 +198,15 @@ def agent(
         READYZ_PATH: probe(lambda agent, now: agent.ready(now)),
     }
     metrics = serve_prometheus(metrics_port, probes=probes) if metrics_port else None
+    # The certificates the agent presents to (and trusts of) its peers.
+    cert_expiry.watch(
+        metrics,
+        [
+            cert_expiry.KubeconfigFile("agent", Path(source))
+            for _, source in sorted(members.items())
+            if source != IN_CLUSTER
+        ],
+    )
     election = election_agent(cluster, pod, members, timings, metrics).start()
     clients = {name: client_for(source) for name, source in sorted(members.items())}
     loop = start_loop(election, clients, prometheus_url, decision_log, metrics)
@@ -240,11 +250,21 @@ def agent(
 )
 @metrics_option
 def scaler(*, cluster, kubeconfig, listen, health_listen, tls_cert_dir, recheck, metrics_port):
+    from functions.runtime import cert_expiry  # noqa: PLC0415
     from functions.runtime import scaler as floor_scaler  # noqa: PLC0415
     from functions.runtime.metrics import serve_prometheus  # noqa: PLC0415
 
-    if metrics_port:
-        serve_prometheus(metrics_port)
+    metrics = serve_prometheus(metrics_port) if metrics_port else None
+    if tls_cert_dir:
+        # What it serves to KEDA, and the CA KEDA's client certificate must be signed by.
+        cert_expiry.watch(
+            metrics,
+            [
+                cert_expiry.PemFile("scaler", tls_cert_dir / name)
+                for name in ("tls.crt", "ca.crt")
+                if (tls_cert_dir / name).exists()
+            ],
+        )
     cache = floor_scaler.MemberCache(client_for(kubeconfig)).start()
     credentials = floor_scaler.tls_credentials(tls_cert_dir) if tls_cert_dir else None
     server, port = floor_scaler.serve(

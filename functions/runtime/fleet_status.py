@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from functions.common import conditions
 from functions.common.health import HealthRecord, count_failures
+from functions.common.inventory import device_class
 
 # A model's state, one word each, in the order an operator should look at them.
 STATE_PARKED: Final = "Parked"
@@ -32,10 +33,6 @@ STATE_SHORT: Final = "Short"
 STATE_PENDING: Final = "Pending"  # status not written yet: nothing decided
 STATE_SATISFIED: Final = "Satisfied"
 STATES: Final = (STATE_PARKED, STATE_UNPLACEABLE, STATE_SHORT, STATE_PENDING, STATE_SATISFIED)
-
-# The device attribute that names a pool's card (as a DRA driver publishes it); a pool
-# without it is counted under its driver's name.
-DEVICE_CLASS_ATTRIBUTE: Final = "productName"
 
 SCHEMA_VERSION: Final = "modelplane.ai/fleet-status/v1"
 
@@ -126,6 +123,133 @@ class ReplicaTotals:
 
 
 @dataclass(frozen=True)
+class GpuUse:
+    device_class: str
+    total: int
+    used: int
+    unhealthy: int
+
+    @property
+    def free(self) -> int:
+        # Unhealthy cards are neither used nor free: counting them free is how a fleet
+        # looks like it has room it does not have.
+        return max(0, self.total - self.used - self.unhealthy)
+
+
+@dataclass(frozen=True)
+class FabricUse:
+    cluster: str
+    name: str
+    nodes: int
+    largest_free_block: int
+
+
+@dataclass(frozen=True)
+class IdleReplica:
+    cluster: str
+    namespace: str
+    name: str
+    deployment: str
+    idle_seconds: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class InventoryReport:
+    """Whose inventory the totals include, and how fresh each is."""
+
+    cluster: str
+    observed_at: str
+    request_counters: str
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The members' own reports (InferenceCluster status.inventory), summed over the fleet.
+    A cluster whose agent has not reported is named under `missing`, never read as empty."""
+
+    reports: list[InventoryReport]
+    missing: list[str]
+    nodes: dict[str, int]
+    gpus: list[GpuUse]
+    fabrics: list[FabricUse]
+    replicas: dict[str, int]
+    idle_replicas: list[IdleReplica]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reports": [_camel(asdict(r)) for r in self.reports],
+            "missing": list(self.missing),
+            "nodes": dict(self.nodes),
+            "gpus": [_camel(asdict(g)) | {"free": g.free} for g in self.gpus],
+            "fabrics": [_camel(asdict(f)) for f in self.fabrics],
+            "replicas": dict(self.replicas),
+            "idleReplicas": [_camel(asdict(i)) for i in self.idle_replicas],
+        }
+
+
+NODE_STATES: Final = ("total", "ready", "cordoned", "draining", "unreachable")
+REPLICA_STATES: Final = ("ready", "starting", "draining", "failed")
+
+
+def read_inventory(clusters: Iterable[Mapping[str, Any]]) -> Inventory:
+    """The fleet's inventory from each InferenceCluster's status.inventory."""
+    reports, missing = [], []
+    nodes = dict.fromkeys(NODE_STATES, 0)
+    replicas = dict.fromkeys(REPLICA_STATES, 0)
+    gpus: dict[str, list[int]] = {}
+    fabrics, idle = [], []
+    for obj in sorted(clusters, key=lambda c: _key(c)[1]):
+        name = _key(obj)[1]
+        inventory = (obj.get("status") or {}).get("inventory")
+        if not inventory:
+            missing.append(name)
+            continue
+        reports.append(
+            InventoryReport(
+                name,
+                str(inventory.get("observedAt", "")),
+                str(inventory.get("requestCounters", "")),
+            )
+        )
+        for state in NODE_STATES:
+            nodes[state] += _int((inventory.get("nodes") or {}).get(state))
+        for state in REPLICA_STATES:
+            replicas[state] += _int((inventory.get("replicas") or {}).get(state))
+        for gpu in inventory.get("gpus") or []:
+            use = gpus.setdefault(str(gpu.get("deviceClass", "")), [0, 0, 0])
+            for i, part in enumerate(("total", "used", "unhealthy")):
+                use[i] += _int(gpu.get(part))
+        fabrics += [
+            FabricUse(
+                name, str(f.get("name", "")), _int(f.get("nodes")), _int(f.get("largestFreeBlock"))
+            )
+            for f in inventory.get("fabrics") or []
+        ]
+        idle += [
+            IdleReplica(
+                name,
+                str(r.get("namespace", "")),
+                str(r.get("name", "")),
+                str(r.get("deployment", "")),
+                _int(r.get("idleSeconds")),
+                _int(r.get("gpus")),
+            )
+            for r in inventory.get("idleReplicas") or []
+        ]
+    return Inventory(
+        reports=reports,
+        missing=missing,
+        nodes=nodes,
+        gpus=[GpuUse(c, *use) for c, use in sorted(gpus.items())],
+        fabrics=sorted(fabrics, key=lambda f: (f.cluster, f.name)),
+        replicas=replicas,
+        # Most GPUs held idle first: the first place to find room.
+        idle_replicas=sorted(idle, key=lambda r: (-r.gpus, -r.idle_seconds, r.cluster, r.name)),
+    )
+
+
+@dataclass(frozen=True)
 class FleetStatus:
     clusters: list[ClusterSummary]
     devices: list[DeviceClassTotal]
@@ -135,6 +259,7 @@ class FleetStatus:
     # The lines that turn "something is wrong" into a place to look.
     unplaceable: list[ModelSummary] = field(default_factory=list)
     parked: list[ModelSummary] = field(default_factory=list)
+    inventory: Inventory = field(default_factory=lambda: read_inventory([]))
 
     def to_dict(self) -> dict[str, Any]:
         """The `-o json|yaml` document (fleet-status.schema.json describes it)."""
@@ -155,6 +280,7 @@ class FleetStatus:
                 if m.parked
             ],
             "modelList": [_camel(asdict(m)) for m in self.model_list],
+            "inventory": self.inventory.to_dict(),
         }
 
 
@@ -181,14 +307,6 @@ def _int(value: Any) -> int:
         return 0
 
 
-def _device_class(devices: Mapping[str, Any]) -> str:
-    attributes = devices.get("attributes") or {}
-    for name, attribute in sorted(attributes.items()):
-        if name.rsplit("/", 1)[-1] == DEVICE_CLASS_ATTRIBUTE and attribute.get("string"):
-            return str(attribute["string"])
-    return str(devices.get("driver", "unknown"))
-
-
 def read_cluster(obj: Mapping[str, Any]) -> ClusterSummary:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -200,7 +318,9 @@ def read_cluster(obj: Mapping[str, Any]) -> ClusterSummary:
         pools.append(
             PoolSummary(
                 name=str(pool.get("name", "")),
-                device_class=_device_class(devices),
+                device_class=device_class(
+                    devices.get("attributes"), str(devices.get("driver", "unknown"))
+                ),
                 nodes=nodes,
                 max_nodes=_int(pool.get("maxNodes", nodes)),
                 devices_per_node=per_node,
@@ -325,6 +445,7 @@ def summarize(
     replicas: Iterable[Mapping[str, Any]],
 ) -> FleetStatus:
     """The fleet summary from the three kinds as listed (any order)."""
+    clusters = list(clusters)
     cluster_list = sorted((read_cluster(c) for c in clusters), key=lambda c: c.name)
 
     by_deployment: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -357,6 +478,7 @@ def summarize(
         model_list=models,
         unplaceable=[m for m in models if m.unplaceable and not m.parked],
         parked=[m for m in models if m.parked],
+        inventory=read_inventory(clusters),
     )
 
 
@@ -371,6 +493,56 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
+def _inventory_lines(inventory: Inventory) -> list[str]:
+    n, r = inventory.nodes, inventory.replicas
+    lines = []
+    if inventory.missing:
+        lines.append(f"No inventory reported yet by: {', '.join(inventory.missing)}")
+    if not inventory.reports:
+        return [*lines, ""]
+    lines += [
+        f"Nodes:     {n['total']} total, {n['ready']} ready, {n['cordoned']} cordoned, "
+        f"{n['draining']} draining, {n['unreachable']} unreachable",
+        f"Serving:   {r['ready']} ready, {r['starting']} starting, {r['draining']} draining, "
+        f"{r['failed']} failed",
+        "",
+    ]
+    lines += _table(
+        ["GPU CLASS", "TOTAL", "USED", "UNHEALTHY", "FREE"],
+        [
+            [g.device_class, str(g.total), str(g.used), str(g.unhealthy), str(g.free)]
+            for g in inventory.gpus
+        ],
+    )
+    lines.append("")
+    if inventory.fabrics:
+        lines += _table(
+            ["CLUSTER", "FABRIC", "NODES", "LARGEST FREE BLOCK"],
+            [
+                [f.cluster, f.name, str(f.nodes), str(f.largest_free_block)]
+                for f in inventory.fabrics
+            ],
+        )
+        lines.append("")
+    if inventory.idle_replicas:
+        lines.append("IDLE (serving, nothing asked for 10 minutes; holding GPUs):")
+        lines += _table(
+            ["  REPLICA", "CLUSTER", "MODEL", "IDLE", "GPUS"],
+            [
+                [
+                    f"  {i.namespace}/{i.name}",
+                    i.cluster,
+                    i.deployment or "-",
+                    f"{i.idle_seconds // 60}m",
+                    str(i.gpus),
+                ]
+                for i in inventory.idle_replicas
+            ],
+        )
+        lines.append("")
+    return lines
+
+
 def render_table(fleet: FleetStatus) -> str:
     """The readable answer: totals first, then what needs a look, then the details."""
     r, m = fleet.replicas, fleet.models
@@ -382,6 +554,7 @@ def render_table(fleet: FleetStatus) -> str:
         f"({sum(1 for c in fleet.clusters if c.ready == conditions.TRUE)} ready)",
         "",
     ]
+    lines += _inventory_lines(fleet.inventory)
     if fleet.parked:
         lines.append("PARKED (not placed again until the definition changes or a retry):")
         lines += _table(

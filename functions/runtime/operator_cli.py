@@ -1,4 +1,5 @@
-"""`modelplane status | explain | retry`: the operator's side, reading the control plane.
+"""`modelplane status | explain | retry | suggest`: the operator's side, reading the
+control plane.
 
 A shell around `fleet_status`: it lists the InferenceClusters, ModelDeployments and
 ModelReplicas through a kubeconfig (the control plane, where Crossplane runs), hands the
@@ -21,8 +22,9 @@ import yaml
 
 from functions.common.contracts import ANNOTATION_RETRY, API_GROUP, API_VERSION
 from functions.runtime import fleet_status
+from functions.runtime import suggest as first_policy
 
-COMMANDS: Final = ("status", "explain", "retry")
+COMMANDS: Final = ("status", "explain", "retry", "suggest")
 
 PLURAL_CLUSTERS: Final = "inferenceclusters"
 PLURAL_DEPLOYMENTS: Final = "modeldeployments"
@@ -65,6 +67,9 @@ class ControlPlane:
                 f"listing {plural}: {error.status} {error.reason}"
             ) from error
         return list(found.get("items") or [])
+
+    def clusters(self) -> list[dict[str, Any]]:
+        return self._list(PLURAL_CLUSTERS, None)
 
     def fleet(self, namespace: str | None) -> fleet_status.FleetStatus:
         return fleet_status.summarize(
@@ -196,6 +201,20 @@ def retry(ctx: click.Context, model: str, namespace: str | None) -> None:
         f"`modelplane explain {model} -n {namespace}`.\n"
         f"Last error: {summary.parked.last_error or 'none reported'}"
     )
+
+
+@main.command(
+    help="Print a first autoscaling policy (shadow mode) for a model: every knob the "
+    "operations checklist says to set per model, each with what goes wrong when it is off."
+)
+@click.argument("model")
+@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@click.pass_context
+def suggest(ctx: click.Context, model: str, namespace: str | None) -> None:
+    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    plane = _plane(ctx)
+    deployment = plane.deployment(namespace, model)
+    click.echo(first_policy.render(deployment, plane.clusters()), nl=False)
 
 
 if __name__ == "__main__":

@@ -129,7 +129,11 @@ def test_no_destination_means_no_collector_and_says_why(rendered):
     telemetry = documents[0]["status"]["telemetry"]
     assert telemetry["mode"] == MODE_DISABLED
     assert "no TelemetryDestination" in telemetry["reason"]
-    kinds = {_manifest(c)["kind"] for c in _composed(documents).values() if c["kind"] == "Object"}
+    kinds = {
+        _manifest(c)["kind"]
+        for c in _composed(documents).values()
+        if c["kind"] == "Object" and c["spec"].get("managementPolicies") != ["Observe"]
+    }
     assert "ConfigMap" not in kinds
     assert "DaemonSet" not in kinds
     names = {
@@ -397,3 +401,55 @@ def test_an_invalid_destination_keeps_the_running_collector(function_servers, re
     assert ready["reason"] == "TelemetryDestinationInvalid"
     assert "spec.gateway.endpoint" in ready["message"]
     assert "keeps its last config" in result.documents[0]["status"]["telemetry"]["reason"]
+
+
+INVENTORY = {
+    "observedAt": "2026-12-01T10:00:00Z",
+    "nodes": {"total": 3, "ready": 2, "cordoned": 0, "draining": 0, "unreachable": 1},
+    "gpus": [{"deviceClass": "NVIDIA H100", "total": 24, "used": 8, "unhealthy": 8}],
+    "fabrics": [{"name": "nvl-a", "nodes": 3, "largestFreeBlock": 1}],
+    "replicas": {"ready": 1, "starting": 0, "draining": 0, "failed": 0},
+    "idleReplicas": [
+        {"namespace": "ml", "name": "llama-x", "deployment": "llama", "idleSeconds": 900, "gpus": 8}
+    ],
+    "requestCounters": "Available",
+}
+
+
+def test_the_agents_inventory_record_reaches_the_cluster_status(function_servers, tmp_path):
+    """The agent's record, as provider-kubernetes reports the observed ConfigMap, is the
+    InferenceCluster's status.inventory, valid for the XRD; the record never gates the
+    cluster's readiness."""
+    import json  # noqa: PLC0415
+
+    from functions.common.inventory import INVENTORY_RECORD_NAME, KEY_INVENTORY  # noqa: PLC0415
+    from functions.compose_serving_stack.runtime_hosting import INVENTORY_KEY  # noqa: PLC0415
+
+    first = _render(function_servers, tmp_path, "without-destination")
+    observed_object = _composed(first)[INVENTORY_KEY]
+    assert observed_object["spec"]["managementPolicies"] == ["Observe"]
+    assert _manifest(observed_object)["metadata"]["name"] == INVENTORY_RECORD_NAME
+    observed_object["status"] = {
+        "atProvider": {
+            "manifest": {
+                **_manifest(observed_object),
+                "data": {KEY_INVENTORY: json.dumps(INVENTORY)},
+            }
+        }
+    }
+    observed = tmp_path / "observed.yaml"
+    observed.write_text(yaml.safe_dump(observed_object))
+    required = tmp_path / "required"
+    required.mkdir()
+    shutil.copy(INPUTS / "peer-cluster.yaml", required / "peer-cluster.yaml")
+    result = render.render(function_servers, US_EAST, required=required, observed=observed)
+    assert result.returncode == 0, result.stderr + function_servers.logs()
+    assert result.documents[0]["status"]["inventory"] == INVENTORY
+    xrd = yaml.safe_load((REPO / "apis" / "inferenceclusters" / "definition.yaml").read_text())
+    schema = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    import jsonschema  # noqa: PLC0415
+
+    jsonschema.validate(
+        result.documents[0]["status"]["inventory"],
+        schema["properties"]["status"]["properties"]["inventory"],
+    )

@@ -17,6 +17,7 @@ import yaml
 from kubernetes import client
 
 from functions.common.contracts import ANNOTATION_FENCING_TOKEN
+from functions.runtime.cert_expiry import CERTIFICATE_EXPIRY
 from functions.runtime.metrics import FLEET_MEMBERS, HUB_LEADING
 from functions.runtime.scaler import METRIC_NAME
 from tests.runtime.cluster import free_port
@@ -98,6 +99,11 @@ def test_agent_processes_elect_hand_over_on_sigterm_and_fail_over_on_sigkill(
     process, port = agents[hub]
     assert wait_for(lambda: _gauge(port, HUB_LEADING) == 1.0, 5)
     assert _gauge(port, FLEET_MEMBERS) == 3.0
+    # The CA its member kubeconfigs trust, read from the files at this scrape: the API
+    # servers' self-signed certificates, valid for a year from their start.
+    expiry = _gauge(port, CERTIFICATE_EXPIRY)
+    assert expiry is not None
+    assert expiry > time.time() + 300 * 86400
     for other, (_, other_port) in agents.items():
         if other != hub:
             assert wait_for(lambda p=other_port: _gauge(p, HUB_LEADING) == 0.0, 5)

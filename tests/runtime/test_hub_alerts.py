@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from functions.runtime import metrics as election_metrics
+from functions.runtime.cert_expiry import CERTIFICATE_EXPIRY
 from functions.runtime.hub_metrics import HUB_METRICS
 from functions.runtime.model_health import MODEL_HEALTH_METRICS
 from tests.conftest import REPO, require_tool
@@ -49,7 +50,7 @@ def test_every_rule_parses(promtool, rule_file):
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 9 rules found" in done.stdout
+    assert "SUCCESS: 10 rules found" in done.stdout
 
 
 def test_rules_name_only_metrics_the_runtime_exports():
@@ -57,6 +58,7 @@ def test_rules_name_only_metrics_the_runtime_exports():
         set(HUB_METRICS)
         | set(MODEL_HEALTH_METRICS)
         | {election_metrics.HUB_LEADING, election_metrics.FLEET_MEMBERS}
+        | {CERTIFICATE_EXPIRY}
     )
     rule = yaml.safe_load(RULE.read_text())
     named = set()
@@ -275,15 +277,20 @@ def with_annotations(tests: dict) -> dict:
     return tests
 
 
-def test_alerts_fire_on_the_exported_series_and_stay_quiet_otherwise(promtool, rule_file):
-    tests = rule_file.parent / "tests.yaml"
-    every = {**ALERT_TESTS, "tests": ALERT_TESTS["tests"] + MODEL_HEALTH_TESTS}
-    tests.write_text(yaml.safe_dump(with_annotations(every)))
+def run_promtool_tests(promtool: Path, rule_file: Path, tests: dict, name: str) -> None:
+    """`promtool test rules` on these cases (annotations filled in) against the rules."""
+    path = rule_file.parent / name
+    path.write_text(yaml.safe_dump(with_annotations(tests)))
     done = subprocess.run(
-        [str(promtool), "test", "rules", str(tests)],
+        [str(promtool), "test", "rules", str(path)],
         capture_output=True,
         text=True,
         check=False,
         cwd=rule_file.parent,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_alerts_fire_on_the_exported_series_and_stay_quiet_otherwise(promtool, rule_file):
+    every = {**ALERT_TESTS, "tests": ALERT_TESTS["tests"] + MODEL_HEALTH_TESTS}
+    run_promtool_tests(promtool, rule_file, every, "tests.yaml")

@@ -93,23 +93,28 @@ def recorded(name: str) -> list[dict]:
     return found
 
 
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory) -> Iterator[Member]:
-    member = Member(
-        "control-plane",
-        tmp_path_factory.mktemp("control-plane"),
-        require_tool("etcd"),
-        require_tool("kube-apiserver"),
-    )
+def start_control_plane(name: str, workdir: Path) -> Member:
+    """An API server serving the three kinds as Crossplane would (started; close it)."""
+    member = Member(name, workdir, require_tool("etcd"), require_tool("kube-apiserver"))
+    member.start_etcd()
+    member.start_apiserver()
+    api = member.client()
     try:
-        member.start_etcd()
-        member.start_apiserver()
-        api = member.client()
         extensions = client.ApiextensionsV1Api(api)
         for kind in KINDS:
             crd = crd_from_xrd(REPO / "apis" / kind / "definition.yaml")
             extensions.create_custom_resource_definition(crd)
             _wait_established(extensions, crd["metadata"]["name"])
+    finally:
+        api.close()
+    return member
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory) -> Iterator[Member]:
+    member = start_control_plane("control-plane", tmp_path_factory.mktemp("control-plane"))
+    try:
+        api = member.client()
         client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
         objects = client.CustomObjectsApi(api)
         for cluster in yaml.safe_load_all((GOLDEN / "clusters.yaml").read_text()):
@@ -283,3 +288,60 @@ def test_model_health_reads_the_same_statuses_at_scrape_time(control_plane):
     assert value("modelplane_deployment_ready_replicas", "deepseek-v3") == 0
     assert value("modelplane_deployment_desired_replicas", "llama-3-1-8b") == 3
     assert value("modelplane_deployment_parked", "llama-3-1-8b") == 0
+
+
+CHECKLIST_KNOBS = (
+    ("mode",),
+    ("minReplicas",),
+    ("maxReplicas",),
+    ("signals", "demand"),
+    ("signals", "pressure"),
+    ("signals", "latency"),
+    ("capacity", "replicaCapacity"),
+    ("latencySLO",),
+    ("escalation", "after"),
+    ("escalation", "readyTimeout"),
+    ("escalation", "cooldown"),
+    ("escalation", "calmFor"),
+)
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("model", ["deepseek-v3", "llama-3-1-8b"])
+def test_suggest_prints_a_shadow_policy_the_api_server_accepts(kubeconfig, control_plane, model):
+    text = modelplane(kubeconfig, "suggest", model).stdout
+    patch = yaml.safe_load(text)
+    autoscaling = patch["spec"]["autoscaling"]
+    assert autoscaling["mode"] == "shadow"
+    for path in CHECKLIST_KNOBS:
+        value = autoscaling
+        for key in path:
+            value = value[key]
+        # Every knob is preceded by a comment saying what goes wrong when it is off.
+        lines = text.splitlines()
+        at = next(
+            i for i, text_line in enumerate(lines) if text_line.strip().startswith(f"{path[-1]}:")
+        )
+        assert lines[at - 1].strip().startswith("#"), path
+    assert f'deployment="{model}"' in autoscaling["signals"]["demand"]
+    # The patch, applied as `kubectl patch --type merge` would, is valid for the real XRD
+    # (schema and CEL rules) as the API server serves it: a server-side dry run.
+    api = control_plane.client()
+    try:
+        objects = client.CustomObjectsApi(api)
+        patched = objects.patch_namespaced_custom_object(
+            API_GROUP,
+            API_VERSION,
+            NAMESPACE,
+            "modeldeployments",
+            model,
+            patch,
+            dry_run="All",
+        )
+    finally:
+        api.close()
+    assert patched["spec"]["autoscaling"]["mode"] == "shadow"
+    assert (
+        patched["spec"]["autoscaling"]["maxReplicas"]
+        >= patched["spec"]["autoscaling"]["minReplicas"]
+    )

@@ -275,3 +275,32 @@ def test_operator_commands_are_the_ones_the_entrypoint_dispatches():
     from functions.runtime import operator_cli  # noqa: PLC0415
 
     assert entrypoint.OPERATOR_COMMANDS == operator_cli.COMMANDS
+
+
+def test_inventory_sums_the_members_reports_and_names_the_clusters_that_have_none():
+    reported = {
+        "metadata": {"name": "us-east-1"},
+        "status": {
+            "inventory": {
+                "observedAt": "2026-12-01T10:00:00Z",
+                "nodes": {"total": 4, "ready": 3, "unreachable": 1},
+                "gpus": [{"deviceClass": "H100", "total": 32, "used": 20, "unhealthy": 8}],
+                "fabrics": [{"name": "nvl-a", "nodes": 4, "largestFreeBlock": 0}],
+                "replicas": {"ready": 2},
+                "idleReplicas": [
+                    {"namespace": "ml", "name": "a", "idleSeconds": 700, "gpus": 2},
+                    {"namespace": "ml", "name": "b", "idleSeconds": 600, "gpus": 8},
+                ],
+                "requestCounters": "Available",
+            }
+        },
+    }
+    silent = {"metadata": {"name": "eu-west-1"}}
+    inventory = fleet_status.summarize([silent, reported], [], []).inventory
+    assert inventory.missing == ["eu-west-1"]
+    assert [(g.device_class, g.free) for g in inventory.gpus] == [("H100", 4)]
+    assert inventory.nodes["unreachable"] == 1
+    # Most GPUs held first: the first place to find room.
+    assert [i.name for i in inventory.idle_replicas] == ["b", "a"]
+    table = fleet_status.render_table(fleet_status.summarize([silent, reported], [], []))
+    assert "No inventory reported yet by: eu-west-1" in table

@@ -1,0 +1,68 @@
+"""The fleet inventory record: what a member's agent reports about its own capacity.
+
+The agent writes one record per member (a ConfigMap in the runtime's namespace, one JSON
+document under one key); compose-serving-stack reads it back through an Observe-only
+provider-kubernetes Object and copies the document to the InferenceCluster's
+status.inventory, the same observe-only path the model health record takes. `modelplane
+status` then reads it from the control plane, never from a member.
+
+A ConfigMap, for the reason the health record is one: plain data any component reads
+without a CRD, and the agent already holds `configmaps` RBAC. The document's fields are
+the InferenceCluster XRD's status.inventory schema (apis/inferenceclusters).
+"""
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from functions.common.contracts import SYSTEM_NAMESPACE
+
+INVENTORY_RECORD_KIND: Final = "ConfigMap"
+INVENTORY_RECORD_API_VERSION: Final = "v1"
+INVENTORY_RECORD_NAME: Final = "modelplane-inventory"
+INVENTORY_RECORD_NAMESPACE: Final = SYSTEM_NAMESPACE
+# The one data key: the document, as JSON (ConfigMap data values are strings).
+KEY_INVENTORY: Final = "inventory"
+
+# The node label naming a node's interconnect domain (NVLink or InfiniBand): the fabric a
+# multi-node replica may not span. A GPU node without it counts under FABRIC_UNLABELLED.
+LABEL_FABRIC: Final = "modelplane.ai/fabric"
+FABRIC_UNLABELLED: Final = "unlabelled"
+
+# The DRA driver whose devices are counted as GPUs (NVIDIA's k8s-dra-driver-gpu).
+GPU_DRIVER: Final = "gpu.nvidia.com"
+
+# A serving replica nothing has asked anything of for this long is named as idle: minutes,
+# not seconds, because a replica flapping in and out of the list is noise, and unloading
+# one throws away the KV cache prefix routing spent its effort filling.
+IDLE_AFTER_SECONDS: Final = 600
+
+# The device attribute that names a card's class (as NVIDIA's DRA driver publishes it,
+# bare or qualified); a device without it is counted under its driver's name.
+DEVICE_CLASS_ATTRIBUTE: Final = "productName"
+
+# Whether the request counters idle replicas are read from were available this time.
+COUNTERS_AVAILABLE: Final = "Available"
+COUNTERS_UNAVAILABLE: Final = "Unavailable"
+
+
+def device_class(attributes: Mapping[str, Any] | None, driver: str) -> str:
+    """A device's class from its DRA attributes (a ResourceSlice device's, or a node
+    pool's described the same way): its productName, else the driver's name."""
+    for name, attribute in sorted((attributes or {}).items()):
+        if name.rsplit("/", 1)[-1] == DEVICE_CLASS_ATTRIBUTE and (attribute or {}).get("string"):
+            return str(attribute["string"])
+    return driver
+
+
+def inventory_from_record(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The document from a record's data; None when it is absent or not a JSON object
+    (a record being written by a newer agent is not a reason to fail a composition)."""
+    text = (data or {}).get(KEY_INVENTORY)
+    if not text:
+        return None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
