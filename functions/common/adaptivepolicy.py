@@ -11,17 +11,75 @@ from typing import Final
 # AdaptivePolicy.spec's fields other than `workload`, in the order every copy writes them.
 POLICY_FIELDS: Final = (
     "mode",
+    "placement",
     "clusters",
     "route",
     "signals",
     "capacity",
     "latencySLO",
     "errorRateSLO",
+    "saturationThreshold",
     "escalation",
     "traffic",
 )
 
 # Fields a deployment's `autoscaling` does not pass through: compose-model-deployment
-# resolves `clusters` itself, and a ModelDeployment has no `route` to give.
+# resolves `clusters` itself (merging the deployment's per-cluster settings), and a
+# ModelDeployment names its routes in `traffic.routes`, not `route`.
 RESOLVED_FIELDS: Final = frozenset({"clusters", "route"})
 PASSTHROUGH_FIELDS: Final = tuple(f for f in POLICY_FIELDS if f not in RESOLVED_FIELDS)
+# Per-cluster settings a deployment's `autoscaling.clusters[]` may give a cluster entry.
+CLUSTER_SETTINGS: Final = (
+    "weight",
+    "minWeight",
+    "maxWeight",
+    "costRank",
+    "replicaCapacity",
+    "backendRef",
+)
+
+
+def _valid_weights(entries: list[dict]) -> bool:
+    weights = [e["weight"] for e in entries if "weight" in e]
+    every = len(weights) == len(entries)
+    return (
+        sum(weights) <= 100
+        and (not every or sum(weights) == 100)
+        and all(
+            e.get("minWeight", 0) <= e["weight"] <= e.get("maxWeight", 100)
+            for e in entries
+            if "weight" in e
+        )
+    )
+
+
+def fit_cluster_weights(entries: list[dict]) -> list[dict]:
+    """A deployment's per-cluster weights are shares among the clusters placement uses,
+    which may be fewer than it named: make them a valid AdaptivePolicy again.
+
+    Bounds that cannot add up to 100 over the used clusters (maxWeight) are dropped;
+    weights set on every used cluster are rescaled to sum to 100 (largest remainder);
+    weights that still break a rule are dropped (the hub then starts from equal shares).
+    """
+    out = [dict(e) for e in entries]
+    if sum(e.get("maxWeight", 100) for e in out) < 100:
+        for e in out:
+            e.pop("maxWeight", None)
+    weights = [e.get("weight") for e in out]
+    if out and all(w is not None for w in weights) and sum(weights) != 100:
+        total = sum(weights)
+        if total <= 0:
+            for e in out:
+                e.pop("weight")
+        else:
+            exact = [100 * w / total for w in weights]
+            scaled = [int(x) for x in exact]
+            order = sorted(range(len(out)), key=lambda i: (-(exact[i] - scaled[i]), i))
+            for i in order[: 100 - sum(scaled)]:
+                scaled[i] += 1
+            for e, w in zip(out, scaled, strict=True):
+                e["weight"] = w
+    if not _valid_weights(out):
+        for e in out:
+            e.pop("weight", None)
+    return out

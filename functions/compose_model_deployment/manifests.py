@@ -13,7 +13,11 @@ from __future__ import annotations
 from typing import Final
 
 from functions.common import contracts
-from functions.common.adaptivepolicy import PASSTHROUGH_FIELDS
+from functions.common.adaptivepolicy import (
+    CLUSTER_SETTINGS,
+    PASSTHROUGH_FIELDS,
+    fit_cluster_weights,
+)
 from functions.common.naming import dns_label, resource_key
 from functions.compose_model_deployment.model import Cluster, Deployment, Pool
 
@@ -46,15 +50,23 @@ def autoscaling_spec(deployment: Deployment, used: list[tuple[Cluster, str]]) ->
     if not deployment.autoscaling:
         return None
     spec = {k: deployment.autoscaling[k] for k in PASSTHROUGH_FIELDS if k in deployment.autoscaling}
-    spec["clusters"] = [
-        {
-            "name": cluster.name,
-            **({"region": cluster.region} if cluster.region else {}),
-            "maxReplicas": deployment.autoscaling["maxReplicas"],
-            "nodePools": [pool],
-        }
-        for cluster, pool in sorted(used, key=lambda cp: cp[0].name)
-    ]
+    settings = {c["name"]: c for c in deployment.autoscaling.get("clusters") or []}
+    spec["clusters"] = fit_cluster_weights(
+        [
+            {
+                "name": cluster.name,
+                **({"region": cluster.region} if cluster.region else {}),
+                "maxReplicas": deployment.autoscaling["maxReplicas"],
+                "nodePools": [pool],
+                **{
+                    k: settings[cluster.name][k]
+                    for k in CLUSTER_SETTINGS
+                    if k in settings.get(cluster.name, {})
+                },
+            }
+            for cluster, pool in sorted(used, key=lambda cp: cp[0].name)
+        ]
+    )
     return spec
 
 

@@ -292,21 +292,23 @@ class Actor:
                 errors.append(str(err))
             except ApiException as err:
                 errors.append(f"{c.name}: intent not written: {err.status} {err.reason}")
-        route = policy.spec.route
-        if decision.weights_changed and route is not None:
+        if decision.weights_changed and policy.spec.manages_traffic:
             by_backend = {
                 (policy.spec.cluster(n).backend_name if policy.spec.cluster(n) else n): w
                 for n, w in decision.weights.items()
             }
-            for member in route_members or sorted(self.members):
-                try:
-                    self.write_route_weights(
-                        member, route.namespace or policy.namespace, route.name, by_backend
-                    )
-                except NotHub as err:
-                    errors.append(str(err))
-                except ApiException as err:
-                    errors.append(f"{member}: route update failed: {err.status} {err.reason}")
+            for route in policy.spec.routes:  # every route carries the same weights
+                namespace = route.namespace or policy.namespace
+                for member in route_members or sorted(self.members):
+                    try:
+                        self.write_route_weights(member, namespace, route.name, by_backend)
+                    except NotHub as err:
+                        errors.append(str(err))
+                    except ApiException as err:
+                        errors.append(
+                            f"{member}: route {namespace}/{route.name} update failed:"
+                            f" {err.status} {err.reason}"
+                        )
         try:
             self.check_lease(anchor or self.hub_member)
         except NotHub as err:  # a deposed hub's Events would tell the story wrong

@@ -25,7 +25,7 @@ from functions.runtime.acting import Actor, NotHub, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
 from functions.runtime.hub import plan
-from functions.runtime.hub_decision import SOURCE_RULE, Decision, HubState
+from functions.runtime.hub_decision import SOURCE_RULE, Decision, HubState, reservations
 from functions.runtime.hub_fleet import PHASE_ESCALATED, FleetStatus
 from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.inventory import InventoryAgent, counters_from_prometheus
@@ -153,6 +153,9 @@ class Agent:
         # Per policy, the status.fleet (time, hub) this agent last wrote: its log's memory
         # matches the status only while the freshest status is that one.
         self._written: dict[str, tuple[float | None, str]] = {}
+        # Per policy, the replicas its floors wait for on each member (auto mode only):
+        # two policies on one member never count the same free room.
+        self._reserved: dict[str, dict[str, int]] = {}
         # For the probes: the loop's last turn, and the last time it read its own member.
         self.ticked_at: float | None = None
         self.reported_at: float | None = None
@@ -275,7 +278,7 @@ class Agent:
 
     def _route_weights(self, policy: Policy) -> dict[str, int] | None:
         """The live weights on this member's route, by member (reading is not acting)."""
-        route = policy.spec.route
+        route = policy.spec.routes[0]  # every route carries the same weights
         try:
             obj = _call(
                 self.local, route_path(route.namespace or policy.namespace, route.name), "GET"
@@ -308,6 +311,7 @@ class Agent:
             self._actor = Actor(
                 self.members, self.config.cluster, self.role.identity, self.role.term
             )
+        stepped: set[str] = set()
         for anchor, obj in self._copies():
             try:
                 policy = Policy.from_object(obj)
@@ -315,12 +319,15 @@ class Agent:
                 continue  # its Ready condition says why
             if policy.spec.mode == MODE_OFF:
                 continue
+            stepped.add(policy.key)
             self.metrics.serve_policy(policy.key)
             try:
                 self._hub_policy(policy, anchor, now)
             except ApiException as err:
                 self.metrics.step_error(policy.key)
                 log.warning("hub step for %s failed: %s %s", policy.key, err.status, err.reason)
+        for gone in set(self._reserved) - stepped:  # deleted or off: reserves nothing
+            del self._reserved[gone]
 
     def _read_fleet(
         self, policy: Policy, anchor: str
@@ -348,6 +355,16 @@ class Agent:
         fleet, fleet_raw = max(fleets, key=lambda f: f[0].time or 0.0, default=(FleetStatus(), {}))
         return reports, fleet, fleet_raw
 
+    def _reserved_by_others(self, policy: Policy) -> dict[str, int]:
+        """Per member, the replicas the other policies' floors still wait for there."""
+        total: dict[str, int] = {}
+        for key, per_member in self._reserved.items():
+            if key == policy.key:
+                continue
+            for member, replicas in per_member.items():
+                total[member] = total.get(member, 0) + replicas
+        return total
+
     def _hub_policy(self, policy: Policy, anchor: str, now: float) -> None:
         reports, fleet, fleet_raw = self._read_fleet(policy, anchor)
         if self._written.get(policy.key) != (fleet.time, fleet.hub):
@@ -356,10 +373,13 @@ class Agent:
             self.decision_log.adopt(policy.key, fleet_raw)
         route_weights = None
         remembered = {c.name for c in fleet.clusters if c.weight is not None}
-        if policy.spec.route is not None and not remembered >= set(policy.spec.cluster_names):
+        if policy.spec.manages_traffic and not remembered >= set(policy.spec.cluster_names):
             route_weights = self._route_weights(policy)
-        state = HubState(self.role.identity, reports, fleet, route_weights)
+        state = HubState(
+            self.role.identity, reports, fleet, route_weights, self._reserved_by_others(policy)
+        )
         decision = plan(state, policy.spec, now).stamped(policy.key)
+        self._reserved[policy.key] = reservations(decision) if policy.spec.mode == MODE_AUTO else {}
 
         applied, error = False, None
         if policy.spec.mode == MODE_AUTO:

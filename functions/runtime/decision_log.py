@@ -99,10 +99,12 @@ def _cluster_outcome(report: Report | None, fleet: FleetStatus, name: str) -> di
         "floor": c.floor if c else 0,
         "weight": c.weight if c else None,
     }
-    for key in ("demand", "pressure", "latency", "errorRate"):
+    for key in ("demand", "pressure", "latency", "errorRate", "saturation"):
         value = report.signal(key)
         if value is not None:
             out[key] = value
+    if report.extra:
+        out["extra"] = dict(sorted(report.extra.items()))
     return out
 
 

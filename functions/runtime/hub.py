@@ -14,18 +14,23 @@ reports in, and acts on the returned decision (or, in shadow mode, only records 
    nodes but not ready.
 3. **Missing replicas**: a member short for `after` (or `earlyAfter` when its own
    NodePools have no headroom) is due; the shortage is what the due members need minus
-   what the hub has already lent them. LocalFirst: until then the member scales alone.
+   what the hub has already lent them. LocalFirst: until then the member scales alone;
+   StaticFirst: `earlyAfter` while another member has static room to lend.
 4. **Candidates**: other members with a usable report, not skipped, not short, below
-   `maxReplicas`, with room: static room first (most first), then NodePool headroom,
-   preferring regions other than the short member's (same-region pools share the
-   cloud capacity the short member could not get).
+   `maxReplicas`, with room (less what other policies' floors reserved there): static
+   room first (cheapest `costRank`, then most room), then NodePool headroom, preferring
+   regions other than the short member's (same-region pools share the cloud capacity
+   the short member could not get), then the cheapest.
 5. **Allocation**: at most `step` replicas per member per `cooldown`, never past
    `maxReplicas`; each new helper gets the next tier (released highest first).
-6. **Traffic** (with `spec.route`): while escalated, at most `stepPercent` per
-   `cooldown` moves from the busiest member to the least busy one below its ready share,
-   never to a member over its latency or error SLO. While recovering, one `stepPercent`
-   per `calmFor` returns toward the Steady weights, only if home's pressure afterwards
-   stays within `safePressure`; otherwise home's floor is raised first (tier -1).
+6. **Traffic** (with `traffic.routes` or `route`): weights always sum to 100 and stay
+   within each member's `minWeight`/`maxWeight`. Steady: toward the configured
+   `clusters[].weight`, `stepPercent` per `cooldown`. While escalated, at most
+   `stepPercent` per `cooldown` moves from the busiest member to the least busy one below
+   its ready share, never to a member over its latency or error SLO or saturated.
+   While recovering, one `stepPercent` per `calmFor` returns toward the Steady weights,
+   only if home's pressure afterwards stays within `safePressure`; otherwise home's
+   floor is raised first (tier -1).
 7. **Release**: after `calmFor` without shortage, one member per step, highest tier
    first, `step` replicas at a time, a helper only once its weight is back at Steady,
    home's floor last; a member without a usable report is held (`ReleaseHeld`).

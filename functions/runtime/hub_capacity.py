@@ -6,12 +6,15 @@ its replicas never reached a node (the member is then skipped as a helper for an
 `readyTimeout`), or kept with `ReplicasNotReady` if they are on nodes but not ready.
 Missing: a member short for `after` (or `earlyAfter` when its own NodePools have no
 headroom) is due; the shortage is what the due members need minus what the hub has
-already lent them. LocalFirst: until then the member scales alone. Candidates: other
-members with a usable report, not skipped, not short, below `maxReplicas`, with room:
-static room first (most first), then NodePool headroom, preferring regions other than
-the short member's (same-region pools share the cloud capacity the short member could
-not get). Allocation: at most `step` replicas per member per `cooldown`, never past
-`maxReplicas`; each new helper gets the next tier (released highest first).
+already lent them. LocalFirst (the default): until then the member scales alone.
+StaticFirst: while another member has static room, `earlyAfter` applies even if home's
+NodePools could launch (idle nodes before new ones). Candidates: other members with a
+usable report, not skipped, not short, below `maxReplicas`, with room (less what other
+policies reserved there): static room first (cheapest `costRank`, then most room), then
+NodePool headroom, preferring regions other than the short member's (same-region pools
+share the cloud capacity the short member could not get), then the cheapest.
+Allocation: at most `step` replicas per member per `cooldown`, never past `maxReplicas`;
+each new helper gets the next tier (released highest first).
 """
 
 from dataclasses import replace
@@ -24,7 +27,7 @@ from functions.runtime.hub_decision import (
     HubEvent,
 )
 from functions.runtime.hub_step import Step
-from functions.runtime.policy import format_duration
+from functions.runtime.policy import PLACEMENT_STATIC_FIRST, format_duration
 
 
 def waiting_replicas(step: Step) -> None:
@@ -71,8 +74,15 @@ def waiting_replicas(step: Step) -> None:
         )
 
 
+def _with_static_room(step: Step) -> set[str]:
+    """Members with a usable report and static room to lend now."""
+    return {n for n in step.clusters if step.usable[n] is not None and step.room(n)[0] > 0}
+
+
 def missing_replicas(step: Step) -> tuple[list[str], int]:
     esc = step.spec.escalation
+    static_first = step.spec.placement == PLACEMENT_STATIC_FIRST
+    lenders: set[str] | None = None
     due: list[str] = []
     for name, c in sorted(step.clusters.items()):
         report = step.usable[name]
@@ -83,7 +93,14 @@ def missing_replicas(step: Step) -> tuple[list[str], int]:
             continue
         since = c.short_since if c.short_since is not None else step.now
         step.clusters[name] = replace(c, short_since=since)
-        wait = esc.early_after if report.node_pool_headroom <= 0 else esc.after
+        # LocalFirst: a member whose own NodePools can launch waits `after` for them.
+        # StaticFirst: idle nodes elsewhere go before launching new ones at home.
+        early = report.node_pool_headroom <= 0
+        if static_first and not early:
+            if lenders is None:
+                lenders = _with_static_room(step)
+            early = bool(lenders - {name})
+        wait = esc.early_after if early else esc.after
         if step.now - since >= wait:
             due.append(name)
     needed = sum(step.usable[n].needed for n in due)
@@ -107,7 +124,10 @@ def candidates(step: Step, due: list[str]) -> list[str]:
         if total <= 0:
             continue
         same_region = home_region is not None and report.region == home_region
-        found.append(((0, -static) if static > 0 else (1, int(same_region), -total), name))
+        cost = step.spec.cluster(name).cost_rank  # cheaper first among equals
+        found.append(
+            ((0, cost, -static) if static > 0 else (1, int(same_region), cost, -total), name)
+        )
     return [name for _, name in sorted(found)]
 
 

@@ -43,6 +43,9 @@ class HubState:
     fleet: FleetStatus = field(default_factory=FleetStatus)
     # The route's live weights by member, where the hub's memory has none yet.
     route_weights: dict[str, int] | None = None
+    # Per member, replicas other policies' floors have claimed there but that are not on
+    # a node yet: free room they will take, which this policy must not count again.
+    reserved: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,3 +127,18 @@ def per_cluster(fleet: FleetStatus) -> dict[str, dict]:
         c.name: {"floor": c.floor, "static": c.static, "weight": c.weight}
         for c in sorted(fleet.clusters, key=lambda c: c.name)
     }
+
+
+def reservations(decision: Decision) -> dict[str, int]:
+    """Per member, the replicas this decision's floors still wait for (raised, not on a
+    node yet): room the next policy stepped on that member must not count again. A
+    member without a usable report keeps what its last raise asked for."""
+    out: dict[str, int] = {}
+    for c in decision.fleet.clusters:
+        if c.tier is None or c.floor <= 0:
+            continue
+        report = decision.reports.get(c.name)
+        on_nodes = report.scheduled if report is not None else c.raised_from
+        if c.floor > on_nodes:
+            out[c.name] = c.floor - on_nodes
+    return out

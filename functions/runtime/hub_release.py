@@ -26,7 +26,7 @@ def release(step: Step) -> None:
     for c in sorted(floors, key=lambda c: (-c.tier, c.name)):
         if (
             c.tier > 0
-            and step.spec.route is not None
+            and step.spec.manages_traffic
             and (c.weight or 0) > (c.steady_weight if c.steady_weight is not None else 100)
         ):
             continue  # its share of the traffic is not back yet

@@ -22,6 +22,48 @@ from functions.runtime.policy import REPORT_STALE_SECONDS, PolicySpec, spec_hash
 from functions.runtime.report_core import Report
 
 
+def equal_shares(names: list[str], total: int = 100) -> dict[str, int]:
+    """`total` split evenly, the remainder to the first names."""
+    if not names:
+        return {}
+    share, extra = divmod(total, len(names))
+    return {n: share + (1 if i < extra else 0) for i, n in enumerate(names)}
+
+
+def fit_weights(weights: dict[str, int], spec: PolicySpec) -> dict[str, int]:
+    """The nearest weights summing to 100 with each within its minWeight/maxWeight:
+    clamped, then the difference taken from (or given to) the members with most slack,
+    names breaking ties. The spec guarantees the bounds admit a sum of 100."""
+    lo = {n: spec.cluster(n).min_weight for n in weights}
+    hi = {n: spec.cluster(n).max_weight for n in weights}
+    out = {n: min(hi[n], max(lo[n], w)) for n, w in weights.items()}
+    gap = 100 - sum(out.values())
+    while gap:
+        if gap > 0:
+            slack = {n: hi[n] - out[n] for n in out if out[n] < hi[n]}
+        else:
+            slack = {n: out[n] - lo[n] for n in out if out[n] > lo[n]}
+        if not slack:
+            break
+        name = max(slack, key=lambda n: (slack[n], n))
+        move = min(abs(gap), slack[name])
+        out[name] += move if gap > 0 else -move
+        gap += -move if gap > 0 else move
+    return out
+
+
+def configured_weights(spec: PolicySpec) -> dict[str, int] | None:
+    """The Steady weights `clusters[].weight` asks for (members without one share the
+    rest evenly), within the bounds; None when no member sets one."""
+    if all(c.weight is None for c in spec.clusters):
+        return None
+    unset = sorted(c.name for c in spec.clusters if c.weight is None)
+    rest = 100 - sum(c.weight or 0 for c in spec.clusters)
+    weights = {c.name: c.weight for c in spec.clusters if c.weight is not None}
+    weights |= equal_shares(unset, rest)
+    return fit_weights(weights, spec)
+
+
 class Step:
     """The working copy one call to `plan` mutates, step by step."""
 
@@ -72,35 +114,36 @@ class Step:
         )
 
     def _init_weights(self) -> None:
-        """Weights come from the hub's memory; the first step takes the route's live ones
-        (equal shares when the route has none to read)."""
-        if self.spec.route is None:
+        """Weights come from the hub's memory; the first step takes the configured Steady
+        weights (`clusters[].weight`), else the route's live ones, else equal shares."""
+        if not self.spec.manages_traffic:
             return
         if all(c.weight is not None for c in self.clusters.values()):
             return
+        configured = configured_weights(self.spec)
         live = self.state.route_weights
-        if live is not None:
-            for name, c in self.clusters.items():
-                self.clusters[name] = replace(c, weight=int(live.get(name, 0)))
-            return
-        names = sorted(self.clusters)
-        share, extra = divmod(100, len(names))
-        for i, name in enumerate(names):
-            self.clusters[name] = replace(
-                self.clusters[name], weight=share + (1 if i < extra else 0)
-            )
+        if configured is not None:
+            start = configured
+        elif live is not None:
+            start = {name: int(live.get(name, 0)) for name in self.clusters}
+        else:
+            start = equal_shares(sorted(self.clusters))
+        for name, c in self.clusters.items():
+            self.clusters[name] = replace(c, weight=start[name])
 
     def room(self, name: str) -> tuple[int, int]:
-        """(static room, total room) a member can still take, pending replicas counted."""
+        """(static room, total room) a member can still take: its own pending replicas
+        and those other policies reserved there (`HubState.reserved`) counted."""
         report, c = self.usable[name], self.clusters[name]
         entry = self.spec.cluster(name)
         if report is None or entry is None:
             return 0, 0
         pending = max(0, c.floor - report.scheduled) if c.floor else 0
+        taken = pending + self.state.reserved.get(name, 0)
         base = max(c.floor, report.desired)
         ceiling = max(0, entry.max_replicas - base)
-        static = max(0, report.static_room - pending)
-        headroom = max(0, report.node_pool_headroom - max(0, pending - report.static_room))
+        static = max(0, report.static_room - taken)
+        headroom = max(0, report.node_pool_headroom - max(0, taken - report.static_room))
         return min(static, ceiling), min(static + headroom, ceiling)
 
     def result(self) -> Decision:

@@ -1,5 +1,11 @@
-"""Traffic, phase 6 of a hub step (with `spec.route`): spread while escalated, return
-while recovering.
+"""Traffic, phase 6 of a hub step (with `traffic.routes` or `route`): spread while
+escalated, return while recovering, toward the configured weights while steady.
+
+Always: the weights sum to 100 and each stays within its member's `minWeight` and
+`maxWeight` (out-of-bounds weights, after the bounds changed, are fitted at once).
+Steady: one `stepPercent` per `cooldown` toward `clusters[].weight`, to a member that
+serves. A member over `saturationThreshold` on the `saturation` signal counts as over
+its SLO: under strain, and never given traffic.
 
 Escalated: at most `stepPercent` per `cooldown` moves from the busiest member under
 strain to the least busy one below its ready share, never to a member over its latency
@@ -13,25 +19,95 @@ import math
 from dataclasses import replace
 
 from functions.runtime.hub_decision import ADD_CAPACITY, SHIFT_TRAFFIC, Change
-from functions.runtime.hub_fleet import HOME_TIER, PHASE_ESCALATED, PHASE_RECOVERING
-from functions.runtime.hub_step import Step
+from functions.runtime.hub_fleet import (
+    HOME_TIER,
+    PHASE_ESCALATED,
+    PHASE_RECOVERING,
+    PHASE_STEADY,
+)
+from functions.runtime.hub_step import Step, configured_weights, fit_weights
 from functions.runtime.report_core import Report
 
 
 def _over_slo(step: Step, report: Report) -> bool:
+    """Over its latency or error SLO, or saturated: such a member never gains traffic."""
     lat, err = step.spec.latency_slo, step.spec.error_rate_slo
     if lat is not None and report.latency is not None and report.latency > lat:
+        return True
+    sat = report.saturation
+    if step.spec.signals.saturation and sat is not None and sat >= step.spec.saturation_threshold:
         return True
     return err is not None and report.error_rate is not None and report.error_rate > err
 
 
 def shift_traffic(step: Step) -> None:
-    if step.spec.route is None:
+    if not step.spec.manages_traffic:
         return
+    _conform(step)
     if step.phase == PHASE_ESCALATED:
         _spread(step)
     elif step.phase == PHASE_RECOVERING:
         _return(step)
+    elif step.phase == PHASE_STEADY:
+        _toward_configured(step)
+
+
+def _bounds(step: Step, name: str) -> tuple[int, int]:
+    entry = step.spec.cluster(name)
+    return entry.min_weight, entry.max_weight
+
+
+def _conform(step: Step) -> None:
+    """Weights outside minWeight/maxWeight (the bounds changed, or the route was edited)
+    or not summing to 100 are brought to the nearest that fit, at once: bounds are not
+    paced. The Steady weights traffic returns to are fitted alike."""
+    steady = {n: c.steady_weight for n, c in step.clusters.items()}
+    if all(w is not None for w in steady.values()):
+        steady_fit = fit_weights(steady, step.spec)
+        for n in steady_fit:
+            if steady_fit[n] != steady[n]:
+                step.clusters[n] = replace(step.clusters[n], steady_weight=steady_fit[n])
+    weights = {n: c.weight or 0 for n, c in step.clusters.items()}
+    fitted = fit_weights(weights, step.spec)
+    if fitted == weights:
+        return
+    moved = [n for n in sorted(weights) if fitted[n] != weights[n]]
+    for n in moved:
+        step.clusters[n] = replace(step.clusters[n], weight=fitted[n])
+    step.changes.append(
+        Change(
+            SHIFT_TRAFFIC,
+            moved[0],
+            "weights brought within minWeight/maxWeight: "
+            + ", ".join(f"{n} {weights[n]}->{fitted[n]}" for n in moved),
+        )
+    )
+
+
+def _toward_configured(step: Step) -> None:
+    """Steady: one `stepPercent` per `cooldown` toward `clusters[].weight`, only to a
+    member that serves (ready, usable report, within its SLOs)."""
+    target = configured_weights(step.spec)
+    if target is None:
+        return
+    if step.last_traffic_at is not None and step.now - step.last_traffic_at < step.cooldown:
+        return
+    weight = {n: c.weight or 0 for n, c in step.clusters.items()}
+    above = {n: weight[n] - target[n] for n in weight if weight[n] > target[n]}
+    below = {
+        n: target[n] - weight[n]
+        for n in weight
+        if weight[n] < target[n]
+        and step.usable[n] is not None
+        and step.usable[n].ready > 0
+        and not _over_slo(step, step.usable[n])
+    }
+    if not above or not below:
+        return
+    donor = max(above, key=lambda n: (above[n], n))
+    taker = max(below, key=lambda n: (below[n], n))
+    move = min(step.spec.traffic.step_percent, above[donor], below[taker])
+    _move(step, donor, taker, move, "toward the configured weights")
 
 
 def _spread(step: Step) -> None:
@@ -41,7 +117,11 @@ def _spread(step: Step) -> None:
     total_ready = sum(r.ready for r in usable.values())
     if total_ready <= 0:
         return
-    target = {n: 100 * r.ready / total_ready for n, r in usable.items()}
+    bounds = {n: _bounds(step, n) for n in usable}
+    target = {
+        n: min(bounds[n][1], max(bounds[n][0], 100 * r.ready / total_ready))
+        for n, r in usable.items()
+    }
     weight = {n: step.clusters[n].weight or 0 for n in usable}
 
     def busy(n: str) -> tuple:
@@ -53,12 +133,17 @@ def _spread(step: Step) -> None:
     donors = [
         n
         for n in usable
-        if weight[n] > target[n] and (usable[n].needed > 0 or _over_slo(step, usable[n]))
+        if weight[n] > target[n]
+        and weight[n] > bounds[n][0]
+        and (usable[n].needed > 0 or _over_slo(step, usable[n]))
     ]
     takers = [
         n
         for n in usable
-        if weight[n] < target[n] and usable[n].ready > 0 and not _over_slo(step, usable[n])
+        if weight[n] < target[n]
+        and weight[n] < bounds[n][1]
+        and usable[n].ready > 0
+        and not _over_slo(step, usable[n])
     ]
     if not donors or not takers:
         return
@@ -71,7 +156,8 @@ def _spread(step: Step) -> None:
         step.spec.traffic.step_percent,
         math.floor(weight[donor] - target[donor] + 1e-9) or 1,
         math.floor(target[taker] - weight[taker] + 1e-9) or 1,
-        weight[donor],
+        weight[donor] - bounds[donor][0],
+        bounds[taker][1] - weight[taker],
     )
     if move <= 0:
         return
@@ -110,7 +196,15 @@ def _return(step: Step) -> None:
         return
     donor = max(above, key=lambda n: (above[n], n))
     home = max(below, key=lambda n: (below[n], n))
-    move = min(step.spec.traffic.step_percent, above[donor], below[home])
+    move = min(
+        step.spec.traffic.step_percent,
+        above[donor],
+        below[home],
+        (step.clusters[donor].weight or 0) - _bounds(step, donor)[0],
+        _bounds(step, home)[1] - (step.clusters[home].weight or 0),
+    )
+    if move <= 0:
+        return
     home_c = step.clusters[home]
     home_report = step.usable[home]
     if home_report is not None and _over_slo(step, home_report):

@@ -16,7 +16,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from functions.common.naming import stable_hash
 
@@ -29,6 +29,16 @@ INTENT_RENEW_SECONDS: Final = 60.0  # rewrite an unchanged intent this often
 MODE_OFF: Final = "off"
 MODE_SHADOW: Final = "shadow"
 MODE_AUTO: Final = "auto"
+
+PLACEMENT_LOCAL_FIRST: Final = "LocalFirst"
+PLACEMENT_STATIC_FIRST: Final = "StaticFirst"
+DEFAULT_SATURATION_THRESHOLD: Final = 0.9
+# Fields of a member's own clusters[] entry that only the hub reads: left out of the spec
+# hash, so changing them takes effect without waiting for members (the guide's "Changes
+# only the hub reads (intent, escalation, weights, placement)").
+HUB_ONLY_CLUSTER_FIELDS: Final = ("weight", "minWeight", "maxWeight", "costRank")
+# Built-in signal names; an extra named metric may not reuse one.
+BUILTIN_SIGNALS: Final = ("demand", "pressure", "latency", "errorRate", "saturation")
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -92,6 +102,24 @@ class ClusterEntry(_Spec):
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     # The route backendRef that sends traffic to this member; its name by default.
     backend_ref: str | None = Field(default=None, alias="backendRef")
+    # Its Steady share of the traffic in percent (unset: an equal share of what the
+    # members with a weight leave), and the bounds every weight the hub writes keeps.
+    weight: int | None = Field(default=None, ge=0, le=100)
+    min_weight: int = Field(default=0, alias="minWeight", ge=0, le=100)
+    max_weight: int = Field(default=100, alias="maxWeight", ge=0, le=100)
+    # Cheaper clusters (lower rank) are asked first among equal candidates.
+    cost_rank: int = Field(default=0, alias="costRank", ge=0, le=1000)
+    # What one replica serves here, when it differs from capacity.replicaCapacity.
+    replica_capacity: float | None = Field(default=None, alias="replicaCapacity", gt=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "ClusterEntry":
+        where = f"clusters[{self.name}]"
+        if self.min_weight > self.max_weight:
+            raise ValueError(f"{where}: minWeight must not exceed maxWeight")
+        if self.weight is not None and not self.min_weight <= self.weight <= self.max_weight:
+            raise ValueError(f"{where}: weight must lie within minWeight and maxWeight")
+        return self
 
     @property
     def backend_name(self) -> str:
@@ -103,11 +131,30 @@ class Route(_Spec):
     namespace: str | None = None
 
 
+class NamedQuery(_Spec):
+    name: str = Field(pattern=r"^[a-z][A-Za-z0-9]{0,62}$")
+    query: str
+
+
 class Signals(_Spec):
     demand: str | None = None
     pressure: str | None = None
     latency: str | None = None
     error_rate: str | None = Field(default=None, alias="errorRate")
+    # 0-1 (e.g. KV-cache usage); at or over saturationThreshold a member is under strain.
+    saturation: str | None = None
+    # Further named metrics: recorded in each report and the decision log, not acted on.
+    extra: tuple[NamedQuery, ...] = Field(default=(), max_length=8)
+
+    @model_validator(mode="after")
+    def _names(self) -> "Signals":
+        names = [q.name for q in self.extra]
+        for name in names:
+            if name in BUILTIN_SIGNALS:
+                raise ValueError(f"signals.extra[].name {name!r} is a built-in signal")
+        if len(set(names)) != len(names):
+            raise ValueError("signals.extra[].name must be unique")
+        return self
 
     def configured(self) -> dict[str, str]:
         """Signal name (as in status.report) -> query, only the ones set."""
@@ -116,8 +163,13 @@ class Signals(_Spec):
             "pressure": self.pressure,
             "latency": self.latency,
             "errorRate": self.error_rate,
+            "saturation": self.saturation,
         }
         return {name: query for name, query in named.items() if query}
+
+    def extra_queries(self) -> dict[str, str]:
+        """Extra metric name (as in status.report.extra) -> query."""
+        return {q.name: q.query for q in self.extra}
 
 
 class Capacity(_Spec):
@@ -140,6 +192,9 @@ class Escalation(_Spec):
 
 class Traffic(_Spec):
     step_percent: int = Field(default=10, alias="stepPercent", ge=1, le=100)
+    # The HTTPRoutes whose backendRefs (one per member) carry the weights; every one
+    # gets the same weights.
+    routes: tuple[Route, ...] = Field(default=(), max_length=16)
 
 
 class PolicySpec(_Spec):
@@ -151,11 +206,52 @@ class PolicySpec(_Spec):
     capacity: Capacity = Field(default_factory=Capacity)
     latency_slo: float | None = Field(default=None, alias="latencySLO")
     error_rate_slo: float | None = Field(default=None, alias="errorRateSLO")
+    saturation_threshold: float = Field(
+        default=DEFAULT_SATURATION_THRESHOLD, alias="saturationThreshold", gt=0, le=1
+    )
+    placement: Literal["LocalFirst", "StaticFirst"] = PLACEMENT_LOCAL_FIRST
     escalation: Escalation = Field(default_factory=Escalation)
     traffic: Traffic = Field(default_factory=Traffic)
+    _by_name: dict[str, ClusterEntry] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _weights(self) -> "PolicySpec":
+        if sum(c.weight or 0 for c in self.clusters) > 100:
+            raise ValueError("clusters[].weight: the weights set must sum to at most 100")
+        every = all(c.weight is not None for c in self.clusters)
+        if every and sum(c.weight for c in self.clusters) != 100:
+            raise ValueError("clusters[].weight: when every member has one they sum to 100")
+        if sum(c.min_weight for c in self.clusters) > 100:
+            raise ValueError("clusters[].minWeight must sum to at most 100")
+        if sum(c.max_weight for c in self.clusters) < 100:
+            raise ValueError("clusters[].maxWeight must sum to at least 100")
+        return self
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._by_name = {c.name: c for c in self.clusters}
 
     def cluster(self, name: str) -> ClusterEntry | None:
-        return next((c for c in self.clusters if c.name == name), None)
+        return self._by_name.get(name)
+
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        """Every route the hub weights: `traffic.routes`, and `route` (the older single form)."""
+        listed = self.traffic.routes
+        if self.route is not None and all(
+            (r.name, r.namespace) != (self.route.name, self.route.namespace) for r in listed
+        ):
+            listed = (self.route, *listed)
+        return listed
+
+    @property
+    def manages_traffic(self) -> bool:
+        return bool(self.route is not None or self.traffic.routes)
+
+    def replica_capacity(self, member: str) -> float | None:
+        """What one replica serves on this member: its own entry's, else the policy's."""
+        entry = self.cluster(member)
+        own = entry.replica_capacity if entry is not None else None
+        return own or self.capacity.replica_capacity
 
     @property
     def cluster_names(self) -> tuple[str, ...]:
@@ -187,9 +283,12 @@ class Policy(_Spec):
 def spec_hash_input(raw_spec: dict, member: str) -> dict:
     """The parts of a raw spec a member's report is computed from (see the module docstring)."""
     own = next((c for c in raw_spec.get("clusters") or [] if c.get("name") == member), None)
+    if own is not None:
+        own = {k: v for k, v in own.items() if k not in HUB_ONLY_CLUSTER_FIELDS}
     return {
         "workload": raw_spec.get("workload"),
-        "signals": raw_spec.get("signals") or {},
+        # An empty list is how a newer version writes a field an older one lacks.
+        "signals": {k: v for k, v in (raw_spec.get("signals") or {}).items() if v != []},
         "capacity": raw_spec.get("capacity") or {},
         "cluster": own,
     }

@@ -14,7 +14,7 @@ import urllib.request
 
 from functions.common.contracts import KIND_SCALED_OBJECT
 from functions.runtime.policy import PolicySpec
-from functions.runtime.report_core import MemberInputs, NodePoolInfo, SignalResult
+from functions.runtime.report_core import EXTRA_PREFIX, MemberInputs, NodePoolInfo, SignalResult
 from functions.runtime.report_parse import (
     node_info,
     node_pool_info,
@@ -118,7 +118,10 @@ def read_member_inputs(
             read_errors.append(f"NodePools: {err.status} {err.reason}")
 
     signals = {}
-    for name, query in sorted(spec.signals.configured().items()):
+    queries = spec.signals.configured() | {
+        EXTRA_PREFIX + name: query for name, query in spec.signals.extra_queries().items()
+    }
+    for name, query in sorted(queries.items()):
         if prometheus_url:
             signals[name] = query_prometheus(prometheus_url, query)
         else:

@@ -43,6 +43,8 @@ CONDITION_READY: Final = "Ready"
 REASON_OBSERVED: Final = "Observed"
 REASON_OBSERVATION_FAILED: Final = "ObservationFailed"
 REASON_NOT_A_MEMBER: Final = "NotAMember"
+# Extra named metrics travel among the signals as `extra.<name>` (status.report.extra).
+EXTRA_PREFIX: Final = "extra."
 
 
 # --- inputs -------------------------------------------------------------------------------
@@ -190,6 +192,9 @@ class Report:
     pressure: float | None = None
     latency: float | None = None
     error_rate: float | None = None
+    saturation: float | None = None
+    # signals.extra by name: recorded for the decision log, never acted on.
+    extra: dict[str, float] = field(default_factory=dict)
     # clusters[].region, else the one region its nodes are labelled with (shared cloud
     # capacity: the hub looks for NodePool headroom in other regions first).
     region: str | None = None
@@ -200,6 +205,7 @@ class Report:
             "pressure": self.pressure,
             "latency": self.latency,
             "errorRate": self.error_rate,
+            "saturation": self.saturation,
         }.get(name)
 
     def to_status(self) -> dict:
@@ -219,6 +225,8 @@ class Report:
             "pressure": self.pressure,
             "latency": self.latency,
             "errorRate": self.error_rate,
+            "saturation": self.saturation,
+            "extra": dict(sorted(self.extra.items())) or None,
             "region": self.region,
         }
         status.update({k: v for k, v in optional.items() if v is not None})
@@ -244,6 +252,12 @@ class Report:
             pressure=number("pressure"),
             latency=number("latency"),
             error_rate=number("errorRate"),
+            saturation=number("saturation"),
+            extra={
+                str(k): float(v)
+                for k, v in (status.get("extra") or {}).items()
+                if isinstance(v, int | float)
+            },
             region=status.get("region") or None,
         )
 
@@ -355,6 +369,14 @@ def compute_report(
             failures.append(f"signals.{name}: {error}")
         else:
             values[name] = value
+    extra: dict[str, float] = {}
+    for name in sorted(spec.signals.extra_queries()):
+        key = EXTRA_PREFIX + name
+        value, error = inputs.signals.get(key, SignalResult(error="not queried")).single()
+        if error:
+            failures.append(f"signals.extra[{name}]: {error}")
+        else:
+            extra[name] = value
 
     live = [p for p in inputs.pods if not p.terminating]
     per_replica = max(1, inputs.needs.pods_per_replica)
@@ -363,8 +385,9 @@ def compute_report(
     unschedulable = math.ceil(sum(1 for p in live if p.unschedulable) / per_replica)
     needed = unschedulable
     demand = values.get("demand")
-    if demand is not None and spec.capacity.replica_capacity:
-        load_need = math.ceil(demand / spec.capacity.replica_capacity - 1e-9)
+    per_replica_capacity = spec.replica_capacity(member)
+    if demand is not None and per_replica_capacity:
+        load_need = math.ceil(demand / per_replica_capacity - 1e-9)
         needed = max(needed, load_need - scheduled)
 
     regions = sorted({n.labels[REGION_LABEL] for n in inputs.nodes if n.labels.get(REGION_LABEL)})
@@ -396,6 +419,8 @@ def compute_report(
         pressure=values.get("pressure"),
         latency=values.get("latency"),
         error_rate=values.get("errorRate"),
+        saturation=values.get("saturation"),
+        extra=extra,
         region=entry.region or (regions[0] if len(regions) == 1 else None),
     )
     if failures:

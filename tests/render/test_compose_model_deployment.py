@@ -120,6 +120,14 @@ def test_first_placement_spreads_replicas_over_the_selected_clusters(function_se
     assert all(p == policies[0] for p in policies)
     assert [c["name"] for c in policies[0]["clusters"]] == ["eu-west-1", "us-east-1"]
     assert all(c["maxReplicas"] == 6 for c in policies[0]["clusters"])
+    # The deployment's per-cluster settings land on the clusters placement used, its
+    # weights rescaled to shares of those (dev-1's 20 is not among them).
+    eu, us = policies[0]["clusters"]
+    assert (eu["weight"], eu["maxWeight"], eu["costRank"], eu["replicaCapacity"]) == (50, 80, 1, 6)
+    assert (us["weight"], us["minWeight"], us["costRank"]) == (50, 20, 2)
+    assert policies[0]["placement"] == "StaticFirst"
+    assert policies[0]["traffic"]["routes"] == [{"name": "llama-3-1-8b"}]
+    assert policies[0]["signals"]["extra"][0]["name"] == "waiting"
     assert composite["status"]["placedReplicas"] == 3
     assert conds[conditions.REPLICAS_SCHEDULED]["status"] == "True"
     assert conds[conditions.REPLICAS_READY]["reason"] == "Short"  # 0 of 3 ready yet

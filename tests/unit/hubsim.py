@@ -42,6 +42,7 @@ class Member:
     becomes_ready: bool = True  # False: pods land on nodes but never turn ready
     safe_pressure: float | None = 9.0
     latency: float | None = None
+    saturation: float | None = None
     reports: bool = True  # False: its agent stopped (the report goes stale)
     launch_fails: bool = False  # True: its NodePools launch nothing (the cloud is out)
     spec_hash: str | None = None  # set to diverge from the hub's copy
@@ -79,7 +80,7 @@ class World:
 
     # what each member serves
     def served(self, name: str) -> float:
-        if self.spec.route is None:
+        if not self.spec.manages_traffic:
             return self.demand(name, self.now)
         total = sum(self.demand(n, self.now) for n in self.members)
         weights = self.weights()
@@ -137,6 +138,7 @@ class World:
             demand=served,
             pressure=served / ready if ready else served,
             latency=m.latency,
+            saturation=m.saturation,
             region=self.spec.cluster(m.name).region,
         )
 

@@ -450,3 +450,26 @@ def test_the_agent_is_ready_while_it_reads_its_member_and_live_while_its_loop_tu
     assert not ready
     assert "own API server" in why
     assert agent.live(NOW + 121)[0] is False
+
+
+def test_weights_are_written_on_every_route_of_traffic_routes(monkeypatch):
+    second = "/apis/gateway.networking.k8s.io/v1/namespaces/gw/httproutes/llm-internal"
+    monkeypatch.setitem(SPEC, "traffic", {"routes": [{"name": "llm-internal", "namespace": "gw"}]})
+    home, helper = fleet("auto")
+    for api in (home, helper):
+        api.objects[second] = ROUTE
+    agent = Agent(
+        AgentConfig(cluster="home"),
+        {"home": home, "helper": helper},
+        FixedRole("home/agent-0", True, "t1"),
+        HubMetrics(MeterProvider().get_meter("test")),
+        DecisionLog(io.StringIO()),
+        clock=lambda: NOW,
+    )
+    agent.hub_step(NOW)
+    for api in (home, helper):
+        written = {p: b for m, p, b, _ in api.writes if p in (ROUTE_PATH, second)}
+        assert set(written) == {ROUTE_PATH, second}  # `route` and traffic.routes alike
+        assert written[ROUTE_PATH]["spec"] == written[second]["spec"]
+        weights = [r["weight"] for r in written[second]["spec"]["rules"][0]["backendRefs"]]
+        assert weights == [90, 10]
