@@ -1,8 +1,14 @@
 """Which node pools have the devices a deployment asks for.
 
-Every device of a pool is alike (one driver, one set of attributes and capacity), so a
-pool matches a deployment when every selector of every device request is true for the
-pool's device profile, and each pod's devices fit on one node. Pools share profiles (a
+A pool's accelerators are alike (one driver, one set of attributes and capacity), and so
+is each kind of device it lists beside them (`additionalDevices`: NICs, one driver each).
+A request without a `deviceClassName` is for the accelerators; one with a class is for
+the additional devices of that driver. A pool matches a deployment when every request
+finds its kind and every selector of the request is true for that kind's profile (and an
+additional request's count fits one node); accelerators per pod are checked by placement,
+which counts whole nodes in them. When a pool does not match, the mismatch names the
+request that blocks there and why; across pools, the one closest to matching (the most
+requests matched) is the one explained. Pools share profiles (a
 fleet has a few GPU models and many pools), so the answer is computed once per distinct
 profile and each (selector, profile) pair is evaluated once per process: cel-python
 costs a fraction of a millisecond per evaluation, and re-evaluating per replica and pool
@@ -21,23 +27,27 @@ from functions.compose_model_deployment.cel_env import (
     evaluate,
     selector_cost,
 )
-from functions.compose_model_deployment.model import Deployment, InputError
+from functions.compose_model_deployment.model import Deployment, DeviceRequest, InputError, Pool
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    """The first selector a profile fails, and why."""
+    """The request a pool cannot serve, and why (a selector, or no such device)."""
 
-    path: str  # ...nodeSelector.devices[k].selectors[i].cel
+    path: str  # ...nodeSelector.devices[k].selectors[i].cel, or ...devices[k]
     selector: str
     error: str = ""  # empty: the selector evaluated to false
     missing_name: str = ""
+    # Set when the pool has no devices of the request's class, or too few per node.
+    missing_class: str = ""
+    per_node: int = 0
 
 
 @dataclass(frozen=True)
 class ProfileMatch:
     matched: bool
     mismatch: Mismatch | None = None
+    matched_requests: int = 0  # how close a pool that does not match came
 
 
 def check_selectors(deployment: Deployment) -> None:
@@ -61,28 +71,59 @@ def check_selectors(deployment: Deployment) -> None:
         )
 
 
-def match_profile(deployment: Deployment, profile: DeviceProfile) -> ProfileMatch:
-    """Whether devices of this profile satisfy every request of every member."""
+def match_pool(deployment: Deployment, pool: Pool) -> ProfileMatch:
+    """Whether the pool's devices satisfy every request of every member; if not, the
+    first request that blocks and how many requests did match."""
+    matched = 0
+    blocking: Mismatch | None = None
     for engine in deployment.engines:
         for member in engine.members:
             for request in member.devices:
-                for i, text in enumerate(request.selectors):
-                    result = evaluate(text, profile)
-                    if not result.matched:
-                        return ProfileMatch(
-                            False,
-                            Mismatch(
-                                f"{request.path}.selectors[{i}].cel",
-                                text,
-                                result.error,
-                                result.missing_name,
-                            ),
-                        )
-    return ProfileMatch(True)
+                problem = _request_problem(request, pool)
+                if problem is None:
+                    matched += 1
+                elif blocking is None:
+                    blocking = problem
+    return ProfileMatch(blocking is None, blocking, matched)
+
+
+def _request_problem(request: DeviceRequest, pool: Pool) -> Mismatch | None:
+    profile = pool.profile
+    if request.device_class:
+        kind = next(
+            (e for e in pool.extra_devices if e.profile.driver == request.device_class), None
+        )
+        if kind is None:
+            return Mismatch(request.path, "", missing_class=request.device_class)
+        if request.count > kind.per_node:
+            return Mismatch(
+                f"{request.path}.count",
+                "",
+                missing_class=request.device_class,
+                per_node=kind.per_node,
+            )
+        profile = kind.profile
+    for i, text in enumerate(request.selectors):
+        result = evaluate(text, profile)
+        if not result.matched:
+            return Mismatch(
+                f"{request.path}.selectors[{i}].cel", text, result.error, result.missing_name
+            )
+    return None
 
 
 def describe_mismatch(mismatch: Mismatch, profiles: list[DeviceProfile]) -> str:
     """One line a person can act on: the path, the rule, and what would be valid."""
+    if mismatch.missing_class and mismatch.per_node:
+        return (
+            f"{mismatch.path}: more {mismatch.missing_class} devices than the closest pool "
+            f"has on one node ({mismatch.per_node})"
+        )
+    if mismatch.missing_class:
+        return (
+            f"{mismatch.path}: the closest pool has no {mismatch.missing_class} devices "
+            f"(deviceClassName names a driver in the pool's additionalDevices)"
+        )
     if mismatch.missing_name:
         known_attributes = sorted({a[0] for p in profiles for a in p.attributes})
         known_capacity = sorted({c[0] for p in profiles for c in p.capacity})
@@ -93,4 +134,6 @@ def describe_mismatch(mismatch: Mismatch, profiles: list[DeviceProfile]) -> str:
         )
     if mismatch.error:
         return f"{mismatch.path}: {mismatch.error}"
-    return f"{mismatch.path}: no selected pool's devices satisfy {mismatch.selector!r}"
+    # A selector written as a YAML block carries line ends: quote it on one line.
+    selector = " ".join(mismatch.selector.split())
+    return f"{mismatch.path}: no selected pool's devices satisfy {selector!r}"

@@ -238,6 +238,10 @@ class FunctionRunner(GuardedRunner):
                 parking_enabled=deployment.parking.enabled,
             ),
         )
+        if plan.unplaceable or decision.is_parked:
+            # Its ModelReplicas at 0 replicas are themselves ready (nothing to wait for),
+            # so without this the deployment would read Ready while serving nothing.
+            rsp.desired.composite.ready = fnv1.Ready.READY_FALSE
         self.log.debug(
             "placed",
             composite=name,
@@ -337,6 +341,7 @@ class FunctionRunner(GuardedRunner):
                 replicas,
                 autoscaling=autoscaling,
                 unavailable=decided.unavailable,
+                fabrics=decided.fabrics.get(cluster.name, ()),
             )
             target = rsp.desired.resources[manifests.replica_key(cluster.name)].resource
             if first is None:

@@ -66,6 +66,7 @@ def model_replica(
     *,
     autoscaling: dict | None,
     unavailable: dict | None = None,
+    fabrics: tuple[str, ...] = (),
 ) -> dict:
     provider = {"name": cluster.provider_config_ref.get("name", cluster.name)}
     if cluster.provider_config_ref.get("kind"):
@@ -82,6 +83,13 @@ def model_replica(
             "name": pool.name,
             **({"nodeSelector": dict(pool.node_selector)} if pool.node_selector else {}),
             "driver": pool.driver,
+            # Only a labelled fabric can be pinned: naming a fabric no node label carries
+            # would keep every pod pending.
+            **(
+                {"fabricNodeLabel": pool.fabric_label, "fabrics": list(fabrics)}
+                if pool.fabric_label and fabrics
+                else {}
+            ),
         },
         "replicas": replicas,
         "definitionHash": deployment.definition_hash,
@@ -102,7 +110,12 @@ def model_replica(
                             else {}
                         ),
                         "devices": [
-                            {"name": d.name, "count": d.count, "selectors": list(d.selectors)}
+                            {
+                                "name": d.name,
+                                "count": d.count,
+                                **({"deviceClassName": d.device_class} if d.device_class else {}),
+                                "selectors": list(d.selectors),
+                            }
                             for d in member.devices
                         ],
                         "template": member.template,

@@ -78,6 +78,9 @@ class DeviceRequest:
     count: int
     selectors: tuple[str, ...]
     path: str  # spec.template.spec.engines[i].members[j].nodeSelector.devices[k]
+    # A device beside the pool's accelerators (a NIC), matched against the pool's
+    # additionalDevices entry of this driver; "" for the accelerators themselves.
+    device_class: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,8 @@ class Member:
 
     @property
     def devices_per_pod(self) -> int:
-        return sum(d.count for d in self.devices)
+        """Accelerators per pod: what whole nodes are counted in (NICs are not)."""
+        return sum(d.count for d in self.devices if not d.device_class)
 
 
 @dataclass(frozen=True)
@@ -299,7 +303,15 @@ def _read_engine(raw: dict, path: str, mode: str) -> Engine:
             selectors = tuple(
                 str(s.get("cel", "")) for s in _list_of(d.get("selectors"), f"{dpath}.selectors", 8)
             )
-            devices.append(DeviceRequest(str(d.get("name", "")), count, selectors, dpath))
+            devices.append(
+                DeviceRequest(
+                    str(d.get("name", "")),
+                    count,
+                    selectors,
+                    dpath,
+                    str(d.get("deviceClassName") or ""),
+                )
+            )
         if not devices:
             raise InputError(f"{mpath}.nodeSelector.devices", "needs at least one device")
         workers = leader_workers if role == contracts.ROLE_LEADER else 0
@@ -321,6 +333,14 @@ class Fabric:
     nodes: int
 
 
+@dataclass(frozen=True)
+class ExtraDevices:
+    """Another kind of device on each node of a pool (NICs beside GPUs)."""
+
+    per_node: int
+    profile: DeviceProfile  # its driver is the DeviceClass a request names
+
+
 @dataclass(frozen=True, eq=False)
 class Pool:
     name: str
@@ -331,6 +351,16 @@ class Pool:
     profile: DeviceProfile
     fabrics: tuple[Fabric, ...]  # empty: the whole pool is one fabric
     taints: tuple[Taint, ...]
+    # The node label whose value names a node's fabric; "" when fabrics are not labelled
+    # (then nothing pins a multi-node replica's pods to its fabric).
+    fabric_label: str = ""
+    cost_rank: int = 0  # lower is preferred when placement would otherwise tie
+    extra_devices: tuple[ExtraDevices, ...] = ()
+
+    @property
+    def match_key(self) -> tuple:
+        """What a device match depends on: pools alike in it match alike."""
+        return (self.profile, self.extra_devices)
 
     @property
     def device_label(self) -> str:
@@ -379,6 +409,33 @@ def read_cluster(ic: dict) -> Cluster:
         ) from None
 
 
+def _device_profile(devices: dict, path: str) -> DeviceProfile:
+    """One kind of device as a DRA driver publishes it; InputError naming a bad value."""
+    driver = str(devices.get("driver", ""))
+    attributes = []
+    for attr, typed in sorted((devices.get("attributes") or {}).items()):
+        (kind, value), *_ = typed.items() if typed else (("string", ""),)
+        if kind == "int":
+            value = _int(value, f"{path}.attributes.{attr}.int")
+        elif kind == "version":
+            try:
+                Semver(str(value))
+            except ValueError:
+                raise InputError(
+                    f"{path}.attributes.{attr}.version",
+                    f"{value!r} is not a semantic version (MAJOR.MINOR.PATCH)",
+                ) from None
+        attributes.append((qualify(attr, driver), kind, value))
+    capacity = []
+    for k, v in sorted((devices.get("capacity") or {}).items()):
+        try:
+            parse_quantity(str(v))
+        except ValueError:
+            raise InputError(f"{path}.capacity.{k}", f"{v!r} is not a resource quantity") from None
+        capacity.append((qualify(k, driver), str(v)))
+    return DeviceProfile(driver, tuple(attributes), tuple(capacity))
+
+
 def _read_cluster(ic: dict) -> Cluster:
     meta = ic.get("metadata") or {}
     spec = ic.get("spec") or {}
@@ -388,29 +445,13 @@ def _read_cluster(ic: dict) -> Cluster:
         path = f"InferenceCluster {name}: spec.nodePools[{i}]"
         devices = raw.get("devices") or {}
         driver = str(devices.get("driver", ""))
-        attributes = []
-        for attr, typed in sorted((devices.get("attributes") or {}).items()):
-            (kind, value), *_ = typed.items() if typed else (("string", ""),)
-            if kind == "int":
-                value = _int(value, f"{path}.devices.attributes.{attr}.int")
-            elif kind == "version":
-                try:
-                    Semver(str(value))
-                except ValueError:
-                    raise InputError(
-                        f"{path}.devices.attributes.{attr}.version",
-                        f"{value!r} is not a semantic version (MAJOR.MINOR.PATCH)",
-                    ) from None
-            attributes.append((qualify(attr, driver), kind, value))
-        capacity = []
-        for k, v in sorted((devices.get("capacity") or {}).items()):
-            try:
-                parse_quantity(str(v))
-            except ValueError:
-                raise InputError(
-                    f"{path}.devices.capacity.{k}", f"{v!r} is not a resource quantity"
-                ) from None
-            capacity.append((qualify(k, driver), str(v)))
+        extra = tuple(
+            ExtraDevices(
+                _int(e.get("perNode"), f"{path}.additionalDevices[{k}].perNode", default=1),
+                _device_profile(e, f"{path}.additionalDevices[{k}]"),
+            )
+            for k, e in enumerate(raw.get("additionalDevices") or [])
+        )
         nodes = _int(raw.get("nodes"), f"{path}.nodes", default=0)
         max_nodes = _int(raw.get("maxNodes"), f"{path}.maxNodes", default=nodes)
         pools.append(
@@ -420,7 +461,7 @@ def _read_cluster(ic: dict) -> Cluster:
                 node_selector=dict(raw.get("nodeSelector") or {}),
                 driver=driver,
                 per_node=_int(devices.get("perNode"), f"{path}.devices.perNode", default=1),
-                profile=DeviceProfile(driver, tuple(attributes), tuple(capacity)),
+                profile=_device_profile(devices, f"{path}.devices"),
                 fabrics=tuple(
                     Fabric(str(f.get("name", "")), _int(f.get("nodes"), f"{path}.fabrics.nodes"))
                     for f in raw.get("fabrics") or []
@@ -429,6 +470,9 @@ def _read_cluster(ic: dict) -> Cluster:
                     Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
                     for t in raw.get("taints") or []
                 ),
+                fabric_label=str(raw.get("fabricNodeLabel") or ""),
+                cost_rank=_int(raw.get("costRank"), f"{path}.costRank", default=0),
+                extra_devices=extra,
             )
         )
     return Cluster(
@@ -521,6 +565,7 @@ def _read_holding(mr: dict) -> Holding:
                 sum(
                     _count(d.get("count"), "spec.engines[].devices[].count")
                     for d in m.get("devices") or []
+                    if not d.get("deviceClassName")
                 )
             )
     raw_health = status.get("health")

@@ -10,6 +10,9 @@ racing for the last node never both give way: the younger one yields.
   large free blocks stay whole for multi-node replicas).
 - A multi-node replica (Leader + Workers) takes `worker.nodes + 1` whole free nodes of
   one fabric of one pool (the fabric with the fewest free nodes that still fits).
+- The fabrics a deployment's multi-node replicas take are recorded per cluster: the
+  ModelReplica pins their pods there (see the pool's `fabricNodeLabel`), so the scheduler
+  cannot split a gang across fabrics that placement counted as one.
 - One pool per cluster per deployment: its ModelReplica is per cluster.
 - Existing placements are kept while they still fit, their pool still matches, and no
   untolerated NoExecute taint moves them; NoSchedule only keeps new replicas off.
@@ -17,8 +20,11 @@ racing for the last node never both give way: the younger one yields.
 - An autoscaled deployment uses at most 100 clusters: each of its ModelReplicas carries
   the AdaptivePolicy member list, which holds no more.
 - New replicas spread before they pack: each goes to the cluster with the fewest of the
-  deployment's replicas that still has room (ties: a cluster it is already on, then the
-  first by name).
+  deployment's replicas that still has room. Ties go to a cluster it is already on, then
+  to the lowest declared `costRank` of the pool it would use, then to best fit (the pool
+  with the fewest free devices that still fits, so large pools stay whole), and only
+  then to the first by name. Within a cluster the first replica's pool is chosen the
+  same way (rank, then best fit).
 
 Pure and deterministic: inputs are sorted, nothing reads the clock, and the same input
 gives the same plan.
@@ -35,7 +41,7 @@ from functions.compose_model_deployment.cel_env import DeviceProfile
 from functions.compose_model_deployment.devices import (
     ProfileMatch,
     describe_mismatch,
-    match_profile,
+    match_pool,
 )
 from functions.compose_model_deployment.model import (
     Cluster,
@@ -52,6 +58,9 @@ class Placement:
     cluster: str
     pool: str
     replicas: int
+    # The fabrics its multi-node replicas took (sorted; empty for single-node replicas
+    # or a pool without declared fabrics): what their pods are pinned to.
+    fabrics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,7 +94,7 @@ class PlacementPlan:
 class PoolRoom:
     """Free whole nodes per fabric, nodes outside fabrics, and partly used nodes."""
 
-    __slots__ = ("fabric_free", "loose", "partial", "per_node")
+    __slots__ = ("fabric_free", "last_fabrics", "loose", "partial", "per_node")
 
     def __init__(self, pool: Pool) -> None:
         self.per_node = pool.per_node
@@ -99,6 +108,8 @@ class PoolRoom:
             self.loose = 0
         # partial[f]: nodes with f free devices, 0 < f < per_node.
         self.partial = [0] * (self.per_node + 1)
+        # The fabric each gang of the last successful take went to ("" for an undeclared one).
+        self.last_fabrics: tuple[str, ...] = ()
 
     def take(self, footprint: Footprint) -> bool:
         """Allocate one replica; False (and nothing taken) if it does not fit."""
@@ -106,12 +117,14 @@ class PoolRoom:
         loose = self.loose
         partial = self.partial[:]
         per_node = self.per_node
+        gang_fabrics = []
         for nodes in footprint.gangs:
             fits = [(free, name) for name, free in fabric_free.items() if free >= nodes]
             if not fits:
                 return False
             _free, name = min(fits)
             fabric_free[name] -= nodes
+            gang_fabrics.append(name)
         for devices in footprint.pods:
             if devices > per_node:
                 return False
@@ -131,7 +144,18 @@ class PoolRoom:
                     fabric_free[name] -= 1
                 partial[per_node - devices] += 1
         self.fabric_free, self.loose, self.partial = fabric_free, loose, partial
+        self.last_fabrics = tuple(gang_fabrics)
         return True
+
+    def fitting(self, footprint: Footprint, limit: int) -> int:
+        """How many more replicas would fit (at most `limit`), taking nothing."""
+        trial = PoolRoom.__new__(PoolRoom)
+        trial.per_node, trial.loose, trial.partial = self.per_node, self.loose, self.partial[:]
+        trial.fabric_free, trial.last_fabrics = dict(self.fabric_free), ()
+        count = 0
+        while count < limit and trial.take(footprint):
+            count += 1
+        return count
 
     def free_devices(self) -> int:
         whole = sum(self.fabric_free.values()) + self.loose
@@ -177,7 +201,7 @@ def place(
     holdings: list[Holding],
     desired: int,
     *,
-    matches: dict[DeviceProfile, ProfileMatch] | None = None,
+    matches: dict[tuple, ProfileMatch] | None = None,
 ) -> PlacementPlan:
     """Keep what still fits, then fill the rest, spreading before packing.
 
@@ -192,9 +216,13 @@ def place(
     placed, dropped_late = planner.count_holdings(holdings, kept, keep_counts)
     need = planner.fill(desired - sum(placed.values()), placed)
     placements = tuple(
-        Placement(name, planner.placed_pool[name], n) for name, n in sorted(placed.items()) if n
+        Placement(name, planner.placed_pool[name], n, planner.fabrics_of(name))
+        for name, n in sorted(placed.items())
+        if n
     )
     reason, nearest = ("", None) if need <= 0 else planner.diagnose()
+    # A selector written as a YAML block keeps its line ends; a reason is one line.
+    reason = " ".join(reason.split())
     return PlacementPlan(placements, max(0, need), reason, tuple(dropped + dropped_late), nearest)
 
 
@@ -220,7 +248,7 @@ class _Planner:
         self,
         deployment: Deployment,
         clusters: list[Cluster],
-        matches: dict[DeviceProfile, ProfileMatch],
+        matches: dict[tuple, ProfileMatch],
     ) -> None:
         self.deployment = deployment
         self.footprint = footprint_of(deployment.engines)
@@ -234,6 +262,7 @@ class _Planner:
         self.selected_names = {c.name for c in self.selected}
         self.rooms: dict[tuple[str, str], PoolRoom] = {}
         self.placed_pool: dict[str, str] = {}
+        self.placed_fabrics: dict[str, set[str]] = {}
         # Every ModelReplica of an autoscaled deployment lists all its clusters for the
         # AdaptivePolicy, which holds at most ADAPTIVE_POLICY_MAX_CLUSTERS of them.
         self.max_clusters = (
@@ -241,13 +270,20 @@ class _Planner:
         )
         self.capped = False
 
+    def took(self, cluster: str, room: PoolRoom) -> None:
+        """Remember the fabrics one of our replicas just took on `cluster`."""
+        self.placed_fabrics.setdefault(cluster, set()).update(f for f in room.last_fabrics if f)
+
+    def fabrics_of(self, cluster: str) -> tuple[str, ...]:
+        return tuple(sorted(self.placed_fabrics.get(cluster, ())))
+
     def owns(self, h: Holding) -> bool:
         return h.namespace == self.deployment.namespace and h.deployment == self.deployment.name
 
     def profile_match(self, pool: Pool) -> ProfileMatch:
-        found = self.matches.get(pool.profile)
+        found = self.matches.get(pool.match_key)
         if found is None:
-            found = self.matches[pool.profile] = match_profile(self.deployment, pool.profile)
+            found = self.matches[pool.match_key] = match_pool(self.deployment, pool)
         return found
 
     def room(self, cluster: Cluster, pool: Pool) -> PoolRoom:
@@ -324,6 +360,7 @@ class _Planner:
             want = keep_counts.get(h.cluster, 0)
             got = 0
             while got < want and room.take(self.footprint):
+                self.took(h.cluster, room)
                 got += 1
             self.placed_pool[h.cluster] = h.pool
             placed[h.cluster] = got
@@ -355,33 +392,71 @@ class _Planner:
             if pools:
                 candidates[cluster.name] = (cluster, pools)
         # Ties go to a cluster the deployment is already on (its ModelReplica stays
-        # rather than one being deleted and another created), then by name.
-        heap = [(placed.get(name, 0), name not in placed, name) for name in candidates]
+        # rather than one being deleted and another created), then to the cheaper and
+        # tighter pool, and only then by name.
+        heap = []
+        for name, (cluster, pools) in candidates.items():
+            preference = self.preference(cluster, pools, need)
+            if preference is not None:
+                heap.append((placed.get(name, 0), name not in placed, *preference, name))
         heapq.heapify(heap)
         in_use = {name for name, n in placed.items() if n}
         while need > 0 and heap:
-            count, _fresh, name = heapq.heappop(heap)
+            count, _fresh, _rank, _free, name = heapq.heappop(heap)
             if name not in in_use and len(in_use) >= self.max_clusters:
                 self.capped = True
                 continue  # an autoscaled deployment's member list is full
             cluster, pools = candidates[name]
-            if not self.take_one(cluster, pools):
+            if not self.take_one(cluster, pools, need):
                 continue  # full: the cluster leaves the heap
             in_use.add(name)
             placed[name] = count + 1
             need -= 1
-            heapq.heappush(heap, (count + 1, False, name))
+            preference = self.preference(cluster, pools, need)
+            if preference is not None:
+                heapq.heappush(heap, (count + 1, False, *preference, name))
         return need
 
-    def take_one(self, cluster: Cluster, pools: list[Pool]) -> bool:
+    def usable_pools(self, cluster: Cluster, pools: list[Pool], need: int) -> list[Pool]:
+        """The pools one more replica could go to on this cluster, best first: the
+        deployment's pool there once it has one. Else by cost rank, then best fit: the
+        smallest pool that holds all `need` replicas still to place (one pool per cluster
+        per deployment, so a pool that fits only the first would cap the rest), else the
+        one that holds the most."""
+        chosen = self.placed_pool.get(cluster.name)
+        if chosen is not None:
+            pools = [p for p in pools if p.name == chosen]
+            need = 1  # the pool is decided: all that matters is whether one more fits
+        ranked = []
+        for pool in pools:
+            room = self.room(cluster, pool)
+            fit = room.fitting(self.footprint, max(1, need))
+            if fit:
+                free = room.free_devices()
+                holds_all = fit >= need
+                ranked.append(((pool.cost_rank, not holds_all, free if holds_all else -free), pool))
+        return [pool for _key, pool in sorted(ranked, key=lambda kp: (kp[0], kp[1].name))]
+
+    def preference(self, cluster: Cluster, pools: list[Pool], need: int) -> tuple[int, int] | None:
+        """(cost rank, free devices) of the pool the next replica would use; None: full."""
+        usable = self.usable_pools(cluster, pools, need)
+        if not usable:
+            return None
+        best = usable[0]
+        return best.cost_rank, self.room(cluster, best).free_devices()
+
+    def take_one(self, cluster: Cluster, pools: list[Pool], need: int) -> bool:
         chosen = self.placed_pool.get(cluster.name)
         if chosen is not None:
             pool = cluster.pool(chosen)
-            return pool is not None and self.room(cluster, pool).take(self.footprint)
-        # The first replica on this cluster: the matching pool with the most free devices.
-        for pool in sorted(pools, key=lambda p: (-self.room(cluster, p).free_devices(), p.name)):
+            if pool is None or not self.room(cluster, pool).take(self.footprint):
+                return False
+            self.took(cluster.name, self.room(cluster, pool))
+            return True
+        for pool in self.usable_pools(cluster, pools, need):
             if self.room(cluster, pool).take(self.footprint):
                 self.placed_pool[cluster.name] = pool.name
+                self.took(cluster.name, self.room(cluster, pool))
                 return True
         return False
 
@@ -421,22 +496,31 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
             if placed_pool.get(cluster.name) not in (None, pool.name):
                 continue
             profiles[pool.profile] = None
+            profiles.update((e.profile, None) for e in pool.extra_devices)
             result = profile_match(pool)
             if result.matched:
                 matching.append((cluster, pool))
             elif result.mismatch:
-                mismatches.append(result.mismatch)
+                mismatches.append((result.matched_requests, result.mismatch))
+    # Where a model that fits nowhere answers requests with why when no pool comes close:
+    # the first selected cluster's first pool (a ModelReplica needs one).
+    fallback = next(((c.name, c.pools[0].name) for c in selected if c.pools), None)
     if not matching:
         reason = f"no node pool on the {len(selected)} selected clusters has matching devices"
         if mismatches:
-            first = min(mismatches, key=lambda m: (not m.missing_name, not m.error, m.path))
+            # Explain the pool that came closest (the most requests matched): what blocks
+            # there is what the user would change, not the first selector of any pool.
+            _closest, first = min(
+                mismatches,
+                key=lambda cm: (-cm[0], not cm[1].missing_name, not cm[1].error, cm[1].path),
+            )
             reason += ": " + describe_mismatch(first, list(profiles))
-        return reason, None
+        return reason, fallback
     structural = [(c, p, _structural_problem(p, footprint)) for c, p in matching]
     sized = [(c, p) for c, p, problem in structural if not problem]
     if not sized:
         c, p, problem = structural[0]
-        return f"no matching pool is big enough: {c.name}/{p.name} {problem}", None
+        return f"no matching pool is big enough: {c.name}/{p.name} {problem}", (c.name, p.name)
     schedulable = [
         (c, p) for c, p in sized if not _untolerated(deployment, p, ("NoSchedule", "NoExecute"))
     ]
@@ -446,7 +530,7 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
         return (
             f"every matching pool has a taint the deployment does not tolerate "
             f"({c.name}/{p.name} {taint})",
-            None,
+            (c.name, p.name),
         )
     if footprint.multi_node:
         nodes = max(footprint.gangs)

@@ -16,7 +16,7 @@ this module decides the rest of what the shell used to decide inline:
 """
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from functions.compose_model_deployment.model import Cluster, Deployment, Holding
 from functions.compose_model_deployment.parking import Decision
@@ -76,6 +76,7 @@ class Targets:
 
     replicas: tuple[tuple[Cluster, str, int], ...]
     unavailable: dict | None = None
+    fabrics: dict[str, tuple[str, ...]] = field(default_factory=dict)  # by cluster name
 
 
 def replica_targets(
@@ -96,7 +97,10 @@ def replica_targets(
             cluster, pool = plan.nearest
             at = [(by_name[cluster], pool, 0)]
         return _unavailable(at, REASON_UNPLACEABLE, plan.reason)
-    return Targets(tuple((by_name[p.cluster], p.pool, p.replicas) for p in plan.placements))
+    return Targets(
+        tuple((by_name[p.cluster], p.pool, p.replicas) for p in plan.placements),
+        fabrics={p.cluster: p.fabrics for p in plan.placements if p.fabrics},
+    )
 
 
 def _unavailable(at: list[tuple[Cluster, str, int]], reason: str, message: str) -> Targets:

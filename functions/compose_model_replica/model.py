@@ -62,12 +62,15 @@ class NodePool(_Spec):
     name: str
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     driver: str = ""
+    fabric_node_label: str = Field(default="", alias="fabricNodeLabel")
+    fabrics: tuple[str, ...] = ()
 
 
 class DeviceRequest(_Spec):
     name: str
     count: int = Field(ge=1)
     selectors: tuple[str, ...] = ()
+    device_class: str = Field(default="", alias="deviceClassName")  # "": the pool's driver
 
 
 class Member(_Spec):

@@ -68,7 +68,8 @@ def resource_claim_template(replica: ModelReplica, engine: Engine, member: Membe
     requests = []
     for device in member.devices:
         exactly: dict[str, Any] = {
-            "deviceClassName": device_class,
+            # A NIC beside the GPUs names its own class; the rest are the pool's devices.
+            "deviceClassName": device.device_class or device_class,
             "allocationMode": "ExactCount",
             "count": device.count,
         }
@@ -97,6 +98,9 @@ class Wiring:
     sidecars: tuple[dict, ...] = ()
     extra_labels: dict[str, str] = field(default_factory=dict)
     scheduler_name: str = ""
+    # The label the workload controller gives every pod of one multi-node group (and
+    # only that group): how a gang's pods are kept in one fabric.
+    gang_label: str = ""
 
 
 def _probe(port: str | int, period: int, failures: int) -> dict:
@@ -186,11 +190,49 @@ def pod_template(
             **(spec.get("nodeSelector") or {}),
             **replica.node_pool.node_selector,
         }
+    if wiring.gang_label and replica.node_pool.fabrics and replica.node_pool.fabric_node_label:
+        _pin_to_fabrics(spec, replica, wiring.gang_label)
     if replica.tolerations:
         spec["tolerations"] = [*(spec.get("tolerations") or []), *replica.tolerations]
     if wiring.scheduler_name:
         spec["schedulerName"] = wiring.scheduler_name
     return {"metadata": metadata, "spec": spec}
+
+
+def _pin_to_fabrics(spec: dict, replica: ModelReplica, gang_label: str) -> None:
+    """Keep a multi-node group on the fabrics placement chose, all of it on one.
+
+    One fabric: a nodeSelector says it. Several (the cluster's groups were spread over
+    them): node affinity allows only those, and a required pod affinity with the fabric
+    label as topology key and the group's own label as `matchLabelKeys` keeps each
+    group's pods together. The group's first pod has no peer yet; kube-scheduler lets a
+    pod that matches its own affinity term go first, and the rest follow it.
+    """
+    label, fabrics = replica.node_pool.fabric_node_label, list(replica.node_pool.fabrics)
+    if len(fabrics) == 1:
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), label: fabrics[0]}
+        return
+    affinity = spec.setdefault("affinity", {})
+    required = affinity.setdefault("nodeAffinity", {}).setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {}
+    )
+    ours = {"key": label, "operator": "In", "values": fabrics}
+    # Terms are ORed and expressions in a term ANDed: ours goes into every user term.
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [
+        {**term, "matchExpressions": [*(term.get("matchExpressions") or []), ours]}
+        for term in terms
+    ]
+    pod_terms = affinity.setdefault("podAffinity", {}).setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", []
+    )
+    pod_terms.append(
+        {
+            "labelSelector": {"matchLabels": {LABEL_SERVING: replica.name}},
+            "matchLabelKeys": [gang_label],
+            "topologyKey": label,
+        }
+    )
 
 
 def _engine_env(replica: ModelReplica, wiring: Wiring) -> list[dict]:

@@ -198,6 +198,48 @@ def test_an_unplaceable_model_says_what_was_missing_where(function_servers, tmp_
     assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
 
 
+def test_a_model_no_pool_matches_is_not_ready_and_still_answers_why(function_servers, tmp_path):
+    documents = _render(function_servers, "no-matching-pool", tmp_path)
+    composite, replicas, _results, conds = _parts(documents)
+    reason = composite["status"]["unplaceable"]["reason"]
+    assert "\n" not in reason
+    assert reason.endswith(
+        "no selected pool's devices satisfy "
+        '\'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"\''
+    ), reason
+    assert conds["Ready"]["status"] == "False"
+    (only,) = replicas.values()
+    assert only["spec"]["replicas"] == 0
+    assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
+
+
+def test_a_pool_with_gpus_and_nics_places_a_model_that_needs_both(function_servers, tmp_path):
+    composite, replicas, _results, conds = _parts(
+        _render(function_servers, "two-driver-pool", tmp_path)
+    )
+    (only,) = replicas.values()
+    assert (only["spec"]["cluster"]["name"], only["spec"]["replicas"]) == ("dev-1", 2)
+    requests = only["spec"]["engines"][0]["members"][0]["devices"]
+    assert [(r["name"], r.get("deviceClassName")) for r in requests] == [
+        ("gpus", None),
+        ("rdma", "dra.net"),
+    ]
+    assert conds[conditions.REPLICAS_SCHEDULED]["status"] == "True"
+    assert "unplaceable" not in composite["status"]
+
+
+def test_multi_node_replicas_name_the_fabrics_their_pods_are_pinned_to(function_servers, tmp_path):
+    _composite, replicas, _results, conds = _parts(
+        _render(function_servers, "fabric-pinned", tmp_path)
+    )
+    (only,) = replicas.values()
+    # Two 2-node replicas fill ib-a (4 nodes), the third opens ib-b.
+    assert only["spec"]["replicas"] == 3
+    assert only["spec"]["nodePool"]["fabricNodeLabel"] == "network.example.com/fabric"
+    assert only["spec"]["nodePool"]["fabrics"] == ["ib-a", "ib-b"]
+    assert conds[conditions.REPLICAS_SCHEDULED]["status"] == "True"
+
+
 @pytest.mark.parametrize(
     "example", sorted((render.REPO / "examples" / "modeldeployments").glob("*.yaml"))
 )

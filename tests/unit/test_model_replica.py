@@ -15,6 +15,7 @@ from functions.common.contracts import (
     ANNOTATION_DEFINITION_HASH,
     ENV_NODE_RANK,
     LABEL_ROLE,
+    LABEL_SERVING,
     MULTINODE_ENV,
     POD_LABELS,
     PORT_DECODE_ENGINE,
@@ -118,7 +119,11 @@ def test_pods_claim_their_devices_and_stay_on_the_pool(xr_path):
     }
     for pod in workload_pods(xr):
         spec = pod["spec"]
-        assert spec["nodeSelector"] == xr["spec"]["nodePool"]["nodeSelector"]
+        pool = xr["spec"]["nodePool"]
+        pinned = dict(pool["nodeSelector"])
+        if len(pool.get("fabrics") or []) == 1:
+            pinned[pool["fabricNodeLabel"]] = pool["fabrics"][0]
+        assert spec["nodeSelector"] == pinned
         claimed = {c["resourceClaimTemplateName"] for c in spec["resourceClaims"]}
         assert claimed <= claim_templates
 
@@ -564,3 +569,69 @@ def test_sglang_serves_metrics_for_the_collector(engine_type, serves, expected):
         engine_type, [], [], port=8000, served_name="m", wiring=Wiring(serves_http=serves)
     )
     assert ("--enable-metrics" in added) is expected
+
+
+def _with_fabrics(shape: str, fabrics: list[str], **pod_spec) -> dict:
+    xr = yaml.safe_load((INPUTS / f"{shape}.yaml").read_text())
+    xr["spec"]["nodePool"]["fabricNodeLabel"] = "network.example.com/fabric"
+    xr["spec"]["nodePool"]["fabrics"] = fabrics
+    for engine in xr["spec"]["engines"]:
+        for member in engine["members"]:
+            member["template"]["spec"].update(copy.deepcopy(pod_spec))
+    return xr
+
+
+@pytest.mark.parametrize("shape", ["leader-worker", "grove-leader-worker"])
+def test_a_gang_on_one_fabric_is_pinned_to_it_by_node_selector(shape):
+    for pod in workload_pods(_with_fabrics(shape, ["ib-b"])):
+        assert pod["spec"]["nodeSelector"]["network.example.com/fabric"] == "ib-b"
+        assert "affinity" not in pod["spec"]
+
+
+@pytest.mark.parametrize(
+    ("shape", "group_label"),
+    [
+        ("leader-worker", "leaderworkerset.sigs.k8s.io/group-key"),
+        ("grove-leader-worker", "grove.io/podcliqueset-replica-index"),
+    ],
+)
+def test_gangs_on_several_fabrics_stay_on_them_and_together(shape, group_label):
+    user_term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    xr = _with_fabrics(
+        shape,
+        ["ib-a", "ib-b"],
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [user_term]}
+            }
+        },
+    )
+    pods = workload_pods(xr)
+    assert len(pods) >= 2
+    for pod in pods:
+        affinity = pod["spec"]["affinity"]
+        terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        # The user's term still holds, ANDed with ours.
+        assert terms["nodeSelectorTerms"] == [
+            {
+                "matchExpressions": [
+                    *user_term["matchExpressions"],
+                    {
+                        "key": "network.example.com/fabric",
+                        "operator": "In",
+                        "values": ["ib-a", "ib-b"],
+                    },
+                ]
+            }
+        ]
+        (together,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert together["topologyKey"] == "network.example.com/fabric"
+        assert together["matchLabelKeys"] == [group_label]
+        assert together["labelSelector"]["matchLabels"][LABEL_SERVING] == xr["metadata"]["name"]
+        assert "network.example.com/fabric" not in pod["spec"].get("nodeSelector", {})
+
+
+def test_single_node_replicas_are_never_pinned_to_a_fabric():
+    for pod in workload_pods(_with_fabrics("standalone", ["ib-a", "ib-b"])):
+        assert "affinity" not in pod["spec"]
+        assert "network.example.com/fabric" not in pod["spec"]["nodeSelector"]

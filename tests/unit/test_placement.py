@@ -75,22 +75,24 @@ def deployment(
     cluster_selector=None,
     namespace="ns",
     autoscaling=None,
+    extra_requests=(),
 ):
     request = {"name": "gpu", "count": devices, "selectors": [{"cel": selector}]}
+    requests = [request, *extra_requests]
     template = {"spec": {"containers": [{"name": "engine", "image": "e"}]}}
     if workers:
         members = [
             {
                 "role": "Leader",
                 "worker": {"nodes": workers},
-                "nodeSelector": {"devices": [request]},
+                "nodeSelector": {"devices": requests},
                 "template": template,
             },
-            {"role": "Worker", "nodeSelector": {"devices": [request]}, "template": template},
+            {"role": "Worker", "nodeSelector": {"devices": requests}, "template": template},
         ]
     else:
         members = [
-            {"role": "Standalone", "nodeSelector": {"devices": [request]}, "template": template}
+            {"role": "Standalone", "nodeSelector": {"devices": requests}, "template": template}
         ]
     spec = {
         "clusterSelector": cluster_selector or {},
@@ -241,12 +243,33 @@ def test_uses_one_pool_per_cluster_per_deployment():
     assert plan.unplaceable == 2
 
 
-def test_first_replica_on_a_cluster_picks_the_matching_pool_with_most_room():
+def test_first_replica_on_a_cluster_picks_the_smallest_matching_pool_that_holds_them_all():
     c = cluster(
         "a", pool("small", nodes=1), pool("big", nodes=3), pool("l40s", product="L40S", nodes=9)
     )
-    plan = place(deployment(replicas=2), [c], [], 2)
-    assert placed(plan) == {("a", "big"): 2}
+    # Two 1-GPU replicas: the one-node pool holds both, and the big pool stays whole.
+    assert placed(place(deployment(replicas=2), [c], [], 2)) == {("a", "small"): 2}
+    # Two 8-GPU replicas: the small pool holds one, so the pool that holds both wins.
+    assert placed(place(deployment(replicas=2, devices=8), [c], [], 2)) == {("a", "big"): 2}
+
+
+def test_a_lower_cost_rank_wins_over_best_fit():
+    cheap = {**pool("cheap", nodes=3), "costRank": 1}
+    dear = {**pool("dear", nodes=1), "costRank": 5}
+    plan = place(deployment(replicas=1), [cluster("a", cheap, dear)], [], 1)
+    assert placed(plan) == {("a", "cheap"): 1}
+
+
+def test_ties_between_clusters_break_by_cost_rank_then_best_fit_not_by_name():
+    # "a" sorts first but is dearer; among equals the tighter cluster wins.
+    dear = cluster("a", {**pool(nodes=1), "costRank": 9})
+    roomy = cluster("b", pool(nodes=4))
+    tight = cluster("c", pool(nodes=1))
+    plan = place(deployment(replicas=1), [dear, roomy, tight], [], 1)
+    assert placed(plan) == {("c", "h100"): 1}
+    # Spreading still comes first: the second replica goes to another cluster.
+    plan = place(deployment(replicas=2), [dear, roomy, tight], [], 2)
+    assert placed(plan) == {("b", "h100"): 1, ("c", "h100"): 1}
 
 
 def test_no_schedule_taint_keeps_new_replicas_off_but_existing_stay():
@@ -586,3 +609,70 @@ def test_a_replica_that_does_not_fit_takes_nothing(footprints):
 
 def _devices(footprint, per_node):
     return sum(footprint.pods) + sum(footprint.gangs) * per_node
+
+
+# --- Pools with more than one device driver (GPUs and NICs) ------------------------------
+
+RDMA = 'device.attributes["dra.net"].rdma'
+
+
+def with_nics(raw, *, per_node=8, rdma=True):
+    return {
+        **raw,
+        "additionalDevices": [
+            {"driver": "dra.net", "perNode": per_node, "attributes": {"rdma": {"bool": rdma}}}
+        ],
+    }
+
+
+def nic_request(count=1, selector=RDMA):
+    return {
+        "name": "rdma",
+        "count": count,
+        "deviceClassName": "dra.net",
+        "selectors": [{"cel": selector}],
+    }
+
+
+def test_a_request_for_nics_goes_to_the_pool_that_has_them():
+    plain, nics = pool("a-plain", nodes=4), with_nics(pool("b-nics", nodes=1))
+    dep = deployment(replicas=1, devices=8, extra_requests=[nic_request(8)])
+    assert placed(place(dep, [cluster("a", plain, nics)], [], 1)) == {("a", "b-nics"): 1}
+
+
+def test_nics_do_not_count_against_the_gpus_on_a_node():
+    # 8 GPUs + 8 NICs per pod on an 8-GPU node: one node per replica, not two.
+    nics = with_nics(pool(nodes=2))
+    dep = deployment(replicas=2, devices=8, extra_requests=[nic_request(8)])
+    plan = place(dep, [cluster("a", nics)], [], 2)
+    assert placed(plan) == {("a", "h100"): 2}
+    assert plan.unplaceable == 0
+
+
+def test_the_reason_names_the_request_that_blocks_on_the_closest_pool():
+    # The H100 pool matches the GPU request but has no NICs; the L40S pool matches
+    # nothing. The NIC request blocks, not the GPU selector the L40S pool fails first.
+    h100, l40s = pool("h100"), pool("l40s", product="L40S")
+    dep = deployment(replicas=1, extra_requests=[nic_request()])
+    plan = place(dep, [cluster("a", h100, l40s)], [], 1)
+    assert plan.unplaceable == 1
+    assert "members[0].nodeSelector.devices[1]: the closest pool has no dra.net devices" in (
+        plan.reason
+    ), plan.reason
+
+
+def test_a_nic_selector_that_fails_is_named_with_its_path():
+    dep = deployment(replicas=1, extra_requests=[nic_request()])
+    plan = place(dep, [cluster("a", with_nics(pool(), rdma=False))], [], 1)
+    assert plan.reason.endswith(
+        "devices[1].selectors[0].cel: no selected pool's devices satisfy "
+        "'device.attributes[\"dra.net\"].rdma'"
+    ), plan.reason
+
+
+def test_more_nics_per_pod_than_a_node_has_is_named_by_count():
+    dep = deployment(replicas=1, extra_requests=[nic_request(4)])
+    plan = place(dep, [cluster("a", with_nics(pool(), per_node=2))], [], 1)
+    assert "devices[1].count: more dra.net devices than the closest pool has on one node (2)" in (
+        plan.reason
+    ), plan.reason

@@ -39,6 +39,9 @@ from functions.compose_model_replica.pods import Wiring, pod_template
 WORKLOAD_KEY = "workload"
 KAI_SCHEDULER = "kai-scheduler"
 SCALING_GROUP = "model"
+# Grove labels every pod of one PodCliqueSet replica (one model replica) with its index;
+# with the ModelReplica's own label it names one multi-node group.
+REPLICA_INDEX_LABEL = "grove.io/podcliqueset-replica-index"
 
 
 def _leader_address(leader_clique: str) -> str:
@@ -79,6 +82,7 @@ def _queued(wiring: Wiring) -> Wiring:
         sidecars=wiring.sidecars,
         extra_labels={KAI_QUEUE_LABEL: KAI_QUEUE},
         scheduler_name=KAI_SCHEDULER,
+        gang_label=wiring.gang_label,
     )
 
 
@@ -98,7 +102,9 @@ def pod_clique_set(replica: ModelReplica) -> Workload:
         assert worker is not None
         address = _leader_address(ROLE_LEADER.lower())
         leader_wiring = Wiring(
-            env=launch_env(address, "0", leader), multinode=launch(leader, is_leader=True)
+            env=launch_env(address, "0", leader),
+            multinode=launch(leader, is_leader=True),
+            gang_label=REPLICA_INDEX_LABEL,
         )
         cliques.append(_clique(replica, engine, leader, 1, _queued(leader_wiring)))
         for rank in range(1, leader.worker_nodes + 1):
@@ -106,6 +112,7 @@ def pod_clique_set(replica: ModelReplica) -> Workload:
                 serves_http=False,
                 env=launch_env(address, str(rank), leader),
                 multinode=launch(leader, is_leader=False),
+                gang_label=REPLICA_INDEX_LABEL,
             )
             cliques.append(
                 _clique(

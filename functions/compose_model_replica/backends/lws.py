@@ -26,6 +26,8 @@ from functions.compose_model_replica.model import ModelReplica
 from functions.compose_model_replica.pods import Wiring, pod_template
 
 WORKLOAD_KEY = "workload"
+# LWS labels every pod of one group (leader and workers) with one hash under this key.
+GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 
 
 def leader_worker_set(replica: ModelReplica) -> Workload:
@@ -35,8 +37,15 @@ def leader_worker_set(replica: ModelReplica) -> Workload:
     assert leader is not None  # model.parse checked the shape
     assert worker is not None
     env = launch_env("$(LWS_LEADER_ADDRESS)", "$(LWS_WORKER_INDEX)", leader)
-    leader_wiring = Wiring(env=env, multinode=launch(leader, is_leader=True))
-    worker_wiring = Wiring(serves_http=False, env=env, multinode=launch(leader, is_leader=False))
+    leader_wiring = Wiring(
+        env=env, multinode=launch(leader, is_leader=True), gang_label=GROUP_KEY_LABEL
+    )
+    worker_wiring = Wiring(
+        serves_http=False,
+        env=env,
+        multinode=launch(leader, is_leader=False),
+        gang_label=GROUP_KEY_LABEL,
+    )
     manifest = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
