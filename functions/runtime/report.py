@@ -1,9 +1,11 @@
 """The report's shell: read one member's inputs from its API server and Prometheus.
 
 `read_member_inputs` reads the workload (through its ScaledObject when the policy names
-one), its scale subresource, pods, nodes, the pods on each node, and Karpenter's
-NodePools and NodeClaims; `query_prometheus` runs each configured signal as an instant
-query. Objects are turned into values by `report_parse.py` and the report is decided by
+one), its scale subresource, pods, nodes, the pods on each node, the DRA objects that
+say how many devices each node has free for the pods' claims (ResourceClaimTemplates,
+ResourceSlices, ResourceClaims, DeviceClasses), and Karpenter's NodePools and NodeClaims;
+`query_prometheus` runs each configured signal as an instant query. Objects are turned
+into values by `report_parse.py` and the report is decided by
 `report_core.compute_report`.
 """
 
@@ -16,6 +18,8 @@ from functions.common.contracts import KIND_SCALED_OBJECT
 from functions.runtime.policy import PolicySpec
 from functions.runtime.report_core import EXTRA_PREFIX, MemberInputs, NodePoolInfo, SignalResult
 from functions.runtime.report_parse import (
+    device_class_drivers,
+    node_devices,
     node_info,
     node_pool_info,
     pod_needs_from_template,
@@ -108,6 +112,25 @@ def read_member_inputs(
             by_node.setdefault(node, []).append(pod)
 
     read_errors: list[str] = []
+    # DRA: what the pods' claims take and what each node's ResourceSlices still have.
+    # A member without the resource.k8s.io API (404) has no devices to count.
+    claim_templates: dict[str, dict] = {}
+    devices: tuple[dict, dict] = ({}, {})
+    try:
+        dra = "/apis/resource.k8s.io/v1"
+        claim_templates = {
+            t["metadata"]["name"]: t
+            for t in _get(api, f"{dra}/namespaces/{namespace}/resourceclaimtemplates").get("items")
+            or []
+        }
+        devices = node_devices(
+            _get(api, f"{dra}/resourceslices").get("items") or [],
+            _get(api, f"{dra}/resourceclaims").get("items") or [],
+            device_class_drivers(_get(api, f"{dra}/deviceclasses").get("items") or []),
+        )
+    except ApiException as err:
+        if err.status != 404:
+            read_errors.append(f"DRA devices: {err.status} {err.reason}")
     pools: list[NodePoolInfo] = []
     try:
         pool_objs = _get(api, "/apis/karpenter.sh/v1/nodepools").get("items") or []
@@ -129,8 +152,16 @@ def read_member_inputs(
     return MemberInputs(
         desired=desired,
         pods=tuple(pod_state(p) for p in pods.get("items") or []),
-        needs=pod_needs_from_template(template, per_replica),
-        nodes=tuple(node_info(n, by_node.get(n["metadata"]["name"], [])) for n in nodes),
+        needs=pod_needs_from_template(template, per_replica, claim_templates),
+        nodes=tuple(
+            node_info(
+                n,
+                by_node.get(n["metadata"]["name"], []),
+                devices[0].get(n["metadata"]["name"]),
+                devices[1].get(n["metadata"]["name"]),
+            )
+            for n in nodes
+        ),
         node_pools=tuple(pools),
         signals=signals,
         read_errors=tuple(read_errors),

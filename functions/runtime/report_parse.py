@@ -9,6 +9,8 @@ can be tested on values, and from the shell (`report.py`) so this can be tested 
 objects without an API server.
 """
 
+import re
+
 from functions.common.conditions import is_ready
 from functions.common.quantity import quantity_float
 from functions.common.scheduling import Taint, Toleration
@@ -24,14 +26,42 @@ from functions.runtime.report_core import (
     SignalResult,
 )
 
+# A node's DRA devices and a pod's device requests are counted as one more resource per
+# device class ("devices/<class>"), so the same arithmetic fits them as cpu and memory.
+DEVICES_PREFIX = "devices/"
+# `device.driver == 'gpu.nvidia.com'`: how a DeviceClass names the driver it selects.
+_DRIVER_SELECTOR = re.compile(r"""device\.driver\s*==\s*["']([^"']+)["']""")
+
 
 def parse_resources(mapping: dict | None) -> dict[str, float]:
     return {name: quantity_float(q) for name, q in sorted((mapping or {}).items())}
 
 
-def pod_needs_from_template(template: dict, pods_per_replica: int = 1) -> PodNeeds:
+def claim_template_devices(claim_template: dict) -> dict[str, float]:
+    """What one claim from a ResourceClaimTemplate takes: devices per class (ExactCount
+    requests, and firstAvailable's first choice: the scheduler tries it first)."""
+    counts: dict[str, float] = {}
+    spec = ((claim_template.get("spec") or {}).get("spec") or {}).get("devices") or {}
+    for request in spec.get("requests") or []:
+        exactly = request.get("exactly") or next(iter(request.get("firstAvailable") or []), {})
+        if not exactly.get("deviceClassName") or exactly.get("allocationMode") == "All":
+            continue
+        key = DEVICES_PREFIX + exactly["deviceClassName"]
+        counts[key] = counts.get(key, 0.0) + float(exactly.get("count") or 1)
+    return counts
+
+
+def pod_needs_from_template(
+    template: dict, pods_per_replica: int = 1, claim_templates: dict[str, dict] | None = None
+) -> PodNeeds:
+    """`claim_templates` (by name, from the pod's namespace): the pod's DRA claims count
+    as devices of their class, which the node's ResourceSlices must still have free."""
     spec = (template or {}).get("spec") or {}
     requests: dict[str, float] = {}
+    for claim in spec.get("resourceClaims") or []:
+        found = (claim_templates or {}).get(claim.get("resourceClaimTemplateName") or "")
+        for name, q in claim_template_devices(found or {}).items():
+            requests[name] = requests.get(name, 0.0) + q
     for container in spec.get("containers") or []:
         for name, q in parse_resources((container.get("resources") or {}).get("requests")).items():
             requests[name] = requests.get(name, 0.0) + q
@@ -78,20 +108,89 @@ def pod_state(pod: dict) -> PodState:
     )
 
 
-def node_info(node: dict, pods_on_node: list[dict]) -> NodeInfo:
+def device_class_drivers(device_classes: list[dict]) -> dict[str, str]:
+    """Each DeviceClass's driver, where one of its selectors names it; a class without
+    one is taken to be named after its driver (as the NVIDIA chart's `gpu.nvidia.com`)."""
+    drivers = {}
+    for device_class in device_classes:
+        for selector in (device_class.get("spec") or {}).get("selectors") or []:
+            found = _DRIVER_SELECTOR.search((selector.get("cel") or {}).get("expression") or "")
+            if found:
+                drivers[device_class["metadata"]["name"]] = found.group(1)
+    return drivers
+
+
+def node_devices(
+    resource_slices: list[dict], resource_claims: list[dict], drivers: dict[str, str]
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Per node: devices per class its ResourceSlices publish, and how many of them
+    allocated ResourceClaims hold. Device selectors are not evaluated: a node pool's
+    devices are alike, and placement chose a pool whose devices match them."""
+    by_driver: dict[str, dict[str, float]] = {}
+    for rs in resource_slices:
+        spec = rs.get("spec") or {}
+        node = spec.get("nodeName")
+        if node:
+            per_node = by_driver.setdefault(node, {})
+            per_node[spec.get("driver", "")] = per_node.get(spec.get("driver", ""), 0.0) + len(
+                spec.get("devices") or []
+            )
+    used_by_driver: dict[str, dict[str, float]] = {}
+    for claim in resource_claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            # A node-local driver's pool is the node (one pool per node, as the NVIDIA
+            # driver publishes); the node selector names it too.
+            node = _allocated_node(allocation) or result.get("pool", "")
+            per_node = used_by_driver.setdefault(node, {})
+            per_node[result.get("driver", "")] = per_node.get(result.get("driver", ""), 0.0) + 1
+
+    def per_class(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        classes = {name: drivers.get(name, name) for name in set(drivers) | _all_drivers(table)}
+        return {
+            node: {
+                DEVICES_PREFIX + cls: counts[driver]
+                for cls, driver in classes.items()
+                if driver in counts
+            }
+            for node, counts in table.items()
+        }
+
+    return per_class(by_driver), per_class(used_by_driver)
+
+
+def _all_drivers(table: dict[str, dict[str, float]]) -> set[str]:
+    return {driver for counts in table.values() for driver in counts}
+
+
+def _allocated_node(allocation: dict) -> str:
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("values"):
+                return field["values"][0]
+    return ""
+
+
+def node_info(
+    node: dict,
+    pods_on_node: list[dict],
+    devices: dict[str, float] | None = None,
+    devices_used: dict[str, float] | None = None,
+) -> NodeInfo:
+    """`devices`/`devices_used`: from `node_devices` (absent: the node has none)."""
     meta, spec, status = (
         node.get("metadata") or {},
         node.get("spec") or {},
         node.get("status") or {},
     )
-    used: dict[str, float] = {"pods": float(len(pods_on_node))}
+    used: dict[str, float] = {"pods": float(len(pods_on_node)), **(devices_used or {})}
     for pod in pods_on_node:
         for name, q in pod_needs_from_template(pod).requests.items():
             used[name] = used.get(name, 0.0) + q
     return NodeInfo(
         name=meta.get("name", ""),
         labels=dict(meta.get("labels") or {}),
-        allocatable=parse_resources(status.get("allocatable")),
+        allocatable={**parse_resources(status.get("allocatable")), **(devices or {})},
         used=used,
         taints=tuple(
             Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))

@@ -1,7 +1,8 @@
 """The end-to-end tier: the fleet box (hack/fleetbox.py), started once for the tier.
 
 A real control plane (kube-apiserver, kube-controller-manager, Crossplane core,
-provider-kubernetes, our four functions over mTLS) and two member API servers. The
+provider-kubernetes, our four functions over mTLS) and member API servers; the examples'
+two members are GPU members (kube-scheduler, KWOK nodes, DRA devices: fleetbox_gpu.py). The
 examples are applied once, as a user applies them, by the session fixture; tests that
 change things apply their own claims (named for the test) and delete them, so tests do
 not see each other's state. Every process is stopped at the end of the run.
@@ -13,6 +14,7 @@ import statistics
 import time
 
 import fleetbox
+import fleetbox_gpu
 import pytest
 
 from tests.conftest import require_tool
@@ -28,11 +30,14 @@ def measured(what: str, seconds: float) -> float:
 
 @pytest.fixture(scope="package")  # stopped when the tier ends, not at the end of the run
 def box():
-    for tool in fleetbox.REQUIRED_TOOLS:
+    for tool in (*fleetbox.REQUIRED_TOOLS, *fleetbox_gpu.REQUIRED_TOOLS):
         require_tool(tool)
     # The examples' two members, and two spare ones the change tests put their own
-    # clusters on (so they never move the examples' replicas).
-    fleet = fleetbox.FleetBox(members=(*fleetbox.DEFAULT_MEMBERS, "e2e-a", "e2e-b"))
+    # clusters on (so they never move the examples' replicas). The examples' members
+    # are GPU members: the real kube-scheduler binds their pods (test_scheduling.py).
+    fleet = fleetbox.FleetBox(
+        members=(*fleetbox.DEFAULT_MEMBERS, "e2e-a", "e2e-b"), gpu=fleetbox.DEFAULT_MEMBERS
+    )
     try:
         fleet.start()
     except BaseException:
