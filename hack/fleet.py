@@ -50,7 +50,7 @@ def serve() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    box = fleetbox.FleetBox(root=STATE / "box")
+    box = fleetbox.FleetBox(root=STATE / "box", gpu=fleetbox.DEFAULT_MEMBERS)
     try:
         box.start()
         READY_FILE.write_text(json.dumps({
@@ -194,7 +194,41 @@ def summary(box: fleetbox.FleetBox) -> str:
                 counts[item["kind"]] = counts.get(item["kind"], 0) + 1
         listed = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing yet"
         lines.append(f"  {member}: {listed}")
+        lines += [f"    {line}" for line in pod_lines(box, member)]
     return "\n".join(lines)
+
+
+def pod_lines(box: fleetbox.FleetBox, member: str) -> list[str]:
+    """Each pod outside kube-system: phase, readiness, the node the real kube-scheduler
+    bound it to and the DRA devices it allocated (its ResourceClaims' allocation)."""
+    claims = {
+        (c["metadata"]["namespace"], c["metadata"]["name"]): c
+        for c in box.get(member, "resourceclaims")
+    }
+    lines = []
+    for pod in box.get(member, "pods"):
+        meta, status = pod["metadata"], pod.get("status", {})
+        if meta.get("namespace") == "kube-system":
+            continue
+        devices = []
+        for ref in status.get("resourceClaimStatuses") or []:
+            claim = claims.get((meta["namespace"], ref.get("resourceClaimName")), {})
+            allocation = claim.get("status", {}).get("allocation") or {}
+            for result in (allocation.get("devices") or {}).get("results") or []:
+                devices.append(f"{result['pool']}/{result['device']}")
+        ready = fleetbox.is_true(pod, "Ready")
+        node = pod["spec"].get("nodeName") or "(not scheduled)"
+        waiting = [
+            s["state"]["waiting"].get("reason", "")
+            for s in status.get("containerStatuses") or []
+            if s.get("state", {}).get("waiting")
+        ]
+        phase = status.get("phase", "?") + (f" {','.join(waiting)}" if waiting else "")
+        lines.append(
+            f"pod {meta['namespace']}/{meta['name']}: {phase}{' Ready' if ready else ''}"
+            f" on {node}" + (f" with {' '.join(sorted(devices))}" if devices else "")
+        )
+    return lines
 
 
 def status() -> int:

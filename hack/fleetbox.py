@@ -5,8 +5,9 @@ and kube-controller-manager running the garbage collector and namespace controll
 Crossplane core and provider-kubernetes started out of cluster against the control
 plane, and our four functions serving mTLS on distinct loopback addresses. Our XRDs and
 Compositions are applied as they ship; claims are then applied with the real kubectl
-exactly as a user applies them. No Docker, no kubelet: no Pod ever runs here (part 2
-adds that).
+exactly as a user applies them. No Docker, no kubelet: members named in `gpu=` get a
+real kube-scheduler, KWOK nodes from the example node pools, DRA ResourceSlices and
+KWOK as their kubelet (hack/fleetbox_gpu.py); on the others no Pod ever runs.
 
 How core finds our functions without a registry or a Deployment runtime:
 - every Function names its package by digest (`ghcr.io/modelplaneai/<fn>@sha256:<hex>`,
@@ -57,6 +58,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
+import fleetbox_gpu  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from functions.common.conditions import TRUE, condition_status  # noqa: E402
@@ -235,6 +237,20 @@ class Process:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+def component_flags(kubeconfig: Path, cert_dir: Path) -> list[str]:
+    """How a control-plane component (controller manager, scheduler) runs out of cluster
+    against one API server: its kubeconfig for everything, one instance, its own port."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={free_port()}",
+        f"--cert-dir={cert_dir}",
+    ]
+
+
 def _free_port_on(host: str) -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -302,9 +318,18 @@ class FunctionServer:
 class FleetBox:
     """The control plane, its members and every process that makes them a fleet."""
 
-    def __init__(self, members: Iterable[str] = DEFAULT_MEMBERS, root: Path | None = None) -> None:
+    def __init__(
+        self,
+        members: Iterable[str] = DEFAULT_MEMBERS,
+        root: Path | None = None,
+        gpu: Iterable[str] = (),
+    ) -> None:
+        """`gpu`: members that schedule and run pods on KWOK GPU nodes (fleetbox_gpu)."""
         bin_dir = tools_bin()
-        missing = missing_tools()
+        self.gpu = tuple(gpu)
+        missing = missing_tools() + [
+            t for t in fleetbox_gpu.REQUIRED_TOOLS if self.gpu and not (bin_dir / t).exists()
+        ]
         if missing:
             raise FleetBoxError(
                 f"missing tools {', '.join(missing)} in {bin_dir}: run 'bash hack/tools.sh'"
@@ -333,6 +358,8 @@ class FleetBox:
             self._start_controller_managers()
             self._install_control_plane_crds()
             self._install_member_substrate()
+            for name in self.gpu:
+                fleetbox_gpu.equip(self, name)
             self._start_functions()
             self._start_crossplane()
             self._start_provider_kubernetes()
@@ -365,14 +392,13 @@ class FleetBox:
                 f"kube-controller-manager-{cluster.name}",
                 [
                     str(self.bin / "kube-controller-manager"),
-                    f"--kubeconfig={path}",
-                    f"--authentication-kubeconfig={path}",
-                    f"--authorization-kubeconfig={path}",
-                    "--controllers=garbagecollector,namespace",
-                    "--leader-elect=false",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={free_port()}",
-                    f"--cert-dir={cluster.workdir / 'kcm-certs'}",
+                    *component_flags(path, cluster.workdir / "kcm-certs"),
+                    "--controllers="
+                    + ",".join(
+                        fleetbox_gpu.CONTROLLERS
+                        if cluster.name in self.gpu
+                        else ("garbagecollector", "namespace")
+                    ),
                 ],
                 cluster.workdir / "kube-controller-manager.log",
             )
