@@ -373,6 +373,11 @@ class FleetBox:
 
     def _start_api_servers(self) -> None:
         began = time.monotonic()
+        from fleetbox_runtime import aggregation_args  # noqa: PLC0415 - it imports this module
+
+        for cluster in self.members.values():
+            # KEDA's metrics adapter is reached through each member's aggregation layer.
+            cluster.apiserver_args = aggregation_args(cluster.workdir / "front-proxy")
         for cluster in self.clusters:
             cluster.start_etcd()
         for cluster in self.clusters:

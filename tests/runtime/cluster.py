@@ -76,6 +76,8 @@ class Member:
     launched: float = 0.0
     startup_seconds: float = 0.0  # launch to /readyz of the last API server start
     starts: list[float] = field(default_factory=list)  # every start's, first one first
+    # More kube-apiserver flags (the fleet box's aggregation layer sets some).
+    apiserver_args: list[str] = field(default_factory=list)
 
     @property
     def server(self) -> str:
@@ -165,6 +167,7 @@ class Member:
                 f"--service-account-key-file={key}",
                 f"--service-account-signing-key-file={key}",
                 "--service-cluster-ip-range=10.0.0.0/24",
+                *self.apiserver_args,
             ],
             "apiserver.log",
         )

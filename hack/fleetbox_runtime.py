@@ -1,0 +1,387 @@
+"""The fleet box's runtime half: KEDA, the aggregation layer and our agent and scaler.
+
+Per member that asks for it (`Runtime(box, members).start()`), all out of cluster:
+- our scaler (`modelplane runtime scaler`) and agent (`modelplane runtime agent`, with
+  this member's kubeconfig and every peer's, as the composed runtime has in cluster);
+- KEDA's operator, which dials the scaler at the address the composed ScaledObject
+  names (`modelplane-scaler.modelplane-system.svc.cluster.local:9090`). There is no
+  cluster DNS here, so the operator runs with HTTPS_PROXY set to a small CONNECT proxy
+  of the box that maps in-cluster Service names to this member's local processes.
+  grpc-go (v1.84, KEDA's) builds its client with `grpc.NewClient`; for a `dns` target
+  with a proxy in the environment it does not resolve the name itself but sends it in
+  the CONNECT (internal/resolver/delegatingresolver). Go never proxies loopback
+  addresses, so the operator still reaches its API server directly;
+- KEDA's metrics adapter, an aggregated API server for `external.metrics.k8s.io`.
+  The member's kube-apiserver runs with the front-proxy (requestheader) flags and
+  `--enable-aggregator-routing`, so it proxies to an EndpointSlice address instead of
+  a ClusterIP nobody routes. EndpointSlice validation refuses loopback addresses, so
+  the adapter listens on this host's first global IPv4 address and its slice names
+  that. The APIService carries the adapter's CA; the adapter's certificate names the
+  Service (`keda-metrics-apiserver.keda.svc`), which is what the aggregator checks.
+  kube-controller-manager's HPA controller reads the floor there, as in cluster.
+
+The operator and the adapter talk over KEDA's own mTLS gRPC (ca.crt, tls.crt, tls.key in
+one folder, as KEDA's chart mounts them); the box makes that pair.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import yaml
+
+from functions.common.contracts import SCALER_PORT, SCALER_SERVICE_NAME, SYSTEM_NAMESPACE
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fleetbox import (
+    REPO,
+    Certificates,
+    FleetBoxError,
+    Process,
+    _free_port_on,
+    component_flags,
+    wait_for,
+)
+
+KEDA_NAMESPACE = "keda"
+ADAPTER_SERVICE = "keda-metrics-apiserver"
+EXTERNAL_METRICS_GROUP = "external.metrics.k8s.io"
+EXTERNAL_METRICS_APISERVICE = f"v1beta1.{EXTERNAL_METRICS_GROUP}"
+FRONT_PROXY_CLIENT = "front-proxy-client"
+RUNTIME_TOOLS = ("keda-operator", "keda-adapter")
+ENTRYPOINT = [sys.executable, "-m", "functions.entrypoint", "runtime"]
+# How long the agents' Leases last: short, so a failover fits in a test.
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 1.0
+
+
+def in_cluster_name(service: str, namespace: str, port: int) -> str:
+    return f"{service}.{namespace}.svc.cluster.local:{port}"
+
+
+def host_address() -> str:
+    """This host's first global IPv4 address: EndpointSlices refuse loopback ones."""
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "scope", "global"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    for line in out.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            return fields[fields.index("inet") + 1].split("/")[0]
+    raise FleetBoxError(
+        "no global IPv4 address on this host: the aggregation layer cannot reach the KEDA "
+        "adapter (EndpointSlices refuse loopback addresses)"
+    )
+
+
+# --- the aggregation layer -----------------------------------------------------------------
+
+
+def aggregation_args(pki: Path) -> list[str]:
+    """kube-apiserver flags for an aggregation layer that proxies to EndpointSlices."""
+    certs = Certificates(pki)
+    client = certs.pair(FRONT_PROXY_CLIENT, None, "clientAuth")
+    return [
+        f"--requestheader-client-ca-file={certs.ca_crt}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={client / 'tls.crt'}",
+        f"--proxy-client-key-file={client / 'tls.key'}",
+        "--enable-aggregator-routing=true",
+    ]
+
+
+# --- the in-cluster names --------------------------------------------------------------------
+
+
+class ServiceProxy(socketserver.ThreadingTCPServer):
+    """An HTTP CONNECT proxy on loopback that maps in-cluster Service addresses
+    (`name.namespace.svc.cluster.local:port`) to local ones and refuses the rest."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, routes: dict[str, str]) -> None:
+        self.routes = dict(routes)
+        super().__init__(("127.0.0.1", 0), _Tunnel)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Tunnel(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        request = self.rfile.readline(8192).decode("latin-1").split()
+        while self.rfile.readline(8192) not in (b"\r\n", b"\n", b""):
+            pass  # the request's headers: nothing in them changes the route
+        if len(request) != 3 or request[0] != "CONNECT":
+            self.wfile.write(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
+            return
+        target = self.server.routes.get(request[1])
+        if target is None:
+            self.wfile.write(b"HTTP/1.1 403 Forbidden\r\n\r\nno such in-cluster service\r\n")
+            return
+        host, port = target.rsplit(":", 1)
+        try:
+            upstream = socket.create_connection((host, int(port)), timeout=5)
+        except OSError:
+            self.wfile.write(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
+            return
+        upstream.settimeout(None)
+        self.wfile.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        self.wfile.flush()
+        pump = threading.Thread(target=_pump, args=(upstream, self.connection), daemon=True)
+        pump.start()
+        _pump(self.connection, upstream)
+        pump.join()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
+
+
+# --- one member's runtime --------------------------------------------------------------------
+
+
+class Runtime:
+    """KEDA, our scaler and our agent on some members of a started FleetBox."""
+
+    def __init__(self, box, members) -> None:
+        missing = [t for t in RUNTIME_TOOLS if not (box.bin / t).exists()]
+        if missing:
+            raise FleetBoxError(
+                f"missing tools {', '.join(missing)} in {box.bin}: run 'bash hack/tools.sh keda'"
+            )
+        unknown = [m for m in members if m not in box.members]
+        if unknown:
+            raise FleetBoxError(f"no such members in the box: {', '.join(unknown)}")
+        self.box = box
+        self.members = list(members)
+        self.host = host_address()
+        self.proxies: dict[str, ServiceProxy] = {}
+        self.scaler_ports: dict[str, int] = {}
+
+    def start(self) -> Runtime:
+        for name in self.members:
+            self._prepare(name)
+        for name in self.members:
+            self._start_hpa_controller(name)
+            self._start_scaler(name)
+            self._start_agent(name)
+            self._start_keda(name)
+        for name in self.members:
+            self.wait_external_metrics(name)
+        return self
+
+    def process(self, kind: str, member: str) -> Process:
+        return self.box.processes[f"{kind}-{member}"]
+
+    def _add(self, process: Process) -> Process:
+        process.start()
+        self.box.processes[process.name] = process
+        return process
+
+    def _prepare(self, name: str) -> None:
+        """Namespaces, the AdaptivePolicy CRD (what compose-serving-stack sends every
+        member) and KEDA's CRDs from the module the binaries were built from."""
+        box = self.box
+        documents = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            for ns in (KEDA_NAMESPACE, SYSTEM_NAMESPACE)
+        ]
+        box.kubectl(name, "apply", "-f", "-", stdin=yaml.safe_dump_all(documents))
+        crds = sorted((box.bin.parent / "keda-crds").glob("*.yaml"))
+        # The schema bundle put KEDA's CRDs here already (same module and release).
+        box.kubectl(name, "apply", "--server-side", "--force-conflicts", *[f"-f={p}" for p in crds])
+        # compose-serving-stack sends the AdaptivePolicy CRD to members with a cluster;
+        # create it only where it has not (provider-kubernetes owns it where it has).
+        policy = REPO / "apis" / "adaptivepolicies" / "definition.yaml"
+        result = box.kubectl(name, "create", "-f", str(policy), check=False)
+        if result.returncode != 0 and "AlreadyExists" not in result.stderr:
+            raise FleetBoxError(f"AdaptivePolicy CRD on {name}: {result.stderr.strip()}")
+        box._wait_crds_established(name)
+
+    def _start_hpa_controller(self, name: str) -> None:
+        """A GPU member's controller manager runs the HPA controller already; on another,
+        a second one runs only that controller (the first keeps its two)."""
+        if name in self.box.gpu:
+            return
+        workdir = self.box.members[name].workdir
+        self._add(Process(
+            f"kube-controller-manager-hpa-{name}",
+            [
+                str(self.box.bin / "kube-controller-manager"),
+                *component_flags(self.box.kubeconfigs[name], workdir / "kcm-hpa-certs"),
+                "--controllers=horizontal-pod-autoscaler-controller",
+            ],
+            workdir / "kube-controller-manager-hpa.log",
+        ))  # fmt: skip
+
+    def _start_scaler(self, name: str) -> None:
+        port = _free_port_on("127.0.0.1")
+        self.scaler_ports[name] = port
+        workdir = self.box.members[name].workdir
+        self._add(Process(
+            f"scaler-{name}",
+            [
+                *ENTRYPOINT, "scaler", f"--cluster={name}",
+                f"--kubeconfig={self.box.kubeconfigs[name]}",
+                f"--listen=127.0.0.1:{port}",
+                f"--health-listen=127.0.0.1:{_free_port_on('127.0.0.1')}",
+                "--metrics-port=0",
+            ],
+            workdir / "scaler.log",
+            cwd=REPO,
+        ))  # fmt: skip
+        self.proxies[name] = ServiceProxy({
+            in_cluster_name(SCALER_SERVICE_NAME, SYSTEM_NAMESPACE, SCALER_PORT): f"127.0.0.1:{port}"
+        })  # fmt: skip
+
+    def _start_agent(self, name: str) -> None:
+        workdir = self.box.members[name].workdir
+        peers = [f"--member={m}={self.box.kubeconfigs[m]}" for m in self.members]
+        self._add(Process(
+            f"agent-{name}",
+            [
+                *ENTRYPOINT, "agent", f"--cluster={name}", "--pod=agent-0", *peers,
+                f"--lease-duration={LEASE_DURATION}", f"--renew-deadline={RENEW_DEADLINE}",
+                f"--retry-period={RETRY_PERIOD}",
+                f"--decision-log={workdir / 'decisions.jsonl'}",
+                f"--metrics-port={_free_port_on('127.0.0.1')}",
+            ],
+            workdir / "agent.log",
+            cwd=REPO,
+        ))  # fmt: skip
+
+    def _start_keda(self, name: str) -> None:
+        box, member = self.box, self.box.members[name]
+        certs = Certificates(member.workdir / "keda-pki")
+        # KEDA's operator <-> adapter mTLS: one pair, both ends, as KEDA's chart mounts it.
+        grpc_dir = certs.pair("keda-operator", "127.0.0.1", "serverAuth,clientAuth")
+        serving = certs.pair(f"{ADAPTER_SERVICE}.{KEDA_NAMESPACE}.svc", self.host, "serverAuth")
+        kubeconfig = str(box.kubeconfigs[name])
+        env = {
+            "KUBECONFIG": kubeconfig,
+            "WATCH_NAMESPACE": "",
+            "POD_NAMESPACE": KEDA_NAMESPACE,
+            "KEDA_CLUSTER_OBJECT_NAMESPACE": KEDA_NAMESPACE,
+            "HTTPS_PROXY": self.proxies[name].url,
+            "https_proxy": self.proxies[name].url,
+        }
+        metrics_service = _free_port_on("127.0.0.1")
+        self._add(Process(
+            f"keda-operator-{name}",
+            [
+                str(box.bin / "keda-operator"),
+                f"--metrics-bind-address=127.0.0.1:{_free_port_on('127.0.0.1')}",
+                f"--health-probe-bind-address=127.0.0.1:{_free_port_on('127.0.0.1')}",
+                f"--metrics-service-bind-address=127.0.0.1:{metrics_service}",
+                f"--cert-dir={grpc_dir}",
+                f"--ca-dir={grpc_dir}",
+                "--leader-elect=false",
+                "--enable-webhook-patching=false",
+                "--enable-apiservice-patching=false",
+            ],
+            member.workdir / "keda-operator.log",
+            env=env,
+        ))  # fmt: skip
+        port = _free_port_on(self.host)
+        self._add(Process(
+            f"keda-adapter-{name}",
+            [
+                str(box.bin / "keda-adapter"),
+                f"--bind-address={self.host}",
+                f"--secure-port={port}",
+                f"--tls-cert-file={serving / 'tls.crt'}",
+                f"--tls-private-key-file={serving / 'tls.key'}",
+                f"--cert-dir={grpc_dir}",
+                f"--metrics-service-address=127.0.0.1:{metrics_service}",
+                f"--port={_free_port_on('127.0.0.1')}",
+                f"--lister-kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+            ],
+            member.workdir / "keda-adapter.log",
+            env=env,
+        ))  # fmt: skip
+        ca_bundle = base64.b64encode(certs.ca_crt.read_bytes()).decode()
+        documents = [
+            {
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": ADAPTER_SERVICE, "namespace": KEDA_NAMESPACE},
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]},
+            },
+            {
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {
+                    "name": f"{ADAPTER_SERVICE}-box", "namespace": KEDA_NAMESPACE,
+                    "labels": {
+                        "kubernetes.io/service-name": ADAPTER_SERVICE,
+                        "endpointslice.kubernetes.io/managed-by": "fleetbox.modelplane.ai",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [self.host], "conditions": {"ready": True}}],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            },
+            {
+                "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": EXTERNAL_METRICS_APISERVICE},
+                "spec": {
+                    "group": EXTERNAL_METRICS_GROUP, "version": "v1beta1",
+                    "service": {"name": ADAPTER_SERVICE, "namespace": KEDA_NAMESPACE, "port": 443},
+                    "caBundle": ca_bundle,
+                    "groupPriorityMinimum": 100, "versionPriority": 100,
+                },
+            },
+        ]  # fmt: skip
+        box.kubectl(name, "apply", "-f", "-", stdin=yaml.safe_dump_all(documents))
+
+    def wait_external_metrics(self, name: str, timeout: float = 180.0) -> None:
+        """Until the member's API server serves external.metrics.k8s.io through the
+        adapter (the APIService is Available)."""
+
+        def available() -> bool:
+            result = self.box.kubectl(
+                name, "get", "apiservice", EXTERNAL_METRICS_APISERVICE, "-o",
+                "jsonpath={.status.conditions[?(@.type=='Available')].status}", check=False,
+            )  # fmt: skip
+            return result.stdout.strip() == "True"
+
+        try:
+            wait_for(f"{EXTERNAL_METRICS_APISERVICE} available on {name}", available, timeout)
+        except FleetBoxError as error:
+            tails = "\n".join(
+                f"--- {kind}-{name}\n{self.process(kind, name).tail()}"
+                for kind in ("keda-adapter", "keda-operator")
+            )
+            raise FleetBoxError(f"{error}\n{tails}") from error
+
+    def close(self) -> None:
+        for proxy in self.proxies.values():
+            with contextlib.suppress(Exception):
+                proxy.close()
+
+
+__all__ = ["Runtime", "ServiceProxy", "aggregation_args", "in_cluster_name"]
