@@ -16,8 +16,9 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from functions.common import vocabulary
 from functions.common.naming import stable_hash
 
 REPORT_INTERVAL_SECONDS: Final = 30.0
@@ -103,21 +104,104 @@ class Route(_Spec):
     namespace: str | None = None
 
 
-class Signals(_Spec):
-    demand: str | None = None
-    pressure: str | None = None
-    latency: str | None = None
-    error_rate: str | None = Field(default=None, alias="errorRate")
+SIGNAL_FUNCTIONS: Final = {
+    "rate": (vocabulary.MetricType.COUNTER, vocabulary.MetricType.HISTOGRAM),
+    "gauge": (vocabulary.MetricType.GAUGE,),
+    "perReadyReplica": (vocabulary.MetricType.GAUGE, vocabulary.MetricType.COUNTER),
+    "quantile": (vocabulary.MetricType.HISTOGRAM,),
+    "fractionAbove": (vocabulary.MetricType.HISTOGRAM,),
+    "ratio": (vocabulary.MetricType.COUNTER,),
+}
+DEFAULT_SIGNAL_WINDOW_SECONDS: Final = 120.0
+PROMQL_MAX_LENGTH: Final = 2048
 
-    def configured(self) -> dict[str, str]:
-        """Signal name (as in status.report) -> query, only the ones set."""
+
+class VocabularySignal(_Spec):
+    """A signal named in the vocabulary (see functions/runtime/signals_core.py), or, for
+    one outside it, a PromQL query against the endpoint the operator names."""
+
+    metric: str | None = None
+    function: (
+        Literal["rate", "gauge", "perReadyReplica", "quantile", "fractionAbove", "ratio"] | None
+    ) = None
+    quantile: float | None = Field(default=None, gt=0, lt=1)
+    threshold: float | None = Field(default=None, ge=0)
+    where: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    promql: str | None = Field(default=None, max_length=PROMQL_MAX_LENGTH)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_string(cls, value: Any) -> Any:
+        # Before vocabulary signals a signal was a bare PromQL string: it still means that.
+        return {"promql": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "VocabularySignal":
+        if (self.metric is None) == (self.promql is None):
+            raise ValueError("name either `metric` (with `function`) or `promql`, not both")
+        if self.promql is not None:
+            return self
+        known = vocabulary.VOCABULARY_BY_NAME.get(self.metric)
+        if known is None:
+            raise ValueError(
+                f"metric {self.metric!r} is not in the vocabulary (known: "
+                f"{', '.join(sorted(vocabulary.VOCABULARY_BY_NAME))}); for another series "
+                "write `promql`"
+            )
+        if self.function is None:
+            raise ValueError(f"metric {self.metric}: `function` is required")
+        if known.type not in SIGNAL_FUNCTIONS[self.function]:
+            fits = sorted(f for f, types in SIGNAL_FUNCTIONS.items() if known.type in types)
+            raise ValueError(
+                f"function {self.function} does not apply to {known.type} {self.metric}"
+                f" (use one of: {', '.join(fits)})"
+            )
+        if (self.function == "quantile") != (self.quantile is not None):
+            raise ValueError("`quantile` is set exactly when function is quantile")
+        if (self.function == "fractionAbove") != (self.threshold is not None):
+            raise ValueError("`threshold` is set exactly when function is fractionAbove")
+        unknown = sorted(set(self.where) - set(known.labels))
+        if unknown:
+            raise ValueError(
+                f"where: {', '.join(unknown)} is not a label of {self.metric}"
+                f" (it keeps: {', '.join(known.labels)})"
+            )
+        if self.function == "ratio" and not self.where:
+            raise ValueError("function ratio needs `where` (the share of which series)")
+        return self
+
+
+# What a deployment that names no signal at all is scaled by.
+DEFAULT_SIGNALS: Final = {
+    "demand": VocabularySignal(metric="modelplane_requests_total", function="rate"),
+    "pressure": VocabularySignal(metric="modelplane_requests_waiting", function="perReadyReplica"),
+    "latency": VocabularySignal(
+        metric="modelplane_time_to_first_token", function="quantile", quantile=0.9
+    ),
+}
+
+
+class Signals(_Spec):
+    window: float = DEFAULT_SIGNAL_WINDOW_SECONDS
+    demand: VocabularySignal | None = None
+    pressure: VocabularySignal | None = None
+    latency: VocabularySignal | None = None
+    error_rate: VocabularySignal | None = Field(default=None, alias="errorRate")
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value) if isinstance(value, str) else float(value)
+
+    def configured(self) -> dict[str, VocabularySignal]:
+        """Signal name (as in status.report) -> how it is computed, only the ones set."""
         named = {
             "demand": self.demand,
             "pressure": self.pressure,
             "latency": self.latency,
             "errorRate": self.error_rate,
         }
-        return {name: query for name, query in named.items() if query}
+        return {name: signal for name, signal in named.items() if signal is not None}
 
 
 class Capacity(_Spec):
@@ -147,12 +231,21 @@ class PolicySpec(_Spec):
     workload: Workload
     clusters: tuple[ClusterEntry, ...] = Field(min_length=1)
     route: Route | None = None
-    signals: Signals = Field(default_factory=Signals)
+    # None: the deployment named no signal, and DEFAULT_SIGNALS apply.
+    signals: Signals | None = None
     capacity: Capacity = Field(default_factory=Capacity)
     latency_slo: float | None = Field(default=None, alias="latencySLO")
     error_rate_slo: float | None = Field(default=None, alias="errorRateSLO")
     escalation: Escalation = Field(default_factory=Escalation)
     traffic: Traffic = Field(default_factory=Traffic)
+
+    @property
+    def effective_signals(self) -> dict[str, VocabularySignal]:
+        return dict(DEFAULT_SIGNALS) if self.signals is None else self.signals.configured()
+
+    @property
+    def signal_window(self) -> float:
+        return DEFAULT_SIGNAL_WINDOW_SECONDS if self.signals is None else self.signals.window
 
     def cluster(self, name: str) -> ClusterEntry | None:
         return next((c for c in self.clusters if c.name == name), None)

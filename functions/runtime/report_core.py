@@ -349,7 +349,7 @@ def compute_report(
 
     values: dict[str, float] = {}
     failures: list[str] = list(inputs.read_errors)
-    for name, _query in sorted(spec.signals.configured().items()):
+    for name in sorted(spec.effective_signals):
         value, error = inputs.signals.get(name, SignalResult(error="not queried")).single()
         if error:
             failures.append(f"signals.{name}: {error}")
