@@ -25,3 +25,24 @@ POLICY_FIELDS: Final = (
 # resolves `clusters` itself, and a ModelDeployment has no `route` to give.
 RESOLVED_FIELDS: Final = frozenset({"clusters", "route"})
 PASSTHROUGH_FIELDS: Final = tuple(f for f in POLICY_FIELDS if f not in RESOLVED_FIELDS)
+
+# The signal fields of AdaptivePolicy.spec.signals (besides `window`).
+SIGNAL_NAMES: Final = ("demand", "pressure", "latency", "errorRate")
+
+
+def needs_vocabulary_signals(autoscaling: object) -> bool:
+    """Whether a replica's `autoscaling` has its agent compute vocabulary signals, and so
+    needs the cluster collector's signals page.
+
+    No `autoscaling` or mode `off`: no. No `signals` at all: yes, the defaults are
+    vocabulary signals. Otherwise yes when any named signal names a vocabulary `metric`
+    (a PromQL signal, written `{promql: ...}` or as the older bare string, does not).
+    """
+    if not isinstance(autoscaling, dict) or autoscaling.get("mode") == "off":
+        return False
+    signals = autoscaling.get("signals")
+    if signals is None:
+        return True
+    if not isinstance(signals, dict):
+        return False
+    return any(isinstance(signals.get(n), dict) and "metric" in signals[n] for n in SIGNAL_NAMES)

@@ -51,6 +51,7 @@ from functions.compose_serving_stack.status import (
     is_ready,
     mappings_condition,
     readiness,
+    replicas_needing_signals,
     unmapped_engine_types,
 )
 
@@ -150,6 +151,7 @@ class FunctionRunner(GuardedRunner):
         unmapped = unmapped_engine_types(
             list(asked_replicas.items), cluster.name, mappings.mapped_engines
         )
+        signals_for = replicas_needing_signals(list(asked_replicas.items), cluster.name)
 
         # 2. Decide.
         image = os.environ.get(ENV_RUNTIME_IMAGE, DEFAULT_RUNTIME_IMAGE)
@@ -160,6 +162,7 @@ class FunctionRunner(GuardedRunner):
             peers=peers,
             unmapped=unmapped,
             runtime_image=image,
+            signals_for=signals_for,
         )
 
         # 3. Desired resources.
