@@ -327,9 +327,7 @@ def cluster_tier(
                             "labels": labels,
                             "annotations": {contracts.ANNOTATION_CONFIG_HASH: stable_hash(text)},
                         },
-                        "spec": _pod_spec(
-                            COLLECTOR, COLLECTOR, gateway=gateway, signals=signals
-                        ),
+                        "spec": _pod_spec(COLLECTOR, COLLECTOR, gateway=gateway, signals=signals),
                     },
                 },
             },

@@ -137,9 +137,16 @@ def _matches(labels: tuple[tuple[str, str], ...], where: Mapping[str, tuple[str,
 
 
 def _increase(points: list[tuple[float, float]]) -> float:
+    """A counter's increase over its points. Only a counter that ends below where it
+    started is read as restarted (summing each rise, a fall counting from 0): a merged
+    point can briefly miss or double a pod when a scrape lands on a batch edge, and
+    reading that dip as a restart would count the whole counter again."""
+    first, last = points[0][1], points[-1][1]
+    if last >= first:
+        return last - first
     total = 0.0
     for (_, before), (_, after) in itertools.pairwise(points):
-        total += after - before if after >= before else after  # a reset starts from 0
+        total += after - before if after >= before else after
     return total
 
 
@@ -158,15 +165,29 @@ def _rate(series: dict[SampleKey, list[tuple[float, float]]], label: str) -> flo
 def _bucket_increases(
     series: dict[SampleKey, list[tuple[float, float]]],
 ) -> list[tuple[float, float]]:
-    """(upper bound, observations in the window) summed across series, by bound."""
-    by_bound: dict[float, float] = {}
+    """(upper bound, observations at or below it in the window), merged across series.
+
+    Engines bucket differently (vLLM's TTFT bounds are not SGLang's), so each series'
+    cumulative count is read at every bound any series has (interpolated inside its own
+    buckets) before they are added: adding counts of unequal bounds would be wrong.
+    """
+    per_series: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
     for (_, labels), points in series.items():
         bound = dict(labels).get("le")
         if bound is None or len(points) < 2:
             continue
         upper = math.inf if bound == "+Inf" else float(bound)
-        by_bound[upper] = by_bound.get(upper, 0.0) + _increase(points)
-    return sorted(by_bound.items())
+        rest = tuple(p for p in labels if p[0] != "le")
+        per_series.setdefault(rest, {})[upper] = _increase(points)
+    bounds = sorted({b for buckets in per_series.values() for b in buckets})
+    merged = []
+    for bound in bounds:
+        total = 0.0
+        for buckets in per_series.values():
+            ordered = sorted(buckets.items())
+            total += ordered[-1][1] if math.isinf(bound) else _cumulative_at(ordered, bound)
+        merged.append((bound, total))
+    return merged
 
 
 def _cumulative_at(buckets: list[tuple[float, float]], value: float) -> float:

@@ -276,3 +276,41 @@ def test_a_signal_outside_the_rules_is_refused_naming_the_rule(signal, message):
 )
 def test_a_replica_needs_the_signals_page_only_for_vocabulary_signals(autoscaling, needs):
     assert needs_vocabulary_signals(autoscaling) is needs
+
+
+def test_histograms_with_different_buckets_merge_at_every_bound():
+    def engine_page(t, engine, bounds, counts):
+        ms = int(t * 1000)
+        lines = ["# TYPE modelplane_time_to_first_token histogram"]
+        for bound, count in zip((*bounds, "+Inf"), counts, strict=True):
+            labels = _labels(modelplane_engine=engine, le=bound)
+            lines.append(f"modelplane_time_to_first_token_bucket{{{labels}}} {count} {ms}")
+        return "\n".join(lines) + "\n"
+
+    def both(t, vllm, sglang):
+        return engine_page(t, "vllm", ("0.1", "1"), vllm) + engine_page(
+            t, "sglang", ("0.2",), sglang
+        )
+
+    kept = history(
+        (NOW - 10, both(NOW - 10, (0, 0, 0), (0, 0))), (NOW, both(NOW, (10, 10, 10), (0, 10)))
+    )
+    # vLLM: 10 observations <= 0.1 s; SGLang: 10 above 0.2 s. The median is the top of
+    # vLLM's, not a sum of unequal buckets.
+    median = VocabularySignal(
+        metric="modelplane_time_to_first_token", function="quantile", quantile=0.5
+    )
+    assert value(median, kept)[0] == pytest.approx(0.1)
+    slow = VocabularySignal(
+        metric="modelplane_time_to_first_token", function="fractionAbove", threshold=0.2
+    )
+    assert value(slow, kept)[0] == pytest.approx(0.5)
+
+
+def test_a_merged_point_that_briefly_dips_is_not_read_as_a_restart():
+    kept = history(
+        (NOW - 20, page(NOW - 20, requests=1000)),
+        (NOW - 10, page(NOW - 10, requests=600)),  # one pod missed this batch
+        (NOW, page(NOW, requests=1200)),
+    )
+    assert value(DEMAND, kept)[0] == pytest.approx(200 / 20 * 1.1)
