@@ -237,6 +237,7 @@ class Agent:
                         now,
                         history=self.history if self.config.signals_url else None,
                         interval=self.config.collector_interval,
+                        cluster=self.config.cluster,
                     )
                 except ApiException as err:
                     condition = Condition(

@@ -16,9 +16,15 @@ import urllib.parse
 import urllib.request
 from typing import Final
 
-from functions.common.contracts import KIND_SCALED_OBJECT, LABEL_DEPLOYMENT
+from functions.common.contracts import (
+    KIND_SCALED_OBJECT,
+    LABEL_DEPLOYMENT,
+    RESOURCE_ATTRIBUTE_CLUSTER,
+)
+from functions.common.exposition import prometheus_label
 from functions.runtime import signals_core
 from functions.runtime.policy import PolicySpec
+from functions.runtime.promql_scope import UnscopableQuery, scope_query
 from functions.runtime.report_core import MemberInputs, NodePoolInfo, SignalResult
 from functions.runtime.report_parse import (
     node_info,
@@ -97,13 +103,31 @@ def policy_signals(
     prometheus_url: str | None,
     now: float,
     interval: float,
+    cluster: str = "",
 ) -> dict[str, SignalResult]:
     """Every signal the policy uses (its own or the defaults), computed or failed."""
     signals: dict[str, SignalResult] = {}
     for name, signal in sorted(spec.effective_signals.items()):
         if signal.promql is not None:
-            if prometheus_url:
-                signals[name] = query_prometheus(prometheus_url, signal.promql)
+            if prometheus_url and scope is not None:
+                # The store holds every tenant's series: the query sees only this one's.
+                matchers = {
+                    signals_core.NAMESPACE_LABEL: scope.namespace,
+                    signals_core.DEPLOYMENT_LABEL: scope.deployment,
+                }
+                if cluster:
+                    matchers[prometheus_label(RESOURCE_ATTRIBUTE_CLUSTER)] = cluster
+                try:
+                    scoped = scope_query(signal.promql, matchers)
+                except UnscopableQuery as err:
+                    signals[name] = SignalResult(error=f"promql: {err}")
+                else:
+                    signals[name] = query_prometheus(prometheus_url, scoped)
+            elif prometheus_url:
+                signals[name] = SignalResult(
+                    error=f"a PromQL signal is scoped by the workload's {LABEL_DEPLOYMENT} "
+                    "pod template label, which it has not got"
+                )
             else:
                 signals[name] = SignalResult(
                     error="a PromQL signal needs the InferenceCluster's "
@@ -143,6 +167,7 @@ def read_member_inputs(
     *,
     history: signals_core.SignalHistory | None = None,
     interval: float = 30.0,
+    cluster: str = "",
 ):
     """Everything `compute_report` needs from this member (its API client and signals).
 
@@ -216,6 +241,7 @@ def read_member_inputs(
         prometheus_url=prometheus_url,
         now=now,
         interval=interval,
+        cluster=cluster,
     )
     return MemberInputs(
         desired=desired,

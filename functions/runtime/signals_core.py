@@ -284,7 +284,7 @@ def _evaluate(
     }
     if not series:
         raise SignalError(f"no series of {metric.name} for deployment {scope} matches `where`")
-    label = f"{metric.name} over {format_duration(window)}"
+    label = f"{metric.name} for deployment {scope} over {format_duration(window)}"
 
     match signal.function:
         case "rate":

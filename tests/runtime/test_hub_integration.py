@@ -161,12 +161,17 @@ class EnginePage(http.server.ThreadingHTTPServer):
         self.demand = 0.0
         self.ready = 0
         self.finished = 0.0
+        self.gone = False  # the engine stopped serving: every scrape gets a 404
         self._last = time.monotonic()
 
         page = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                if page.gone:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
                 now = time.monotonic()
                 page.finished += page.demand * (now - page._last)
                 page._last = now
@@ -824,6 +829,37 @@ def test_shadow_simulates_the_plan_in_status_fleet_and_writes_nothing_else(runni
     assert decided, running.summary()
     assert all(x["mode"] == "shadow" and x["applied"] is False for x in decided)
     assert any("AddCapacity" in x["action"] for x in decided)
+
+
+def test_a_signal_whose_source_disappears_turns_ready_false_and_is_not_used(running):
+    world, names = running.world, running.names
+    member = "member-2"
+
+    def reported_with_signals() -> bool:
+        report = running.status(member).get("report") or {}
+        return "demand" in report and "pressure" in report
+
+    assert wait_for(reported_with_signals, 30), running.status(member)
+    world.pages[member].gone = True
+
+    def ready() -> dict:
+        conditions = running.status(member).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Ready"), {})
+
+    assert wait_for(lambda: ready().get("status") == "False", 30), running.status(member)
+    condition = ready()
+    assert condition["reason"] == "ObservationFailed"
+    assert "signals.demand:" in condition["message"]
+    assert "signals.pressure:" in condition["message"]
+    assert f"{NS}/llm" in condition["message"]
+    assert condition["message"].endswith("(ignored in this report)")
+    # Not used: the report that follows carries neither signal (never a zero).
+    time.sleep(2)
+    report = running.status(member)["report"]
+    assert "demand" not in report, report
+    assert "pressure" not in report, report
+    # The other members keep theirs.
+    assert all("demand" in running.status(n)["report"] for n in names if n != member)
 
 
 def test_the_health_record_counts_start_failures_from_real_pods(fleet):
