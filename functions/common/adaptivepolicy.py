@@ -83,3 +83,29 @@ def fit_cluster_weights(entries: list[dict]) -> list[dict]:
         for e in out:
             e.pop("weight", None)
     return out
+
+
+# The signal fields of AdaptivePolicy.spec.signals (besides `window`).
+SIGNAL_NAMES: Final = ("demand", "pressure", "latency", "errorRate", "saturation")
+
+
+def needs_vocabulary_signals(autoscaling: object) -> bool:
+    """Whether a replica's `autoscaling` has its agent compute vocabulary signals, and so
+    needs the cluster collector's signals page.
+
+    No `autoscaling` or mode `off`: no. No `signals` at all: yes, the defaults are
+    vocabulary signals. Otherwise yes when any named signal names a vocabulary `metric`
+    (a PromQL signal, written `{promql: ...}` or as the older bare string, does not).
+    """
+    if not isinstance(autoscaling, dict) or autoscaling.get("mode") == "off":
+        return False
+    signals = autoscaling.get("signals")
+    if signals is None:
+        return True
+    if not isinstance(signals, dict):
+        return False
+    named = [signals.get(n) for n in SIGNAL_NAMES]
+    extra = signals.get("extra")
+    if isinstance(extra, list):
+        named += extra
+    return any(isinstance(s, dict) and "metric" in s for s in named)

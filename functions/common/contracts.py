@@ -89,6 +89,15 @@ STACK_DYNAMO: Final = "Dynamo"
 # --- Runtime ------------------------------------------------------------------------------
 
 SYSTEM_NAMESPACE: Final = "modelplane-system"
+# The cluster collector's Service (its Deployment has the same name) and the port of the
+# page of merged vocabulary series the runtime agent computes its signals from.
+COLLECTOR_SERVICE_NAME: Final = "modelplane-collector"
+COLLECTOR_SIGNALS_PORT: Final = 9465
+PORT_NAME_SIGNALS: Final = "signals"
+# Where the agent reads that page by default (in-cluster DNS; no store in between).
+COLLECTOR_SIGNALS_URL: Final = (
+    f"http://{COLLECTOR_SERVICE_NAME}.{SYSTEM_NAMESPACE}.svc:{COLLECTOR_SIGNALS_PORT}/metrics"
+)
 HUB_LEASE_NAME: Final = "modelplane-hub"  # one per member; the fleet hub holds a majority
 AGENT_LEASE_NAME: Final = "modelplane-agent"  # one agent replica per member takes part
 SCALER_SERVICE_NAME: Final = "modelplane-scaler"

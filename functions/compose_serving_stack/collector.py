@@ -33,6 +33,15 @@ The pipeline, in order, and why each step sits where it does:
 8. `otlp_grpc/gateway` pushes to the TelemetryDestination's gateway, authenticated by
    `bearertokenauth` reading the token from a file mounted from a Secret, so the
    credential is never in this config.
+9. `prometheus/signals` (when a replica on the cluster autoscales from vocabulary
+   signals) serves the same merged series as Prometheus text on `SIGNALS_PORT`, for the
+   member's runtime agent only (a NetworkPolicy admits nothing else). It is a page, not
+   a store: the agent samples it and computes rates and quantiles over its own window.
+   Each series keeps its resource attributes as labels (`modelplane_deployment`,
+   `k8s_namespace_name`, ...) so the agent scopes to one deployment, carries the batch
+   timestamp so the agent can tell a fresh point from a held one, and expires after
+   `SIGNALS_EXPIRY_INTERVALS` scrape intervals so a vanished source vanishes from the
+   page instead of repeating its last value.
 
 Every name that comes from a MetricMapping was checked by mappings.py before it gets
 here; `_ottl_string` checks again, so a caller that skipped parsing still cannot put a
@@ -70,6 +79,11 @@ PRESENT_MARKER: Final = "modelplane.mapping.present"
 # Component ids in the rendered config (a key rename is a config change, keep them).
 RECEIVER: Final = "prometheus"
 EXPORTER: Final = "otlp_grpc/gateway"
+SIGNALS_EXPORTER: Final = "prometheus/signals"
+# The in-cluster page the runtime agent reads (port name `signals` on the collector).
+SIGNALS_PORT: Final = contracts.COLLECTOR_SIGNALS_PORT
+# A series not refreshed for this many scrape intervals leaves the signals page.
+SIGNALS_EXPIRY_INTERVALS: Final = 3
 AUTHENTICATOR: Final = "bearertokenauth"
 HEALTH_CHECK: Final = "health_check"
 PROCESSORS: Final = (
@@ -445,37 +459,58 @@ def scrape_configs(
     return jobs
 
 
+def signals_exporter(scrape_interval_seconds: int) -> dict[str, Any]:
+    """The agent's page: vocabulary names as written (no unit or `_total` suffixes
+    added), resource attributes as labels, timestamps, and a short expiry."""
+    return {
+        "endpoint": f"0.0.0.0:{SIGNALS_PORT}",
+        "send_timestamps": True,
+        "metric_expiration": _interval(scrape_interval_seconds * SIGNALS_EXPIRY_INTERVALS),
+        "resource_to_telemetry_conversion": {"enabled": True},
+        "translation_strategy": "UnderscoreEscapingWithoutSuffixes",
+    }
+
+
 def render_cluster_collector_config(
     cluster: CollectorCluster,
     mappings: Sequence[MetricMapping],
-    destination: CollectorDestination,
+    destination: CollectorDestination | None,
     *,
+    signals: bool = False,
     scrape_interval_seconds: int = DEFAULT_SCRAPE_INTERVAL_SECONDS,
 ) -> dict[str, Any]:
     """The cluster-tier collector's whole config, as the dict its ConfigMap holds.
 
     `mappings` are parsed, accepted MetricMappings (mappings.parse_mappings); the same
-    inputs always give the same dict.
+    inputs always give the same dict. `destination` None: nothing is pushed, and the
+    collector runs only for the agent's signals page (`signals`); one of the two must
+    be asked for, since a collector nothing reads is not composed.
     """
-    if not _ENDPOINT.fullmatch(destination.endpoint):
+    if destination is None and not signals:
+        raise ValueError("a collector needs a destination or the signals page")
+    if destination is not None and not _ENDPOINT.fullmatch(destination.endpoint):
         raise UnsafeValue(f"gateway endpoint {destination.endpoint!r} is not host[:port]")
     if not _OTTL_SAFE.fullmatch(cluster.name):
         raise UnsafeValue(f"cluster name {cluster.name!r} is not a DNS name")
     if scrape_interval_seconds < 1:
         raise ValueError("scrape_interval_seconds must be at least 1")
 
-    exporter: dict[str, Any] = {
-        "endpoint": destination.endpoint,
-        "auth": {"authenticator": AUTHENTICATOR},
-    }
-    if destination.insecure:
-        exporter["tls"] = {"insecure": True}
+    extensions: dict[str, Any] = {HEALTH_CHECK: {"endpoint": f"0.0.0.0:{HEALTH_PORT}"}}
+    exporters: dict[str, Any] = {}
+    if destination is not None:
+        gateway: dict[str, Any] = {
+            "endpoint": destination.endpoint,
+            "auth": {"authenticator": AUTHENTICATOR},
+        }
+        if destination.insecure:
+            gateway["tls"] = {"insecure": True}
+        extensions[AUTHENTICATOR] = {"filename": destination.token_file}
+        exporters[EXPORTER] = gateway
+    if signals:
+        exporters[SIGNALS_EXPORTER] = signals_exporter(scrape_interval_seconds)
 
     return {
-        "extensions": {
-            HEALTH_CHECK: {"endpoint": f"0.0.0.0:{HEALTH_PORT}"},
-            AUTHENTICATOR: {"filename": destination.token_file},
-        },
+        "extensions": extensions,
         "receivers": {
             RECEIVER: {
                 "config": {"scrape_configs": scrape_configs(cluster.stack, scrape_interval_seconds)}
@@ -509,14 +544,14 @@ def render_cluster_collector_config(
             "groupbyattrs/compact": {},
             "metrics_transform/aggregate": _aggregate_processor(),
         },
-        "exporters": {EXPORTER: exporter},
+        "exporters": exporters,
         "service": {
-            "extensions": [HEALTH_CHECK, AUTHENTICATOR],
+            "extensions": list(extensions),
             "pipelines": {
                 "metrics": {
                     "receivers": [RECEIVER],
                     "processors": list(PROCESSORS),
-                    "exporters": [EXPORTER],
+                    "exporters": list(exporters),
                 }
             },
         },

@@ -1,6 +1,8 @@
 """The cluster-tier collector as it runs on a member: a Deployment with its ConfigMap,
-ServiceAccount and least-privilege RBAC, the gateway token copied in as a Secret, and
-(behind `spec.telemetry.nodeTier`) the node-tier DaemonSet.
+ServiceAccount and least-privilege RBAC, the gateway token copied in as a Secret (with a
+destination), the signals page's Service and a NetworkPolicy that admits only the
+runtime agent to it (with replicas that autoscale from vocabulary signals), and (behind
+`spec.telemetry.nodeTier`) the node-tier DaemonSet.
 
 The token never passes through this function: the Secret's manifest carries no data,
 and provider-kubernetes copies the key from the TelemetryDestination's Secret on the
@@ -20,7 +22,7 @@ from functions.common.naming import stable_hash
 from functions.compose_serving_stack import collector
 from functions.compose_serving_stack.envelope import Composed, Target, object_
 
-COLLECTOR: Final = "modelplane-collector"
+COLLECTOR: Final = contracts.COLLECTOR_SERVICE_NAME
 NODE_COLLECTOR: Final = "modelplane-node-collector"
 CONFIG_KEY: Final = "config.yaml"
 CONFIG_DIR: Final = "/etc/otelcol"
@@ -141,23 +143,34 @@ def token_secret(
     )
 
 
-def _pod_spec(name: str, config_map: str, *, host_metrics: bool = False) -> dict[str, Any]:
-    volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": config_map}},
-        {
-            "name": "gateway-token",
-            "secret": {
-                "secretName": contracts.TELEMETRY_TOKEN_SECRET_NAME,
-                "items": [
-                    {"key": contracts.TELEMETRY_TOKEN_SECRET_KEY, "path": collector.TOKEN_KEY}
-                ],
-            },
-        },
-    ]
-    mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        {"name": "gateway-token", "mountPath": collector.TOKEN_MOUNT_DIR, "readOnly": True},
-    ]
+def _pod_spec(
+    name: str,
+    config_map: str,
+    *,
+    host_metrics: bool = False,
+    gateway: bool = True,
+    signals: bool = False,
+) -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [{"name": "config", "configMap": {"name": config_map}}]
+    mounts: list[dict[str, Any]] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    if gateway:
+        volumes.append(
+            {
+                "name": "gateway-token",
+                "secret": {
+                    "secretName": contracts.TELEMETRY_TOKEN_SECRET_NAME,
+                    "items": [
+                        {"key": contracts.TELEMETRY_TOKEN_SECRET_KEY, "path": collector.TOKEN_KEY}
+                    ],
+                },
+            }
+        )
+        mounts.append(
+            {"name": "gateway-token", "mountPath": collector.TOKEN_MOUNT_DIR, "readOnly": True}
+        )
+    ports = [{"name": "health", "containerPort": collector.HEALTH_PORT}]
+    if signals:
+        ports.append({"name": contracts.PORT_NAME_SIGNALS, "containerPort": collector.SIGNALS_PORT})
     env: list[dict[str, Any]] = [
         # memory_limiter's percentages are of this limit.
         {"name": "GOMEMLIMIT", "value": "800MiB"},
@@ -182,7 +195,7 @@ def _pod_spec(name: str, config_map: str, *, host_metrics: bool = False) -> dict
                 "image": contracts.COLLECTOR_IMAGE,
                 "args": [f"--config={CONFIG_DIR}/{CONFIG_KEY}"],
                 "env": env,
-                "ports": [{"name": "health", "containerPort": collector.HEALTH_PORT}],
+                "ports": ports,
                 "readinessProbe": {"httpGet": {"path": "/", "port": "health"}},
                 "livenessProbe": {"httpGet": {"path": "/", "port": "health"}},
                 "resources": {
@@ -218,11 +231,81 @@ def _config_map(target: Target, key: str, name: str, text: str) -> Composed:
     )
 
 
-def cluster_tier(target: Target, config: dict[str, Any]) -> list[Composed]:
+def _signals_access(target: Target) -> list[Composed]:
+    """The signals page's Service, and a NetworkPolicy: only the agent reads it.
+
+    The page carries every deployment's series on the cluster; tenants' own pods have no
+    business reading it, and it is no store anyone else should come to depend on.
+    """
+    labels = _labels(COLLECTOR)
+    return [
+        object_(
+            target,
+            "collector-service",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": COLLECTOR,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": labels,
+                },
+                "spec": {
+                    "selector": labels,
+                    "ports": [
+                        {
+                            "name": contracts.PORT_NAME_SIGNALS,
+                            "port": collector.SIGNALS_PORT,
+                            "targetPort": contracts.PORT_NAME_SIGNALS,
+                        }
+                    ],
+                },
+            },
+        ),
+        object_(
+            target,
+            "collector-networkpolicy",
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {
+                    "name": COLLECTOR,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": labels,
+                },
+                "spec": {
+                    "podSelector": {"matchLabels": labels},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [
+                                {
+                                    "podSelector": {
+                                        "matchLabels": {
+                                            "app.kubernetes.io/name": contracts.AGENT_SERVICE_NAME
+                                        }
+                                    }
+                                }
+                            ],
+                            "ports": [{"protocol": "TCP", "port": contracts.PORT_NAME_SIGNALS}],
+                        },
+                        # The kubelet's probes reach the health port.
+                        {"ports": [{"protocol": "TCP", "port": collector.HEALTH_PORT}]},
+                    ],
+                },
+            },
+        ),
+    ]
+
+
+def cluster_tier(
+    target: Target, config: dict[str, Any], *, gateway: bool = True, signals: bool = False
+) -> list[Composed]:
     """The Deployment, its ConfigMap and RBAC; the pods roll when the config changes."""
     text = config_text(config)
     labels = _labels(COLLECTOR)
     return [
+        *(_signals_access(target) if signals else []),
         *_rbac(target, COLLECTOR, CLUSTER_TIER_RULES),
         _config_map(target, "collector-config", COLLECTOR, text),
         object_(
@@ -244,7 +327,7 @@ def cluster_tier(target: Target, config: dict[str, Any]) -> list[Composed]:
                             "labels": labels,
                             "annotations": {contracts.ANNOTATION_CONFIG_HASH: stable_hash(text)},
                         },
-                        "spec": _pod_spec(COLLECTOR, COLLECTOR),
+                        "spec": _pod_spec(COLLECTOR, COLLECTOR, gateway=gateway, signals=signals),
                     },
                 },
             },

@@ -1,10 +1,14 @@
 """Everything one InferenceCluster becomes, from typed inputs: the substrate, the runtime,
-and (only while a TelemetryDestination exists) the collector.
+and (only while something reads it) the collector.
 
-The shell resolves the inputs; this module decides. A destination that exists but is
-invalid is not the same as no destination: the collector that already runs keeps its
-last config (the shell keeps the observed resources) rather than being deleted because
-someone mistyped an endpoint.
+The collector has two possible readers: the fleet's TelemetryDestination (it pushes
+there) and the member's runtime agent, which computes vocabulary signals from the
+collector's in-cluster signals page for every ModelReplica here that autoscales from
+them (`signals_for`, from the ModelReplicas the shell is sent; the rule per replica is
+functions/common/adaptivepolicy.py). Neither: no collector. A destination that exists
+but is invalid is not the same as no destination: the collector that already runs keeps
+its last config (the shell keeps the observed resources) rather than being deleted
+because someone mistyped an endpoint.
 """
 
 from __future__ import annotations
@@ -19,7 +23,12 @@ from functions.common.metricmapping import ResolvedMappings
 from functions.common.redact import url_credentials
 from functions.compose_serving_stack import collector, collector_objects, runtime_hosting, substrate
 from functions.compose_serving_stack.envelope import Composed, Target
-from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH, Telemetry
+from functions.compose_serving_stack.status import (
+    MODE_DISABLED,
+    MODE_LOCAL,
+    MODE_PUSH,
+    Telemetry,
+)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # The same rule as the XRD's spec.runtime.prometheusURL pattern: it becomes a process argument.
@@ -131,6 +140,7 @@ def plan(
     peers: Sequence[str],
     unmapped: Sequence[str],
     runtime_image: str,
+    signals_for: Sequence[str] = (),
 ) -> Plan:
     stack = substrate.substrate(cluster.target, cluster.stack)
     stack += runtime_hosting.runtime_hosting(
@@ -142,46 +152,64 @@ def plan(
     stack.append(runtime_hosting.inventory_record(cluster.target))
     unmapped_types = tuple(sorted(set(unmapped)))
     in_use = mappings.in_use
+    readers = tuple(sorted(set(signals_for)))
 
-    if destination.active is None:
-        if destination.problem:
-            telemetry = Telemetry(
-                MODE_PUSH,
-                f"{destination.problem}; the collector keeps its last config",
-                unmapped_engine_types=unmapped_types,
-                mappings=in_use,
-            )
-            return Plan(stack, telemetry, stack_keys, keep_observed_collector=True)
+    if destination.problem:
+        telemetry = Telemetry(
+            MODE_PUSH,
+            f"{destination.problem}; the collector keeps its last config",
+            unmapped_engine_types=unmapped_types,
+            mappings=in_use,
+            signals_for=readers,
+        )
+        return Plan(stack, telemetry, stack_keys, keep_observed_collector=True)
+    active = destination.active
+    if active is None and not readers:
         telemetry = Telemetry(
             MODE_DISABLED,
-            "no TelemetryDestination exists, so no collector runs on this cluster",
+            "no TelemetryDestination exists and no replica here autoscales from vocabulary"
+            " signals, so no collector runs on this cluster",
             unmapped_engine_types=unmapped_types,
             mappings=in_use,
         )
         return Plan(stack, telemetry, stack_keys)
 
-    active = destination.active
     collector_cluster = collector.CollectorCluster(cluster.name, cluster.stack)
-    gateway = collector.CollectorDestination(active.endpoint)
+    gateway = collector.CollectorDestination(active.endpoint) if active is not None else None
     config = collector.render_cluster_collector_config(
-        collector_cluster, mappings.accepted, gateway
+        collector_cluster, mappings.accepted, gateway, signals=bool(readers)
     )
-    telemetry_resources = [
-        collector_objects.token_secret(
-            cluster.target, active.token_namespace, active.token_name, active.token_key
-        ),
-        *collector_objects.cluster_tier(cluster.target, config),
-    ]
-    if cluster.node_tier:
+    telemetry_resources = []
+    if active is not None:
+        telemetry_resources.append(
+            collector_objects.token_secret(
+                cluster.target, active.token_namespace, active.token_name, active.token_key
+            )
+        )
+    telemetry_resources += collector_objects.cluster_tier(
+        cluster.target, config, gateway=active is not None, signals=bool(readers)
+    )
+    if cluster.node_tier and gateway is not None:
         node_config = collector.render_node_collector_config(collector_cluster, gateway)
         telemetry_resources += collector_objects.node_tier(cluster.target, node_config)
-    telemetry = Telemetry(
-        MODE_PUSH,
-        f"pushing OTLP to the gateway of TelemetryDestination {active.name}",
-        destination=active.endpoint,
-        unmapped_engine_types=unmapped_types,
-        mappings=in_use,
-    )
+    if active is not None:
+        telemetry = Telemetry(
+            MODE_PUSH,
+            f"pushing OTLP to the gateway of TelemetryDestination {active.name}",
+            destination=active.endpoint,
+            unmapped_engine_types=unmapped_types,
+            mappings=in_use,
+            signals_for=readers,
+        )
+    else:
+        telemetry = Telemetry(
+            MODE_LOCAL,
+            f"no TelemetryDestination exists; the collector serves vocabulary signals to the"
+            f" runtime agent for {len(readers)} replica(s) and pushes nothing",
+            unmapped_engine_types=unmapped_types,
+            mappings=in_use,
+            signals_for=readers,
+        )
     return Plan(
         stack + telemetry_resources,
         telemetry,

@@ -52,6 +52,7 @@ from functions.compose_serving_stack.status import (
     mappings_condition,
     observed_inventory,
     readiness,
+    replicas_needing_signals,
     unmapped_engine_types,
 )
 
@@ -88,6 +89,18 @@ def _destination_state(destinations: list[dict]) -> DestinationState:
             parsed.name, parsed.gateway.endpoint, token.namespace, token.name, token.key
         )
     )
+
+
+def _status(decided, observed: dict) -> dict:
+    """status: telemetry, the member Gateway's address and the inventory record."""
+    status: dict = {"telemetry": decided.telemetry.to_status()}
+    gateway = gateway_address(observed.get(substrate.GATEWAY_KEY))
+    if gateway:
+        status["gateway"] = {"address": gateway}
+    inventory = observed_inventory(observed.get(runtime_hosting.INVENTORY_KEY))
+    if inventory is not None:
+        status["inventory"] = inventory
+    return status
 
 
 class FunctionRunner(GuardedRunner):
@@ -151,6 +164,7 @@ class FunctionRunner(GuardedRunner):
         unmapped = unmapped_engine_types(
             list(asked_replicas.items), cluster.name, mappings.mapped_engines
         )
+        signals_for = replicas_needing_signals(list(asked_replicas.items), cluster.name)
 
         # 2. Decide.
         image = os.environ.get(ENV_RUNTIME_IMAGE, DEFAULT_RUNTIME_IMAGE)
@@ -161,6 +175,7 @@ class FunctionRunner(GuardedRunner):
             peers=peers,
             unmapped=unmapped,
             runtime_image=image,
+            signals_for=signals_for,
         )
 
         # 3. Desired resources.
@@ -172,14 +187,7 @@ class FunctionRunner(GuardedRunner):
             keep_observed(rsp, observed, replaced={c.key for c in decided.composed})
 
         # 4. Status and conditions.
-        gateway = gateway_address(observed.get(substrate.GATEWAY_KEY))
-        status: dict = {"telemetry": decided.telemetry.to_status()}
-        if gateway:
-            status["gateway"] = {"address": gateway}
-        inventory = observed_inventory(observed.get(runtime_hosting.INVENTORY_KEY))
-        if inventory is not None:
-            status["inventory"] = inventory
-        resource.update(rsp.desired.composite, {"status": status})
+        resource.update(rsp.desired.composite, {"status": _status(decided, observed)})
 
         stack_ready = readiness(
             conditions.STACK_READY, decided.stack_keys, observed, f"{cluster.stack} stack"

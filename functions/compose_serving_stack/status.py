@@ -11,11 +11,13 @@ from enum import StrEnum
 from typing import Any, Final
 
 from functions.common import conditions
+from functions.common.adaptivepolicy import needs_vocabulary_signals
 from functions.common.conditions import Condition
 from functions.common.inventory import inventory_from_record
 from functions.common.metricmapping import SOURCE_BUILTIN, MappingInUse, RefusedMapping
 
 MODE_PUSH: Final = "Push"
+MODE_LOCAL: Final = "Local"  # no destination: the collector serves the agent's signals only
 MODE_DISABLED: Final = "Disabled"
 
 
@@ -39,6 +41,8 @@ class Telemetry:
     # Per engine type, the mapping its metrics are normalized by: a built-in, or the
     # platform team's MetricMapping that replaced it.
     mappings: tuple[MappingInUse, ...] = ()
+    # The ModelReplicas here whose agent reads the collector's signals page.
+    signals_for: tuple[str, ...] = ()
 
     def to_status(self) -> dict[str, Any]:
         status: dict[str, Any] = {
@@ -47,6 +51,8 @@ class Telemetry:
             "mappings": [m.to_status() for m in self.mappings],
             "unmappedEngineTypes": list(self.unmapped_engine_types),
         }
+        if self.signals_for:
+            status["signalsFor"] = list(self.signals_for)
         if self.destination:
             status["destination"] = self.destination
         return status
@@ -67,6 +73,22 @@ def unmapped_engine_types(
             if isinstance(engine_type, str) and engine_type and engine_type not in mapped:
                 seen.add(engine_type)
     return tuple(sorted(seen))
+
+
+def replicas_needing_signals(
+    replicas: Iterable[Mapping[str, Any]], cluster: str
+) -> tuple[str, ...]:
+    """`namespace/name` of the ModelReplicas on this cluster whose agent computes
+    vocabulary signals (functions/common/adaptivepolicy.py decides per replica)."""
+    found = []
+    for replica in replicas:
+        spec = replica.get("spec") or {}
+        if (spec.get("cluster") or {}).get("name") != cluster:
+            continue
+        if needs_vocabulary_signals(spec.get("autoscaling")):
+            meta = replica.get("metadata") or {}
+            found.append(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    return tuple(sorted(found))
 
 
 def is_ready(observed: Mapping[str, Any] | None) -> bool | None:

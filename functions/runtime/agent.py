@@ -20,7 +20,12 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from functions.common.conditions import Condition, is_ready
-from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP, LABEL_SERVING
+from functions.common.contracts import (
+    API_VERSION,
+    AUTOSCALING_GROUP,
+    COLLECTOR_SIGNALS_URL,
+    LABEL_SERVING,
+)
 from functions.runtime.acting import Actor, NotHub, policy_path, route_path
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
@@ -28,8 +33,13 @@ from functions.runtime.hub import plan
 from functions.runtime.hub_decision import SOURCE_RULE, Decision, HubState, reservations
 from functions.runtime.hub_fleet import PHASE_ESCALATED, FleetStatus
 from functions.runtime.hub_metrics import HubMetrics
-from functions.runtime.inventory import InventoryAgent, counters_from_prometheus
+from functions.runtime.inventory import (
+    InventoryAgent,
+    counters_from_prometheus,
+    counters_from_signals,
+)
 from functions.runtime.policy import (
+    DEFAULT_SIGNAL_WINDOW_SECONDS,
     HUB_STEP_SECONDS,
     INTENT_RENEW_SECONDS,
     MODE_AUTO,
@@ -38,7 +48,7 @@ from functions.runtime.policy import (
     Policy,
     rfc3339,
 )
-from functions.runtime.report import read_member_inputs
+from functions.runtime.report import read_collector_page, read_member_inputs
 from functions.runtime.report_core import (
     CONDITION_READY,
     REASON_OBSERVATION_FAILED,
@@ -46,8 +56,13 @@ from functions.runtime.report_core import (
     compute_report,
 )
 from functions.runtime.rest import kube_request
+from functions.runtime.signals_core import SignalHistory
 
 HEALTH_INTERVAL_SECONDS: Final = 30.0
+# The collector's page is read this often: twice per collector interval, so a window
+# holds every point the collector produced.
+SIGNAL_SAMPLE_SECONDS: Final = 15.0
+COLLECTOR_INTERVAL_SECONDS: Final = 30.0
 REASON_INVALID_SPEC: Final = "InvalidSpec"
 
 log = logging.getLogger(__name__)
@@ -98,6 +113,13 @@ def _call(api: ApiClient, path: str, method: str, *, body=None, content_type=Non
     return kube_request(api, method, path, body=body, content_type=content_type)
 
 
+def validation_message(err: ValidationError) -> str:
+    """The first problem of an invalid spec, as `field.path: what is wrong`."""
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc") or ())
+    return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg"))
+
+
 def merged_conditions(existing: list[dict], condition: Condition, now: float, generation) -> list:
     """Set one condition, keeping its transition time when its status did not change."""
     out = [c for c in existing or [] if c.get("type") != condition.type]
@@ -123,6 +145,10 @@ def merged_conditions(existing: list[dict], condition: Condition, now: float, ge
 class AgentConfig:
     cluster: str
     prometheus_url: str | None = None
+    # The cluster collector's page of merged vocabulary series (None: no vocabulary signals).
+    signals_url: str | None = COLLECTOR_SIGNALS_URL
+    signal_interval: float = SIGNAL_SAMPLE_SECONDS
+    collector_interval: float = COLLECTOR_INTERVAL_SECONDS
     report_interval: float = REPORT_INTERVAL_SECONDS
     hub_interval: float = HUB_STEP_SECONDS
     health_interval: float = HEALTH_INTERVAL_SECONDS
@@ -160,8 +186,15 @@ class Agent:
         self.ticked_at: float | None = None
         self.reported_at: float | None = None
         self._actor: Actor | None = None
+        # The collector page's recent points, kept for the longest window a policy names.
+        self.history = SignalHistory(DEFAULT_SIGNAL_WINDOW_SECONDS)
+        # Idle replicas: request counters from the collector's page this agent reads, else
+        # from the operator's Prometheus.
         self.inventory = InventoryAgent(
-            self.local, lambda: counters_from_prometheus(config.prometheus_url)
+            self.local,
+            (lambda: counters_from_signals(self.history))
+            if config.signals_url
+            else (lambda: counters_from_prometheus(config.prometheus_url)),
         )
 
     # --- reading -----------------------------------------------------------------------
@@ -184,11 +217,18 @@ class Agent:
             content_type="application/merge-patch+json",
         )
 
+    # --- signals -----------------------------------------------------------------------
+
+    def signal_step(self, now: float) -> None:
+        if self.config.signals_url:
+            read_collector_page(self.config.signals_url, self.history, now)
+
     # --- the member report -------------------------------------------------------------
 
     def report_step(self, now: float) -> None:
         policies = self.policies()
         self.reported_at = now
+        windows = [DEFAULT_SIGNAL_WINDOW_SECONDS]
         for obj in policies:
             meta, status = obj["metadata"], obj.get("status") or {}
             path = (
@@ -200,14 +240,22 @@ class Agent:
                 policy = Policy.from_object(obj)
             except ValidationError as err:
                 condition = Condition(
-                    CONDITION_READY, "False", REASON_INVALID_SPEC, str(err).splitlines()[0]
+                    CONDITION_READY, "False", REASON_INVALID_SPEC, validation_message(err)
                 )
             else:
                 self.metrics.serve_policy(policy.key)
+                windows.append(policy.spec.signal_window)
                 previous_safe = (status.get("report") or {}).get("safePressure")
                 try:
                     inputs = read_member_inputs(
-                        self.local, policy.spec, policy.namespace, self.config.prometheus_url, now
+                        self.local,
+                        policy.spec,
+                        policy.namespace,
+                        self.config.prometheus_url,
+                        now,
+                        history=self.history if self.config.signals_url else None,
+                        interval=self.config.collector_interval,
+                        cluster=self.config.cluster,
                     )
                 except ApiException as err:
                     condition = Condition(
@@ -248,6 +296,8 @@ class Agent:
                 log.warning(
                     "report for %s not written: %s %s", meta["name"], err.status, err.reason
                 )
+        # Keep points for the longest window (plus one read, so a window is full).
+        self.history.keep_seconds = max(windows) + self.config.signal_interval
 
     # --- the hub step ------------------------------------------------------------------
 
@@ -472,8 +522,9 @@ class Agent:
     # --- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        due = {"report": 0.0, "hub": 0.0, "health": 0.0, "inventory": 0.0}
+        due = {"signals": 0.0, "report": 0.0, "hub": 0.0, "health": 0.0, "inventory": 0.0}
         steps = {
+            "signals": (self.signal_step, self.config.signal_interval),
             "report": (self.report_step, self.config.report_interval),
             "hub": (self.hub_step, self.config.hub_interval),
             "health": (self.health_step, self.config.health_interval),
@@ -516,6 +567,8 @@ def start_loop(
     prometheus_url: str | None,
     decision_log: str,
     runtime_metrics=None,
+    *,
+    signals_url: str | None = COLLECTOR_SIGNALS_URL,
 ) -> RunningLoop:
     """The agent's reports, hub steps and health records beside a running election agent
     (functions/runtime/election.py), on the runtime's metrics when they are served."""
@@ -528,7 +581,9 @@ def start_loop(
     provider = runtime_metrics.provider if runtime_metrics is not None else NoOpMeterProvider()
     log_file = None if decision_log == "-" else open(decision_log, "a", encoding="utf-8")  # noqa: SIM115
     agent = Agent(
-        AgentConfig(cluster=election.cluster, prometheus_url=prometheus_url),
+        AgentConfig(
+            cluster=election.cluster, prometheus_url=prometheus_url, signals_url=signals_url
+        ),
         members,
         ElectionRole(election),
         HubMetrics(provider.get_meter(METER_NAME)),

@@ -25,6 +25,7 @@ from pathlib import Path
 import click
 
 from functions.common.contracts import (
+    COLLECTOR_SIGNALS_URL,
     HEALTHZ_PATH,
     METRICS_PORT,
     READYZ_PATH,
@@ -156,7 +157,15 @@ def election_agent(
 @click.option(
     "--prometheus-url",
     envvar="MODELPLANE_PROMETHEUS_URL",
-    help="This member's Prometheus, where the policies' signals are queried.",
+    help="The operator's Prometheus-compatible endpoint, where PromQL signals (those "
+    "outside the vocabulary) are queried.",
+)
+@click.option(
+    "--signals-url",
+    envvar="MODELPLANE_SIGNALS_URL",
+    default=COLLECTOR_SIGNALS_URL,
+    show_default=True,
+    help="The cluster collector's page of merged vocabulary series ('' for none).",
 )
 @click.option(
     "--decision-log",
@@ -174,6 +183,7 @@ def agent(
     renew_deadline,
     retry_period,
     prometheus_url,
+    signals_url,
     decision_log,
     metrics_port,
 ):
@@ -209,7 +219,9 @@ def agent(
     )
     election = election_agent(cluster, pod, members, timings, metrics).start()
     clients = {name: client_for(source) for name, source in sorted(members.items())}
-    loop = start_loop(election, clients, prometheus_url, decision_log, metrics)
+    loop = start_loop(
+        election, clients, prometheus_url, decision_log, metrics, signals_url=signals_url or None
+    )
     running.append(loop)
     wait_for_shutdown()
     loop.stop()

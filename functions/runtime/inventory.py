@@ -120,6 +120,14 @@ class Counters:
 
     by_replica: Mapping[ReplicaKey, float] = field(default_factory=dict)
     error: str = ""
+    # Or per deployment (namespace, ModelDeployment), as the collector's signals page
+    # counts: a cluster runs one ModelReplica of a deployment, so it is the same count.
+    by_deployment: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+    def of(self, key: ReplicaKey, deployment: str) -> float:
+        if key in self.by_replica:
+            return self.by_replica[key]
+        return self.by_deployment.get((key[0], deployment), 0.0)
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
@@ -344,7 +352,7 @@ def _idle(
     kept = IdleMemory()
     idle = []
     for key in sorted(replicas.serving):
-        value = counters.by_replica.get(key, 0.0)
+        value = counters.of(key, replicas.deployment_of.get(key, ""))
         previous = memory.counters.get(key)
         since = previous[1] if previous is not None and previous[0] == value else now
         kept.counters[key] = (value, since)
@@ -403,6 +411,7 @@ RESOURCE_API: Final = "/apis/resource.k8s.io/v1"
 # endpoint (resource attributes become labels with `.` as `_`).
 LABEL_COUNTER_NAMESPACE: Final = "k8s_namespace_name"
 LABEL_COUNTER_SERVING: Final = "modelplane_serving"
+REQUEST_COUNTER: Final = "modelplane_requests_total"
 REQUEST_COUNTER_QUERY: Final = (
     f"sum by ({LABEL_COUNTER_NAMESPACE}, {LABEL_COUNTER_SERVING}) (modelplane_requests_total)"
 )
@@ -491,3 +500,17 @@ class InventoryAgent:
             content_type=APPLY_PATCH,
         )
         return document
+
+
+def counters_from_signals(history) -> Counters:
+    """The request counters from the newest read of the collector's signals page (the
+    agent's `SignalHistory`), summed per deployment; why not, when there is none."""
+    if history.last_error:
+        return Counters(error=f"request counters not read: {history.last_error}")
+    if not history.pages:
+        return Counters(error="request counters not read: no signals page read yet")
+    by_deployment: dict[tuple[str, str], float] = {}
+    for scope, samples in history.pages[-1].samples.items():
+        total = sum(v for (name, _), (v, _) in samples.items() if name == REQUEST_COUNTER)
+        by_deployment[(scope.namespace, scope.deployment)] = total
+    return Counters(by_deployment=by_deployment)

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from functions.common import vocabulary
 from functions.common.naming import stable_hash
 
 REPORT_INTERVAL_SECONDS: Final = 30.0
@@ -131,20 +132,99 @@ class Route(_Spec):
     namespace: str | None = None
 
 
-class NamedQuery(_Spec):
+SIGNAL_FUNCTIONS: Final = {
+    "rate": (vocabulary.MetricType.COUNTER, vocabulary.MetricType.HISTOGRAM),
+    "gauge": (vocabulary.MetricType.GAUGE,),
+    "perReadyReplica": (vocabulary.MetricType.GAUGE, vocabulary.MetricType.COUNTER),
+    "quantile": (vocabulary.MetricType.HISTOGRAM,),
+    "fractionAbove": (vocabulary.MetricType.HISTOGRAM,),
+    "ratio": (vocabulary.MetricType.COUNTER,),
+}
+DEFAULT_SIGNAL_WINDOW_SECONDS: Final = 120.0
+PROMQL_MAX_LENGTH: Final = 2048
+
+
+class VocabularySignal(_Spec):
+    """A signal named in the vocabulary (see functions/runtime/signals_core.py), or, for
+    one outside it, a PromQL query against the endpoint the operator names."""
+
+    metric: str | None = None
+    function: (
+        Literal["rate", "gauge", "perReadyReplica", "quantile", "fractionAbove", "ratio"] | None
+    ) = None
+    quantile: float | None = Field(default=None, gt=0, lt=1)
+    threshold: float | None = Field(default=None, ge=0)
+    where: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    promql: str | None = Field(default=None, max_length=PROMQL_MAX_LENGTH)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_string(cls, value: Any) -> Any:
+        # Before vocabulary signals a signal was a bare PromQL string: it still means that.
+        return {"promql": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "VocabularySignal":
+        if (self.metric is None) == (self.promql is None):
+            raise ValueError("name either `metric` (with `function`) or `promql`, not both")
+        if self.promql is not None:
+            return self
+        known = vocabulary.VOCABULARY_BY_NAME.get(self.metric)
+        if known is None:
+            raise ValueError(
+                f"metric {self.metric!r} is not in the vocabulary (known: "
+                f"{', '.join(sorted(vocabulary.VOCABULARY_BY_NAME))}); for another series "
+                "write `promql`"
+            )
+        if self.function is None:
+            raise ValueError(f"metric {self.metric}: `function` is required")
+        if known.type not in SIGNAL_FUNCTIONS[self.function]:
+            fits = sorted(f for f, types in SIGNAL_FUNCTIONS.items() if known.type in types)
+            raise ValueError(
+                f"function {self.function} does not apply to {known.type} {self.metric}"
+                f" (use one of: {', '.join(fits)})"
+            )
+        if (self.function == "quantile") != (self.quantile is not None):
+            raise ValueError("`quantile` is set exactly when function is quantile")
+        if (self.function == "fractionAbove") != (self.threshold is not None):
+            raise ValueError("`threshold` is set exactly when function is fractionAbove")
+        unknown = sorted(set(self.where) - set(known.labels))
+        if unknown:
+            raise ValueError(
+                f"where: {', '.join(unknown)} is not a label of {self.metric}"
+                f" (it keeps: {', '.join(known.labels)})"
+            )
+        if self.function == "ratio" and not self.where:
+            raise ValueError("function ratio needs `where` (the share of which series)")
+        return self
+
+
+# What a deployment that names no signal at all is scaled by.
+DEFAULT_SIGNALS: Final = {
+    "demand": VocabularySignal(metric="modelplane_requests_total", function="rate"),
+    "pressure": VocabularySignal(metric="modelplane_requests_waiting", function="perReadyReplica"),
+    "latency": VocabularySignal(
+        metric="modelplane_time_to_first_token", function="quantile", quantile=0.9
+    ),
+}
+
+
+class NamedSignal(VocabularySignal):
+    """A further signal recorded in each report and the decision log, not acted on."""
+
     name: str = Field(pattern=r"^[a-z][A-Za-z0-9]{0,62}$")
-    query: str
 
 
 class Signals(_Spec):
-    demand: str | None = None
-    pressure: str | None = None
-    latency: str | None = None
-    error_rate: str | None = Field(default=None, alias="errorRate")
+    window: float = DEFAULT_SIGNAL_WINDOW_SECONDS
+    demand: VocabularySignal | None = None
+    pressure: VocabularySignal | None = None
+    latency: VocabularySignal | None = None
+    error_rate: VocabularySignal | None = Field(default=None, alias="errorRate")
     # 0-1 (e.g. KV-cache usage); at or over saturationThreshold a member is under strain.
-    saturation: str | None = None
+    saturation: VocabularySignal | None = None
     # Further named metrics: recorded in each report and the decision log, not acted on.
-    extra: tuple[NamedQuery, ...] = Field(default=(), max_length=8)
+    extra: tuple[NamedSignal, ...] = Field(default=(), max_length=8)
 
     @model_validator(mode="after")
     def _names(self) -> "Signals":
@@ -156,8 +236,13 @@ class Signals(_Spec):
             raise ValueError("signals.extra[].name must be unique")
         return self
 
-    def configured(self) -> dict[str, str]:
-        """Signal name (as in status.report) -> query, only the ones set."""
+    @field_validator("window", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value) if isinstance(value, str) else float(value)
+
+    def configured(self) -> dict[str, VocabularySignal]:
+        """Signal name (as in status.report) -> how it is computed, only the ones set."""
         named = {
             "demand": self.demand,
             "pressure": self.pressure,
@@ -165,11 +250,11 @@ class Signals(_Spec):
             "errorRate": self.error_rate,
             "saturation": self.saturation,
         }
-        return {name: query for name, query in named.items() if query}
+        return {name: signal for name, signal in named.items() if signal is not None}
 
-    def extra_queries(self) -> dict[str, str]:
-        """Extra metric name (as in status.report.extra) -> query."""
-        return {q.name: q.query for q in self.extra}
+    def extra_signals(self) -> dict[str, VocabularySignal]:
+        """Extra metric name (as in status.report.extra) -> how it is computed."""
+        return {q.name: q for q in self.extra}
 
 
 class Capacity(_Spec):
@@ -202,7 +287,8 @@ class PolicySpec(_Spec):
     workload: Workload
     clusters: tuple[ClusterEntry, ...] = Field(min_length=1)
     route: Route | None = None
-    signals: Signals = Field(default_factory=Signals)
+    # None: the deployment named no signal, and DEFAULT_SIGNALS apply.
+    signals: Signals | None = None
     capacity: Capacity = Field(default_factory=Capacity)
     latency_slo: float | None = Field(default=None, alias="latencySLO")
     error_rate_slo: float | None = Field(default=None, alias="errorRateSLO")
@@ -229,6 +315,19 @@ class PolicySpec(_Spec):
 
     def model_post_init(self, context: Any, /) -> None:
         self._by_name = {c.name: c for c in self.clusters}
+
+    @property
+    def effective_signals(self) -> dict[str, VocabularySignal]:
+        return dict(DEFAULT_SIGNALS) if self.signals is None else self.signals.configured()
+
+    @property
+    def extra_signals(self) -> dict[str, VocabularySignal]:
+        """signals.extra by name (recorded in the report, never acted on)."""
+        return {} if self.signals is None else self.signals.extra_signals()
+
+    @property
+    def signal_window(self) -> float:
+        return DEFAULT_SIGNAL_WINDOW_SECONDS if self.signals is None else self.signals.window
 
     def cluster(self, name: str) -> ClusterEntry | None:
         return self._by_name.get(name)

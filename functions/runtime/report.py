@@ -1,11 +1,14 @@
-"""The report's shell: read one member's inputs from its API server and Prometheus.
+"""The report's shell: read one member's inputs from its API server, and its signals.
 
 `read_member_inputs` reads the workload (through its ScaledObject when the policy names
 one), its scale subresource, pods, nodes, the pods on each node, the DRA objects that
 say how many devices each node has free for the pods' claims (ResourceClaimTemplates,
-ResourceSlices, ResourceClaims, DeviceClasses), and Karpenter's NodePools and NodeClaims;
-`query_prometheus` runs each configured signal as an instant query. Objects are turned
-into values by `report_parse.py` and the report is decided by
+ResourceSlices, ResourceClaims, DeviceClasses), and Karpenter's NodePools and NodeClaims.
+Vocabulary signals are computed from the agent's history of the collector's page
+(`read_collector_page`, `signals_core.evaluate`), scoped to the deployment named by the
+workload's pod template label; a PromQL signal runs as one bounded instant query
+(`query_prometheus`) against the endpoint the operator named.
+Objects are turned into values by `report_parse.py` and the report is decided by
 `report_core.compute_report`.
 """
 
@@ -13,9 +16,17 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Final
 
-from functions.common.contracts import KIND_SCALED_OBJECT
+from functions.common.contracts import (
+    KIND_SCALED_OBJECT,
+    LABEL_DEPLOYMENT,
+    RESOURCE_ATTRIBUTE_CLUSTER,
+)
+from functions.common.exposition import prometheus_label
+from functions.runtime import signals_core
 from functions.runtime.policy import PolicySpec
+from functions.runtime.promql_scope import UnscopableQuery, scope_query
 from functions.runtime.report_core import EXTRA_PREFIX, MemberInputs, NodePoolInfo, SignalResult
 from functions.runtime.report_parse import (
     device_class_drivers,
@@ -35,21 +46,116 @@ def _object_path(ref: dict, namespace: str) -> str:
     return f"{prefix}{version}/namespaces/{namespace}/{plural}/{ref['name']}"
 
 
-def query_prometheus(base_url: str, query: str, timeout: float = 5.0) -> SignalResult:
-    """One instant query; every sample's value, or why it failed (never raises)."""
-    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
+# Bounds on what one PromQL answer may cost the agent: bytes read, samples kept, seconds.
+PROMQL_MAX_BYTES: Final = 256 * 1024
+PROMQL_MAX_SAMPLES: Final = 100
+PROMQL_TIMEOUT_SECONDS: Final = 5.0
+# The collector's page holds one series per deployment, engine and model: far below this.
+PAGE_MAX_BYTES: Final = 64 * 1024 * 1024
+PAGE_TIMEOUT_SECONDS: Final = 5.0
+
+
+def query_prometheus(
+    base_url: str, query: str, timeout: float = PROMQL_TIMEOUT_SECONDS
+) -> SignalResult:
+    """One bounded instant query; every sample's value, or why it failed (never raises).
+
+    The server is asked to stop at the agent's timeout and sample limit too
+    (`timeout`, `limit`), and the agent reads at most PROMQL_MAX_BYTES of its answer.
+    """
+    params = {"query": query, "timeout": f"{timeout:g}s", "limit": str(PROMQL_MAX_SAMPLES)}
+    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode(params)
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            body = json.load(response)
+            raw = response.read(PROMQL_MAX_BYTES + 1)
+        if len(raw) > PROMQL_MAX_BYTES:
+            return SignalResult(error=f"answer larger than {PROMQL_MAX_BYTES} bytes")
+        body = json.loads(raw)
     except urllib.error.HTTPError as err:
         try:
-            detail = json.load(err).get("error", err.reason)
+            detail = json.loads(err.read(4096)).get("error", err.reason)
         except ValueError:
             detail = err.reason
         return SignalResult(error=f"Prometheus answered {err.code}: {detail}")
     except (OSError, ValueError) as err:
         return SignalResult(error=f"Prometheus unreachable: {err}")
-    return prometheus_result(body)
+    result = prometheus_result(body)
+    if len(result.values) > PROMQL_MAX_SAMPLES:
+        return SignalResult(error=f"returned more than {PROMQL_MAX_SAMPLES} samples")
+    return result
+
+
+def read_collector_page(url: str, history: signals_core.SignalHistory, now: float) -> None:
+    """Read the collector's page once into `history` (a failed read is kept as its error)."""
+    try:
+        with urllib.request.urlopen(url, timeout=PAGE_TIMEOUT_SECONDS) as response:
+            raw = response.read(PAGE_MAX_BYTES + 1)
+        if len(raw) > PAGE_MAX_BYTES:
+            history.failed(f"page larger than {PAGE_MAX_BYTES} bytes")
+            return
+        history.add(signals_core.parse_page(raw.decode("utf-8", "replace"), now))
+    except (OSError, ValueError) as err:
+        history.failed(f"{url}: {err}")
+
+
+def policy_signals(
+    spec: PolicySpec,
+    scope: signals_core.Scope | None,
+    *,
+    ready_replicas: int,
+    history: signals_core.SignalHistory | None,
+    prometheus_url: str | None,
+    now: float,
+    interval: float,
+    cluster: str = "",
+) -> dict[str, SignalResult]:
+    """Every signal the policy uses (its own or the defaults), computed or failed."""
+    signals: dict[str, SignalResult] = {}
+    # Extra named metrics travel among the signals as `extra.<name>`.
+    wanted = spec.effective_signals | {EXTRA_PREFIX + n: s for n, s in spec.extra_signals.items()}
+    for name, signal in sorted(wanted.items()):
+        if signal.promql is not None:
+            if prometheus_url and scope is not None:
+                # The store holds every tenant's series: the query sees only this one's.
+                matchers = {
+                    signals_core.NAMESPACE_LABEL: scope.namespace,
+                    signals_core.DEPLOYMENT_LABEL: scope.deployment,
+                }
+                if cluster:
+                    matchers[prometheus_label(RESOURCE_ATTRIBUTE_CLUSTER)] = cluster
+                try:
+                    scoped = scope_query(signal.promql, matchers)
+                except UnscopableQuery as err:
+                    signals[name] = SignalResult(error=f"promql: {err}")
+                else:
+                    signals[name] = query_prometheus(prometheus_url, scoped)
+            elif prometheus_url:
+                signals[name] = SignalResult(
+                    error=f"a PromQL signal is scoped by the workload's {LABEL_DEPLOYMENT} "
+                    "pod template label, which it has not got"
+                )
+            else:
+                signals[name] = SignalResult(
+                    error="a PromQL signal needs the InferenceCluster's "
+                    "spec.runtime.prometheusURL (the agent's --prometheus-url)"
+                )
+        elif scope is None:
+            signals[name] = SignalResult(
+                error=f"the workload's pod template has no {LABEL_DEPLOYMENT} label to scope by"
+            )
+        elif history is None:
+            signals[name] = SignalResult(error="the agent reads no collector page")
+        else:
+            signals[name] = signals_core.evaluate(
+                signal,
+                history,
+                scope,
+                ready_replicas=ready_replicas,
+                now=now,
+                window=spec.signal_window,
+                interval=interval,
+            )
+    return signals
 
 
 def _get(api, path: str, query=None) -> dict:
@@ -59,9 +165,17 @@ def _get(api, path: str, query=None) -> dict:
 
 
 def read_member_inputs(
-    api, spec: PolicySpec, namespace: str, prometheus_url: str | None, now: float
+    api,
+    spec: PolicySpec,
+    namespace: str,
+    prometheus_url: str | None,
+    now: float,
+    *,
+    history: signals_core.SignalHistory | None = None,
+    interval: float = 30.0,
+    cluster: str = "",
 ):
-    """Everything `compute_report` needs from this member (its API client and Prometheus).
+    """Everything `compute_report` needs from this member (its API client and signals).
 
     NodePools are optional (a member without Karpenter has none): a 404 for their API is
     "no NodePools", any other failure is named in the report's condition.
@@ -140,18 +254,23 @@ def read_member_inputs(
         if err.status != 404:
             read_errors.append(f"NodePools: {err.status} {err.reason}")
 
-    signals = {}
-    queries = spec.signals.configured() | {
-        EXTRA_PREFIX + name: query for name, query in spec.signals.extra_queries().items()
-    }
-    for name, query in sorted(queries.items()):
-        if prometheus_url:
-            signals[name] = query_prometheus(prometheus_url, query)
-        else:
-            signals[name] = SignalResult(error="no --prometheus-url")
+    states = tuple(pod_state(p) for p in pods.get("items") or [])
+    deployment = ((template.get("metadata") or {}).get("labels") or {}).get(LABEL_DEPLOYMENT)
+    scope = signals_core.Scope(namespace, deployment) if deployment else None
+    ready = sum(1 for p in states if p.ready and not p.terminating) // max(1, per_replica)
+    signals = policy_signals(
+        spec,
+        scope,
+        ready_replicas=ready,
+        history=history,
+        prometheus_url=prometheus_url,
+        now=now,
+        interval=interval,
+        cluster=cluster,
+    )
     return MemberInputs(
         desired=desired,
-        pods=tuple(pod_state(p) for p in pods.get("items") or []),
+        pods=states,
         needs=pod_needs_from_template(template, per_replica, claim_templates),
         nodes=tuple(
             node_info(

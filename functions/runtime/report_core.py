@@ -363,14 +363,14 @@ def compute_report(
 
     values: dict[str, float] = {}
     failures: list[str] = list(inputs.read_errors)
-    for name, _query in sorted(spec.signals.configured().items()):
+    for name in sorted(spec.effective_signals):
         value, error = inputs.signals.get(name, SignalResult(error="not queried")).single()
         if error:
             failures.append(f"signals.{name}: {error}")
         else:
             values[name] = value
     extra: dict[str, float] = {}
-    for name in sorted(spec.signals.extra_queries()):
+    for name in sorted(spec.extra_signals):
         key = EXTRA_PREFIX + name
         value, error = inputs.signals.get(key, SignalResult(error="not queried")).single()
         if error:

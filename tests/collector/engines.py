@@ -166,6 +166,57 @@ def sglang_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+# SGLang's time-to-first-token buckets (python/sglang/srt/metrics/collector.py, the start
+# of bucket_time_to_first_token).
+SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
+
+
+def vllm_serving_page(finished: float, waiting: float, ttft_per_bucket: list[int]) -> str:
+    """A vLLM V1 page of a serving engine: finished requests, the queue, TTFT."""
+    base = {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "engine": "0"}
+    lines = gauge(
+        "vllm:num_requests_waiting", "Number of requests waiting to be processed.", base, waiting
+    )
+    lines += gauge(
+        "vllm:num_requests_running", "Number of requests in model execution batches.", base, 2
+    )
+    lines += counter(
+        "vllm:request_success_total",
+        "Count of successfully processed requests.",
+        [({**base, "finished_reason": "stop"}, finished)],
+    )
+    lines += histogram(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        base,
+        bounds=VLLM_TTFT_BUCKETS,
+        per_bucket=ttft_per_bucket,
+        total=0.2 * sum(ttft_per_bucket),
+    )
+    return "\n".join(lines) + "\n"
+
+
+def sglang_serving_page(finished: float, waiting: float, ttft_per_bucket: list[int]) -> str:
+    """An SGLang page of a serving engine (--enable-metrics): the same three things."""
+    base = {"model_name": "Qwen/Qwen2.5-7B-Instruct"}
+    lines = gauge(
+        "sglang:num_queue_reqs", "The number of requests in the waiting queue.", base, waiting
+    )
+    lines += gauge("sglang:num_running_reqs", "The number of running requests.", base, 2)
+    lines += counter(
+        "sglang:num_requests_total", "Number of requests processed.", [(base, finished)]
+    )
+    lines += histogram(
+        "sglang:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        base,
+        bounds=SGLANG_TTFT_BUCKETS,
+        per_bucket=ttft_per_bucket,
+        total=0.3 * sum(ttft_per_bucket),
+    )
+    return "\n".join(lines) + "\n"
+
+
 def legacy_page() -> str:
     base = {"model_name": "legacy-model"}
     lines: list[str] = []
@@ -239,10 +290,10 @@ def fleet_pods() -> list[Pod]:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    page = ""
+    pod: Pod  # read on every request: a test may change `pod.page` while it is served
 
     def do_GET(self) -> None:
-        body = self.page.encode() if self.path == "/metrics" else b""
+        body = self.pod.page.encode() if self.path == "/metrics" else b""
         self.send_response(200 if body else 404)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(body)))
@@ -264,7 +315,7 @@ class EngineServers:
 
     def __enter__(self) -> EngineServers:
         for pod in self.pods:
-            handler = type(f"Handler_{pod.uid}", (_Handler,), {"page": pod.page})
+            handler = type(f"Handler_{pod.uid}", (_Handler,), {"pod": pod})
             server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
             pod.port = server.server_address[1]
             threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -15,7 +15,9 @@ thing a loopback test cannot have and says which:
   deployment and serving labels onto the resource attributes it would set;
 - the gateway exporter becomes OTLP/HTTP with JSON encoding to a loopback receiver,
   keeping the same bearer-token authenticator (OTLP/gRPC needs TLS for a bearer token,
-  and JSON needs no generated protobuf code to read).
+  and JSON needs no generated protobuf code to read);
+- the agent's signals page (when rendered) listens on a free loopback port instead of
+  0.0.0.0:SIGNALS_PORT (`signals_url` says where).
 """
 
 from __future__ import annotations
@@ -128,15 +130,26 @@ def live_overlay(
         STANDIN_PROCESSOR if p == "k8s_attributes" else p for p in pipeline["processors"]
     ]
 
-    gateway = live["exporters"].pop(collector.EXPORTER)
-    live["exporters"][TEST_EXPORTER] = {
-        "endpoint": sink_endpoint,
-        "encoding": "json",
-        "compression": "none",
-        "auth": gateway["auth"],
-    }
-    pipeline["exporters"] = [TEST_EXPORTER]
+    gateway = live["exporters"].pop(collector.EXPORTER, None)
+    if gateway is not None:
+        live["exporters"][TEST_EXPORTER] = {
+            "endpoint": sink_endpoint,
+            "encoding": "json",
+            "compression": "none",
+            "auth": gateway["auth"],
+        }
+    if collector.SIGNALS_EXPORTER in live["exporters"]:
+        live["exporters"][collector.SIGNALS_EXPORTER]["endpoint"] = f"127.0.0.1:{free_port()}"
+    pipeline["exporters"] = [
+        TEST_EXPORTER if e == collector.EXPORTER else e for e in pipeline["exporters"]
+    ]
     return live
+
+
+def signals_url(live: dict[str, Any]) -> str:
+    """Where a live overlay's signals page is served."""
+    endpoint = live["exporters"][collector.SIGNALS_EXPORTER]["endpoint"]
+    return f"http://{endpoint}/metrics"
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """Reports, hub decisions, scaler floors and route weights on real API servers (3
-members) with a real Prometheus per member scraping engine pages whose load the test
-controls.
+members) with a real OpenTelemetry collector per member scraping a vLLM engine page
+whose load the test controls. The signals are the vocabulary's, computed by each agent
+from its collector's signals page (the config compose-serving-stack renders for a
+cluster without a destination); no Prometheus and no prometheusURL anywhere.
 
 No kubelet, scheduler or KEDA runs, so a small "world" thread plays them for each member:
 it asks the scaler's own decision (`scaler_core.served_floor`, from the member's policy
@@ -8,7 +10,7 @@ copy and hub Lease) for the floor, scales the Deployment to max(own need, floor)
 its scale subresource, creates its Pods bound to the member's one GPU Node while they
 fit (unschedulable otherwise), marks them Ready a moment later through the status
 subresource, and publishes each member's share of the load — split by the weights on
-the real HTTPRoute the hub writes — on an engine page Prometheus scrapes.
+the real HTTPRoute the hub writes — on an engine page its collector scrapes.
 
 Timings are scaled down (after 3 s, cooldown 2 s, calmFor 6 s, stepPercent 50, reports
 every second, hub step every half second, outcome checkpoints at 1/3/8 s); the hub and
@@ -24,7 +26,6 @@ import json
 import math
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.request
@@ -38,8 +39,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from opentelemetry.sdk.metrics import MeterProvider
 
-from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
+from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_DEPLOYMENT, LABEL_SERVING
 from functions.common.health import health_record_name
+from functions.common.metricmapping import parse_mappings
+from functions.compose_serving_stack import collector
 from functions.runtime.acting import FIELD_MANAGER, Actor, LeaseCopy
 from functions.runtime.agent import Agent, AgentConfig, ElectionRole
 from functions.runtime.decision_log import DecisionLog
@@ -47,6 +50,7 @@ from functions.runtime.health_agent import HealthAgent
 from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.rest import APPLY_PATCH, kube_request
 from functions.runtime.scaler_core import HubLeaseCopy, served_floor
+from tests.collector import engines, harness
 from tests.conftest import require_tool
 from tests.runtime.cluster import free_port
 from tests.runtime.conftest import POLICY_NAMESPACE, measured, wait_for
@@ -82,8 +86,12 @@ def policy(names: list[str], mode: str = "auto") -> dict:
             ],
             "route": {"name": ROUTE},
             "signals": {
-                "demand": "sum(engine_demand)",
-                "pressure": "sum(engine_demand) / clamp_min(sum(engine_ready_replicas), 1)",
+                "window": "3s",
+                "demand": {"metric": "modelplane_requests_total", "function": "rate"},
+                "pressure": {
+                    "metric": "modelplane_requests_waiting",
+                    "function": "perReadyReplica",
+                },
             },
             "capacity": {"replicaCapacity": CAPACITY},
             "escalation": ESCALATION,
@@ -145,21 +153,30 @@ def install_crds(api: client.ApiClient) -> None:
 
 
 class EnginePage(http.server.ThreadingHTTPServer):
-    """One member's engines as Prometheus scrapes them: its demand and ready replicas."""
+    """One member's engines as vLLM serves them: requests finish at `demand` per second
+    (the counter integrates it between scrapes) and `demand` requests wait, so waiting
+    requests per ready replica is the member's load per replica."""
 
     def __init__(self):
         self.demand = 0.0
         self.ready = 0
+        self.finished = 0.0
+        self.gone = False  # the engine stopped serving: every scrape gets a 404
+        self._last = time.monotonic()
 
         page = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
-                body = (
-                    "# TYPE engine_demand gauge\n"
-                    f"engine_demand {page.demand}\n"
-                    "# TYPE engine_ready_replicas gauge\n"
-                    f"engine_ready_replicas {page.ready}\n"
+                if page.gone:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                now = time.monotonic()
+                page.finished += page.demand * (now - page._last)
+                page._last = now
+                body = engines.vllm_serving_page(
+                    int(page.finished), page.demand, [0] * (len(engines.VLLM_TTFT_BUCKETS) + 1)
                 ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -173,54 +190,35 @@ class EnginePage(http.server.ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.server_address[1]}"
+    def port(self) -> int:
+        return self.server_address[1]
 
 
-class Prometheus:
-    def __init__(self, binary: Path, target: str, workdir: Path):
-        self.port = free_port()
-        config = workdir / "prometheus.yml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "scrape_configs": [
-                        {"job_name": "engines", "static_configs": [{"targets": [target]}]}
-                    ],
-                }
-            )
-        )
-        self.process = subprocess.Popen(
-            [
-                str(binary),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--log.level=warn",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+@contextlib.contextmanager
+def member_collector(member: str, page: EnginePage, folder: Path):
+    """The real collector on the config a member without a destination gets, scraping
+    the member's engine page as the pod of deployment `llm`; yields its signals URL."""
+    otelcol = require_tool("otelcol")
+    config = collector.render_cluster_collector_config(
+        collector.CollectorCluster(member),
+        builtin_mapping_resources_parsed(),
+        None,
+        signals=True,
+        scrape_interval_seconds=1,
+    )
+    pod = engines.Pod(f"llm-{member}", f"uid-{member}", NS, "vllm", "llm", f"llm-{member}", "")
+    pod.port = page.port
+    folder.mkdir(parents=True, exist_ok=True)
+    overlay = harness.live_overlay(config, [pod], folder, "http://unused")
+    with harness.running_collector(otelcol, overlay, folder):
+        yield harness.signals_url(overlay)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
-    def ready(self) -> bool:
-        with (
-            contextlib.suppress(OSError),
-            urllib.request.urlopen(self.url + "/-/ready", timeout=1) as r,
-        ):
-            return r.status == 200
-        return False
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+def builtin_mapping_resources_parsed():
+    paths = sorted(
+        Path(__file__).resolve().parents[2].glob("functions/common/builtin_mappings/*.yaml")
+    )
+    return parse_mappings([yaml.safe_load(p.read_text()) for p in paths]).accepted
 
 
 class World:
@@ -408,7 +406,8 @@ def setup_member(
                 "replicas": 1,
                 "selector": {"matchLabels": {"app": "llm"}},
                 "template": {
-                    "metadata": {"labels": {"app": "llm"}},
+                    # The deployment label scopes the agent's signals, as on composed pods.
+                    "metadata": {"labels": {"app": "llm", LABEL_DEPLOYMENT: "llm"}},
                     "spec": {
                         "containers": [
                             {
@@ -564,7 +563,7 @@ class Running:
 @pytest.fixture
 def running(request, fleet, agents, tmp_path):
     """3 members with a workload, a route, a policy (mode: the test's param, auto by
-    default), Prometheus, the world, and agents."""
+    default), a collector each, the world, and agents."""
     mode = getattr(request, "param", "auto")
     members = fleet.members[:3]
     names = [m.name for m in members]
@@ -573,10 +572,10 @@ def running(request, fleet, agents, tmp_path):
         api = m.client()
         setup_member(api, m.name, names, gpus[m.name], mode)
         api.close()
-    prometheus_bin = require_tool("prometheus")
     pages = {n: EnginePage() for n in names}
-    proms = {
-        n: Prometheus(prometheus_bin, pages[n].address, Path(tempfile.mkdtemp(dir=tmp_path)))
+    collectors = contextlib.ExitStack()
+    urls = {
+        n: collectors.enter_context(member_collector(n, pages[n], tmp_path / f"collector-{n}"))
         for n in names
     }
     world = World(members, gpus, pages)
@@ -584,7 +583,6 @@ def running(request, fleet, agents, tmp_path):
     elections = agents(3)
     threads, stops, logs, loops = [], [], {}, {}
     try:
-        assert wait_for(lambda: all(p.ready() for p in proms.values()), 30), "no Prometheus"
         world.start()
         for election in elections.start_all():
             member = next(m for m in members if m.name == election.cluster)
@@ -592,7 +590,10 @@ def running(request, fleet, agents, tmp_path):
             agent = Agent(
                 AgentConfig(
                     cluster=member.name,
-                    prometheus_url=proms[member.name].url,
+                    prometheus_url=None,
+                    signals_url=urls[member.name],
+                    signal_interval=0.5,
+                    collector_interval=1.0,
                     report_interval=1.0,
                     hub_interval=0.5,
                     health_interval=3600,
@@ -615,8 +616,7 @@ def running(request, fleet, agents, tmp_path):
         for thread in threads:
             thread.join(5)
         world.stop()
-        for p in proms.values():
-            p.stop()
+        collectors.close()
         for page in pages.values():
             page.shutdown()
 
@@ -831,6 +831,37 @@ def test_shadow_simulates_the_plan_in_status_fleet_and_writes_nothing_else(runni
     assert any("AddCapacity" in x["action"] for x in decided)
 
 
+def test_a_signal_whose_source_disappears_turns_ready_false_and_is_not_used(running):
+    world, names = running.world, running.names
+    member = "member-2"
+
+    def reported_with_signals() -> bool:
+        report = running.status(member).get("report") or {}
+        return "demand" in report and "pressure" in report
+
+    assert wait_for(reported_with_signals, 30), running.status(member)
+    world.pages[member].gone = True
+
+    def ready() -> dict:
+        conditions = running.status(member).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Ready"), {})
+
+    assert wait_for(lambda: ready().get("status") == "False", 30), running.status(member)
+    condition = ready()
+    assert condition["reason"] == "ObservationFailed"
+    assert "signals.demand:" in condition["message"]
+    assert "signals.pressure:" in condition["message"]
+    assert f"{NS}/llm" in condition["message"]
+    assert condition["message"].endswith("(ignored in this report)")
+    # Not used: the report that follows carries neither signal (never a zero).
+    time.sleep(2)
+    report = running.status(member)["report"]
+    assert "demand" not in report, report
+    assert "pressure" not in report, report
+    # The other members keep theirs.
+    assert all("demand" in running.status(n)["report"] for n in names if n != member)
+
+
 def test_the_health_record_counts_start_failures_from_real_pods(fleet):
     member = fleet.members[2]
     api = member.client()
@@ -902,7 +933,7 @@ def test_the_health_record_counts_start_failures_from_real_pods(fleet):
 
 def test_the_shipped_agent_command_reports_and_logs_decisions(fleet, tmp_path):
     """`modelplane runtime agent` as a process: a one-member fleet whose workload has an
-    unschedulable replica and no Prometheus configured."""
+    unschedulable replica and no collector page to read."""
     from tests.runtime.test_cli import ENTRYPOINT, TIMING_FLAGS, _kubeconfig  # noqa: PLC0415
 
     member = fleet.members[3]
@@ -953,7 +984,8 @@ def test_the_shipped_agent_command_reports_and_logs_decisions(fleet, tmp_path):
             c for c in get(api, POLICY_PATH)["status"]["conditions"] if c["type"] == "Ready"
         )
         assert (ready["status"], ready["reason"]) == ("False", "ObservationFailed")
-        assert "signals.demand: no --prometheus-url" in ready["message"]
+        # Its collector page is the in-cluster default, which this test has not got.
+        assert "signals.demand: the collector's page could not be read" in ready["message"]
 
         def logged() -> list[dict]:
             if not decisions.exists():

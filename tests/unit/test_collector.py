@@ -59,6 +59,13 @@ def _cases() -> dict[str, dict]:
             standard, mappings.parse_mappings([MILLISECONDS]).accepted, DESTINATION
         ),
         "node-tier": collector.render_node_collector_config(standard, DESTINATION),
+        # No destination, replicas autoscaled from vocabulary signals: the agent's page only.
+        "signals-only": collector.render_cluster_collector_config(
+            standard, builtin().accepted, None, signals=True
+        ),
+        "push-and-signals": collector.render_cluster_collector_config(
+            standard, builtin().accepted, DESTINATION, signals=True
+        ),
     }
 
 

@@ -238,7 +238,7 @@ def test_hub_only_fields_do_not_change_a_members_spec_hash():
 def test_extra_metrics_and_saturation_travel_in_the_report_and_outcome_lines():
     spec = make_spec(
         clusters=three(),
-        signals={"demand": "d", "saturation": "s", "extra": [{"name": "waiting", "query": "w"}]},
+        signals={"demand": "d", "saturation": "s", "extra": [{"name": "waiting", "promql": "w"}]},
     )
     r = report(spec, "a", saturation=0.5, extra={"waiting": 7.0})
     assert Report.from_status(r.to_status()) == r

@@ -227,9 +227,27 @@ def test_the_region_is_the_entrys_or_the_one_its_nodes_carry():
     )
 
 
+DEFAULT_ANSWERS = {
+    "demand": SignalResult((4.0,)),
+    "pressure": SignalResult((1.5,)),
+    "latency": SignalResult((0.2,)),
+}
+
+
 def test_a_good_report_is_observed():
-    result = compute_report(inputs(), spec(), "east", None, NOW)
+    result = compute_report(inputs(signals=DEFAULT_ANSWERS), spec(), "east", None, NOW)
     assert (result.condition.status, result.condition.reason) == ("True", REASON_OBSERVED)
+    assert (result.report.demand, result.report.pressure, result.report.latency) == (4.0, 1.5, 0.2)
+
+
+def test_a_policy_naming_no_signal_reports_the_default_signals_and_names_a_missing_one():
+    answers = {**DEFAULT_ANSWERS, "latency": SignalResult(error="no observations")}
+    result = compute_report(inputs(signals=answers), spec(), "east", None, NOW)
+    assert result.condition.status == "False"
+    assert result.condition.message == "signals.latency: no observations (ignored in this report)"
+    # Ignored, not read as zero.
+    assert result.report.latency is None
+    assert result.report.demand == 4.0
 
 
 def test_a_cluster_not_in_the_policy_is_not_a_member():

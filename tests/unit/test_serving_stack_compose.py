@@ -8,7 +8,12 @@ import yaml
 
 from functions.common import contracts
 from functions.common.metricmapping import ResolvedMappings
-from functions.compose_serving_stack import adaptivepolicy_crd, collector_objects, runtime_hosting
+from functions.compose_serving_stack import (
+    adaptivepolicy_crd,
+    collector,
+    collector_objects,
+    runtime_hosting,
+)
 from functions.compose_serving_stack.compose import (
     DestinationState,
     GatewayDestination,
@@ -19,9 +24,11 @@ from functions.compose_serving_stack.compose import (
 from functions.compose_serving_stack.envelope import Target
 from functions.compose_serving_stack.status import (
     MODE_DISABLED,
+    MODE_LOCAL,
     MODE_PUSH,
     gateway_address,
     readiness,
+    replicas_needing_signals,
     unmapped_engine_types,
 )
 from tests.unit.test_collector import REPO
@@ -30,7 +37,13 @@ XR = yaml.safe_load((REPO / "examples" / "inferenceclusters" / "us-east-h100.yam
 ACTIVE = GatewayDestination("fleet", "gw.example.com:4317", "crossplane-system", "token", "token")
 
 
-def _plan(destination: DestinationState, *, node_tier=False, peers=("us-east-1", "eu-west-1")):
+def _plan(
+    destination: DestinationState,
+    *,
+    node_tier=False,
+    peers=("us-east-1", "eu-west-1"),
+    signals_for=(),
+):
     xr = yaml.safe_load(yaml.safe_dump(XR))
     xr["spec"]["telemetry"] = {"nodeTier": node_tier}
     return plan(
@@ -40,7 +53,79 @@ def _plan(destination: DestinationState, *, node_tier=False, peers=("us-east-1",
         peers=list(peers),
         unmapped=["llamacpp"],
         runtime_image="img:1",
+        signals_for=signals_for,
     )
+
+
+def _collector_config(planned) -> dict:
+    config_map = next(c for c in planned.composed if c.key == "collector-config")
+    manifest = config_map.resource["spec"]["forProvider"]["manifest"]
+    return yaml.safe_load(manifest["data"][collector_objects.CONFIG_KEY])
+
+
+def _replica(name: str, cluster: str, autoscaling) -> dict:
+    spec = {"cluster": {"name": cluster}}
+    if autoscaling is not None:
+        spec["autoscaling"] = autoscaling
+    return {"metadata": {"name": name, "namespace": "ml"}, "spec": spec}
+
+
+def test_a_cluster_with_no_destination_and_no_autoscaled_replica_gets_no_collector():
+    replicas = [
+        _replica("a", "us-east-1", None),
+        _replica("b", "us-east-1", {"mode": "off"}),
+        _replica("c", "us-east-1", {"signals": {"demand": {"promql": "sum(x)"}}}),
+        _replica("d", "eu-west-1", {"mode": "auto"}),  # another cluster's
+    ]
+    readers = replicas_needing_signals(replicas, "us-east-1")
+    assert readers == ()
+    planned = _plan(DestinationState(), signals_for=readers)
+    assert planned.telemetry.mode == MODE_DISABLED
+    assert planned.collector_keys == []
+
+
+def test_a_replica_autoscaled_from_vocabulary_signals_gets_a_collector_that_pushes_nothing():
+    readers = replicas_needing_signals([_replica("a", "us-east-1", {"mode": "auto"})], "us-east-1")
+    assert readers == ("ml/a",)
+    planned = _plan(DestinationState(), signals_for=readers)
+    assert planned.telemetry.mode == MODE_LOCAL
+    assert planned.telemetry.to_status()["signalsFor"] == ["ml/a"]
+    keys = set(planned.collector_keys)
+    assert {
+        collector_objects.DEPLOYMENT_KEY,
+        "collector-service",
+        "collector-networkpolicy",
+    } <= keys
+    assert "collector-token" not in keys  # no destination, no token to mount
+    config = _collector_config(planned)
+    assert list(config["exporters"]) == [collector.SIGNALS_EXPORTER]
+    assert collector.AUTHENTICATOR not in config["extensions"]
+    deployment = next(c for c in planned.composed if c.key == collector_objects.DEPLOYMENT_KEY)
+    pod = deployment.resource["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]
+    assert all(v["name"] != "gateway-token" for v in pod["volumes"])
+
+
+def test_with_a_destination_the_signals_page_is_added_only_for_autoscaled_replicas():
+    pushing = _collector_config(_plan(DestinationState(ACTIVE)))
+    assert list(pushing["exporters"]) == [collector.EXPORTER]
+    both = _plan(DestinationState(ACTIVE), signals_for=("ml/a",))
+    assert list(_collector_config(both)["exporters"]) == [
+        collector.EXPORTER,
+        collector.SIGNALS_EXPORTER,
+    ]
+    assert both.telemetry.mode == MODE_PUSH
+
+
+def test_only_the_agent_may_read_the_signals_page():
+    planned = _plan(DestinationState(), signals_for=("ml/a",))
+    policy = next(c for c in planned.composed if c.key == "collector-networkpolicy")
+    rules = policy.resource["spec"]["forProvider"]["manifest"]["spec"]["ingress"]
+    signals_rule = next(
+        r for r in rules if {"protocol": "TCP", "port": contracts.PORT_NAME_SIGNALS} in r["ports"]
+    )
+    assert signals_rule["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": contracts.AGENT_SERVICE_NAME}}}
+    ]
 
 
 def test_no_destination_plans_no_collector():
