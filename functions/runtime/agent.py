@@ -149,6 +149,9 @@ class Agent:
         self.metrics = metrics
         self.decision_log = decision_log
         self.clock = clock
+        self.inventory = InventoryAgent(
+            self.local, lambda: counters_from_prometheus(config.prometheus_url)
+        )
         self._last_renew: dict[str, float] = {}
         # Per policy, the status.fleet (time, hub) this agent last wrote: its log's memory
         # matches the status only while the freshest status is that one.
@@ -157,9 +160,6 @@ class Agent:
         self.ticked_at: float | None = None
         self.reported_at: float | None = None
         self._actor: Actor | None = None
-        self.inventory = InventoryAgent(
-            self.local, lambda: counters_from_prometheus(config.prometheus_url)
-        )
 
     # --- reading -----------------------------------------------------------------------
 
