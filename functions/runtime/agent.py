@@ -452,7 +452,7 @@ class Agent:
     # --- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        due = {"report": 0.0, "hub": 0.0, "health": 0.0, "inventory": 0.0}
+        due = {"report": 0.0, "hub": 0.0, "health": 0.0}
         steps = {
             "report": (self.report_step, self.config.report_interval),
             "hub": (self.hub_step, self.config.hub_interval),
@@ -463,7 +463,7 @@ class Agent:
             now = self.clock()
             self.ticked_at = now
             for name, (step, every) in steps.items():
-                if now < due[name]:
+                if now < due.get(name, 0.0):  # a step not run yet is due now
                     continue
                 due[name] = now + every
                 try:
