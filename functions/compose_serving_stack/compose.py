@@ -146,10 +146,6 @@ def plan(
     stack += runtime_hosting.runtime_hosting(
         cluster.target, runtime_image, peers, prometheus_url=cluster.prometheus_url
     )
-    stack_keys = [c.key for c in stack]
-    # Read back, not part of the stack: the record's absence (no agent turn yet) must not
-    # make the stack read as not ready.
-    stack.append(runtime_hosting.inventory_record(cluster.target))
     unmapped_types = tuple(sorted(set(unmapped)))
     in_use = mappings.in_use
     readers = tuple(sorted(set(signals_for)))
@@ -162,7 +158,7 @@ def plan(
             mappings=in_use,
             signals_for=readers,
         )
-        return Plan(stack, telemetry, stack_keys, keep_observed_collector=True)
+        return Plan(stack, telemetry, [c.key for c in stack], keep_observed_collector=True)
     active = destination.active
     if active is None and not readers:
         telemetry = Telemetry(
@@ -172,7 +168,7 @@ def plan(
             unmapped_engine_types=unmapped_types,
             mappings=in_use,
         )
-        return Plan(stack, telemetry, stack_keys)
+        return Plan(stack, telemetry, [c.key for c in stack])
 
     collector_cluster = collector.CollectorCluster(cluster.name, cluster.stack)
     gateway = collector.CollectorDestination(active.endpoint) if active is not None else None
@@ -213,6 +209,6 @@ def plan(
     return Plan(
         stack + telemetry_resources,
         telemetry,
-        stack_keys,
+        [c.key for c in stack],
         [c.key for c in telemetry_resources],
     )

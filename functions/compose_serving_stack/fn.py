@@ -190,7 +190,11 @@ class FunctionRunner(GuardedRunner):
         resource.update(rsp.desired.composite, {"status": _status(decided, observed)})
 
         stack_ready = readiness(
-            conditions.STACK_READY, decided.stack_keys, observed, f"{cluster.stack} stack"
+            conditions.STACK_READY,
+            # The inventory record's absence (no agent turn yet) is not an unready stack.
+            [k for k in decided.stack_keys if k != runtime_hosting.INVENTORY_KEY],
+            observed,
+            f"{cluster.stack} stack",
         )
         if decided.collector_keys:
             collector_ready = readiness(

@@ -470,4 +470,6 @@ def runtime_hosting(
     ]
     for peer in ordered_peers:
         composed += _cluster_profile(target, peer)
+    # Read back, not run: the shell keeps it out of the stack's readiness.
+    composed.append(inventory_record(target))
     return composed

@@ -534,7 +534,7 @@ class Agent:
             now = self.clock()
             self.ticked_at = now
             for name, (step, every) in steps.items():
-                if now < due[name]:
+                if now < due.get(name, 0.0):  # a step not run yet is due now
                     continue
                 due[name] = now + every
                 try:

@@ -655,8 +655,33 @@ def next_step(model: ModelSummary) -> str:
     return "Nothing to do."
 
 
-def explain(deployment: Mapping[str, Any], replicas: Iterable[Mapping[str, Any]]) -> str:
-    """Why a model is where it is, from its status and its ModelReplicas'."""
+def room_lines(clusters: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What each member says is free now (its inventory), for a model that is short."""
+    lines = []
+    for cluster in sorted(clusters, key=lambda c: _key(c)[1]):
+        name = _key(cluster)[1]
+        inventory = read_inventory([cluster])
+        if not inventory.reports:
+            lines.append(f"  room on {name}: no inventory reported yet")
+            continue
+        gpus = ", ".join(f"{g.device_class} {g.free} free of {g.total}" for g in inventory.gpus)
+        fabrics = "".join(
+            f"; fabric {f.name}: {f.largest_free_block} whole nodes free" for f in inventory.fabrics
+        )
+        lines.append(
+            f"  room on {name} (as of {inventory.reports[0].observed_at}): "
+            f"{gpus or 'no GPUs'}{fabrics}"
+        )
+    return lines
+
+
+def explain(
+    deployment: Mapping[str, Any],
+    replicas: Iterable[Mapping[str, Any]],
+    clusters: Iterable[Mapping[str, Any]] = (),
+) -> str:
+    """Why a model is where it is, from its status and its ModelReplicas', and for a model
+    that is short, what room each member reports."""
     replicas = sorted(replicas, key=_key)
     model = read_model(deployment, replicas)
     lines = [
@@ -697,5 +722,7 @@ def explain(deployment: Mapping[str, Any], replicas: Iterable[Mapping[str, Any]]
                 f"start failures (definition {health.get('definitionHash', '?')}, "
                 f"{health.get('observedAt', '?')}): {health.get('lastError', '')}"
             )
+    if model.state in (STATE_UNPLACEABLE, STATE_SHORT):
+        lines += room_lines(clusters)
     lines.append(f"Next: {next_step(model)}")
     return "\n".join(lines) + "\n"

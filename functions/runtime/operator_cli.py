@@ -170,7 +170,7 @@ def explain(ctx: click.Context, model: str, namespace: str | None) -> None:
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
     replicas = plane.replicas_of(namespace, model)
-    click.echo(fleet_status.explain(deployment, replicas), nl=False)
+    click.echo(fleet_status.explain(deployment, replicas, plane.clusters()), nl=False)
 
 
 @main.command(help="Unpark a parked model (sets the modelplane.ai/retry annotation).")

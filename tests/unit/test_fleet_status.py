@@ -304,3 +304,29 @@ def test_inventory_sums_the_members_reports_and_names_the_clusters_that_have_non
     assert [i.name for i in inventory.idle_replicas] == ["b", "a"]
     table = fleet_status.render_table(fleet_status.summarize([silent, reported], [], []))
     assert "No inventory reported yet by: eu-west-1" in table
+
+
+def test_explain_shows_each_members_room_for_a_model_that_is_short():
+    deployment = {
+        "metadata": {"namespace": "ml", "name": "big"},
+        "status": {
+            "desiredReplicas": 2,
+            "unplaceable": {"replicas": 2, "reason": "no pool", "since": "t"},
+        },
+    }
+    reported = {
+        "metadata": {"name": "us-east-1"},
+        "status": {
+            "inventory": {
+                "observedAt": "2026-12-01T10:00:00Z",
+                "gpus": [{"deviceClass": "H100", "total": 16, "used": 8, "unhealthy": 0}],
+                "fabrics": [{"name": "nvl-a", "nodes": 2, "largestFreeBlock": 1}],
+            }
+        },
+    }
+    text = fleet_status.explain(deployment, [], [reported, {"metadata": {"name": "eu-west-1"}}])
+    assert "room on eu-west-1: no inventory reported yet" in text
+    assert (
+        "room on us-east-1 (as of 2026-12-01T10:00:00Z): H100 8 free of 16; "
+        "fabric nvl-a: 1 whole nodes free" in text
+    )
