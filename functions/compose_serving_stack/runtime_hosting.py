@@ -153,6 +153,12 @@ def _rbac(target: Target) -> list[Composed]:
                 # workload behind the policy's ScaledObject (its scale subresource).
                 _rule([""], ["nodes"], READ),
                 _rule(["karpenter.sh"], ["nodepools", "nodeclaims"], READ),
+                # DRA: the devices a pod's claims take and each node still has free.
+                _rule(
+                    ["resource.k8s.io"],
+                    ["resourceclaimtemplates", "resourceslices", "resourceclaims", "deviceclasses"],
+                    READ,
+                ),
                 _rule(["keda.sh"], ["scaledobjects"], READ),
                 _rule(
                     ["apps", "leaderworkerset.x-k8s.io", "grove.io"],
