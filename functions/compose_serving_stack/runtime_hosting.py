@@ -162,7 +162,15 @@ def _rbac(target: Target) -> list[Composed]:
                 _rule(["keda.sh"], ["scaledobjects"], READ),
                 _rule(
                     ["apps", "leaderworkerset.x-k8s.io", "grove.io"],
-                    ["deployments/scale", "leaderworkersets/scale", "podcliquesets/scale"],
+                    # The workload itself too: the report reads its pod template.
+                    [
+                        "deployments",
+                        "leaderworkersets",
+                        "podcliquesets",
+                        "deployments/scale",
+                        "leaderworkersets/scale",
+                        "podcliquesets/scale",
+                    ],
                     ["get"],
                 ),
                 *hub_writes,

@@ -177,6 +177,9 @@ def _grants(rules: list[dict], group: str, resource: str, verb: str) -> bool:
         ("agent", "resource.k8s.io", "deviceclasses", "list"),
         ("agent", "keda.sh", "scaledobjects", "get"),
         ("agent", "apps", "deployments/scale", "get"),
+        ("agent", "apps", "deployments", "get"),
+        ("agent", "leaderworkerset.x-k8s.io", "leaderworkersets", "get"),
+        ("agent", "grove.io", "podcliquesets", "get"),
         ("agent", "leaderworkerset.x-k8s.io", "leaderworkersets/scale", "get"),
         ("agent", "grove.io", "podcliquesets/scale", "get"),
         # What the hub writes (functions/runtime/acting.py), on its own member and peers.
