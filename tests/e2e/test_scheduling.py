@@ -10,8 +10,10 @@ NVIDIA driver publishes them (hack/fleetbox_gpu.py). What a user relies on:
   ResourceClaimTemplates, and run;
 - our placement's verdict on a device selector is the scheduler's: a table of CEL
   selectors is accepted or rejected alike by both;
+- a multi-node replica's pods (a LeaderWorkerSet group) are bound inside one fabric;
 - the agent's static room (report_parse + report_core) is the number of replicas the
-  scheduler really binds, for seeded random node pools and pod shapes.
+  scheduler really binds, for seeded random node pools and pod shapes;
+- the box's broken-model switch fails pods the way the health agent counts failures.
 """
 
 from __future__ import annotations
