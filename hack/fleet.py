@@ -92,7 +92,9 @@ def _box_from_state() -> tuple[dict, fleetbox.FleetBox]:
 
 
 def up() -> int:
-    missing = fleetbox.missing_tools()
+    missing = fleetbox.missing_tools() + [
+        t for t in fleetbox.fleetbox_gpu.REQUIRED_TOOLS if not (fleetbox.tools_bin() / t).exists()
+    ]
     if missing:
         print(f"missing tools: {', '.join(missing)}: run 'bash hack/tools.sh'", file=sys.stderr)
         return 1

@@ -11,14 +11,17 @@ Per GPU member (opt-in: `FleetBox(..., gpu=[names])`):
   cluster with the member's kubeconfig.
 - From the example InferenceCluster naming this member (examples/inferenceclusters, the
   one source of truth), each node pool's `nodes` become KWOK Nodes carrying the pool's
-  nodeSelector labels, taints, and a fabric label (`FABRIC_LABEL`, one per declared
-  fabric; nodes beyond the declared fabrics get none), and each node's devices are
+  nodeSelector labels, taints, and a fabric label per declared fabric (`FABRIC_LABEL`,
+  and the pool's `fabricNodeLabel` when it names one; nodes beyond the declared fabrics
+  get none), and each node's devices are
   published as a resource.k8s.io/v1 ResourceSlice the way the NVIDIA DRA GPU driver
   (github.com/NVIDIA/k8s-dra-driver-gpu, gpu-kubelet-plugin) does: driver
   `gpu.nvidia.com`, one pool per node, devices `gpu-<minor>` with the attributes `type`
   ("gpu"), `uuid`, `pcieBusID` and the pool's declared attributes (productName,
   architecture, cudaComputeCapability, driverVersion, ...: unqualified, in the driver's
   domain), and capacity `memory`. Attributes the pool does not declare are not made up.
+  A pool's `additionalDevices` (e.g. DraNet's RDMA NICs) get a slice of their own per
+  node, with their declared attributes and capacity.
 - A DeviceClass per driver the pools use, named as the driver's chart names it
   (`gpu.nvidia.com`, selecting the driver's devices of type "gpu"): our
   ResourceClaimTemplates name the pool's driver as their class.
@@ -82,9 +85,16 @@ NODE_CAPACITY = {"cpu": "192", "memory": "2000Gi", "pods": "110", "ephemeral-sto
 # --- the NVIDIA DRA driver's shape ------------------------------------------------------
 
 
+GPU_DRIVER = "gpu.nvidia.com"
+
+
 def device_class(driver: str) -> dict:
-    """The DeviceClass the driver's chart installs for whole GPUs."""
-    expression = f"device.driver == '{driver}' && device.attributes['{driver}'].type == 'gpu'"
+    """The DeviceClass the driver's chart installs: for the NVIDIA driver, whole GPUs;
+    for another driver (a pool's additionalDevices, e.g. DraNet's `dra.net`), every
+    device it publishes."""
+    expression = f"device.driver == '{driver}'"
+    if driver == GPU_DRIVER:
+        expression += f" && device.attributes['{driver}'].type == 'gpu'"
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
@@ -102,16 +112,21 @@ def _typed(value: dict) -> dict:
 def resource_slice(node: str, driver: str, per_node: int, attributes: dict, capacity: dict) -> dict:
     """The ResourceSlice the driver's kubelet plugin publishes for one node."""
     devices = []
+    gpu = driver == GPU_DRIVER
     for minor in range(per_node):
-        uid = hashlib.sha256(f"{node}/{minor}".encode()).hexdigest()
-        device_attributes = {
-            "type": {"string": "gpu"},
-            "uuid": {"string": f"GPU-{uid[:8]}-{uid[8:12]}-{uid[12:16]}-{uid[16:20]}-{uid[20:32]}"},
-            "pcieBusID": {"string": f"0000:{0x18 + minor * 0x10:02x}:00.0"},
-        }
+        uid = hashlib.sha256(f"{node}/{driver}/{minor}".encode()).hexdigest()
+        device_attributes = {}
+        if gpu:  # what the NVIDIA plugin reads from NVML for every GPU
+            device_attributes = {
+                "type": {"string": "gpu"},
+                "uuid": {
+                    "string": f"GPU-{uid[:8]}-{uid[8:12]}-{uid[12:16]}-{uid[16:20]}-{uid[20:32]}"
+                },
+                "pcieBusID": {"string": f"0000:{0x18 + minor * 0x10:02x}:00.0"},
+            }
         device_attributes.update({k: _typed(v) for k, v in attributes.items()})
         devices.append({
-            "name": f"gpu-{minor}",
+            "name": f"gpu-{minor}" if gpu else f"dev-{minor}",
             "attributes": device_attributes,
             "capacity": {k: {"value": str(v)} for k, v in capacity.items()},
         })  # fmt: skip
@@ -143,6 +158,8 @@ class FakeNode:
     attributes: dict
     capacity: dict
     resources: dict
+    # A pool's additionalDevices: (driver, perNode, attributes, capacity) each.
+    additional: tuple = ()
 
     def node(self) -> dict:
         return {
@@ -189,10 +206,17 @@ class FakeNode:
             }
         }
 
-    def slice(self) -> dict | None:
-        if not self.driver or self.per_node <= 0:
-            return None
-        return resource_slice(self.name, self.driver, self.per_node, self.attributes, self.capacity)
+    def slices(self) -> list[dict]:
+        published = [(self.driver, self.per_node, self.attributes, self.capacity)]
+        return [
+            resource_slice(self.name, *device)
+            for device in (*published, *self.additional)
+            if device[0] and device[1] > 0
+        ]
+
+    @property
+    def drivers(self) -> list[str]:
+        return [s["spec"]["driver"] for s in self.slices()]
 
 
 def pool_nodes(cluster: dict, pool: dict, prefix: str = "") -> list[FakeNode]:
@@ -218,6 +242,8 @@ def pool_nodes(cluster: dict, pool: dict, prefix: str = "") -> list[FakeNode]:
             labels["topology.kubernetes.io/region"] = region
         if fabric:
             labels[FABRIC_LABEL] = fabric
+            if pool.get("fabricNodeLabel"):
+                labels[pool["fabricNodeLabel"]] = fabric
         nodes.append(
             FakeNode(
                 name=name,
@@ -227,6 +253,15 @@ def pool_nodes(cluster: dict, pool: dict, prefix: str = "") -> list[FakeNode]:
                 per_node=int(devices.get("perNode", 0) if devices else 0),
                 attributes=dict(devices.get("attributes") or {}),
                 capacity=dict(devices.get("capacity") or {}),
+                additional=tuple(
+                    (
+                        str(extra.get("driver", "")),
+                        int(extra.get("perNode", 0)),
+                        dict(extra.get("attributes") or {}),
+                        dict(extra.get("capacity") or {}),
+                    )
+                    for extra in pool.get("additionalDevices") or []
+                ),
                 resources=dict(NODE_CAPACITY),
             )
         )
@@ -530,10 +565,10 @@ def add_nodes(box: FleetBox, member: str, nodes: list[FakeNode]) -> None:
     the DeviceClass of each driver they use."""
     if not nodes:
         return
-    drivers = sorted({n.driver for n in nodes if n.driver})
+    drivers = sorted({d for n in nodes for d in n.drivers})
     documents = [device_class(d) for d in drivers]
     documents += [n.node() for n in nodes]
-    documents += [s for n in nodes if (s := n.slice())]
+    documents += [s for n in nodes for s in n.slices()]
     box.kubectl(member, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(documents))
     for node in nodes:
         # A stable address per name (10.96.0.0/16), as a node's InternalIP.
@@ -557,7 +592,7 @@ def remove_nodes(box: FleetBox, member: str, nodes: list[FakeNode]) -> None:
     if not names:
         return
     box.kubectl(member, "delete", "node", "--ignore-not-found", "--wait=false", *names)
-    slices = [f"{n.name}-{n.driver}" for n in nodes if n.driver]
+    slices = [f"{n.name}-{d}" for n in nodes for d in n.drivers]
     if slices:
         box.kubectl(
             member, "delete", "resourceslice", "--ignore-not-found", "--wait=false", *slices

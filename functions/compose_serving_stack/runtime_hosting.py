@@ -164,10 +164,24 @@ def _rbac(target: Target) -> list[Composed]:
                 # The inventory: the GPUs the DRA driver publishes and what claims hold.
                 _rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"], READ),
                 _rule(["karpenter.sh"], ["nodepools", "nodeclaims"], READ),
+                # DRA: the devices a pod's claims take and each node still has free.
+                _rule(
+                    ["resource.k8s.io"],
+                    ["resourceclaimtemplates", "resourceslices", "resourceclaims", "deviceclasses"],
+                    READ,
+                ),
                 _rule(["keda.sh"], ["scaledobjects"], READ),
                 _rule(
                     ["apps", "leaderworkerset.x-k8s.io", "grove.io"],
-                    ["deployments/scale", "leaderworkersets/scale", "podcliquesets/scale"],
+                    # The workload itself too: the report reads its pod template.
+                    [
+                        "deployments",
+                        "leaderworkersets",
+                        "podcliquesets",
+                        "deployments/scale",
+                        "leaderworkersets/scale",
+                        "podcliquesets/scale",
+                    ],
                     ["get"],
                 ),
                 *hub_writes,

@@ -10,8 +10,10 @@ NVIDIA driver publishes them (hack/fleetbox_gpu.py). What a user relies on:
   ResourceClaimTemplates, and run;
 - our placement's verdict on a device selector is the scheduler's: a table of CEL
   selectors is accepted or rejected alike by both;
+- a multi-node replica's pods (a LeaderWorkerSet group) are bound inside one fabric;
 - the agent's static room (report_parse + report_core) is the number of replicas the
-  scheduler really binds, for seeded random node pools and pod shapes.
+  scheduler really binds, for seeded random node pools and pod shapes;
+- the box's broken-model switch fails pods the way the health agent counts failures.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import fleetbox_gpu
 import pytest
 import yaml
 
+from functions.common.contracts import ANNOTATION_DEFINITION_HASH
 from functions.compose_model_deployment.cel_env import evaluate
 from functions.compose_model_deployment.model import read_cluster
+from functions.runtime.health_agent import Counted, count_start_failures
 from functions.runtime.report_core import static_room
 from functions.runtime.report_parse import (
     device_class_drivers,
@@ -210,12 +214,12 @@ def _group_pods(lws: dict) -> list[dict]:
     return pods
 
 
-def _fabric_pinned(pods: list[dict]) -> bool:
-    """Whether the pods carry a constraint on the fabric label (node affinity or a
-    group affinity on it)."""
+def _fabric_pinned(pods: list[dict], label: str) -> bool:
+    """Whether the pods carry a constraint on the fabric label (a node selector, node
+    affinity or a group affinity on it)."""
     text = json.dumps([p["spec"].get("affinity") or {} for p in pods])
     text += json.dumps([p["spec"].get("nodeSelector") or {} for p in pods])
-    return fleetbox_gpu.FABRIC_LABEL in text
+    return label in text
 
 
 def test_a_multi_node_replica_lands_inside_one_fabric(box):
@@ -235,12 +239,14 @@ def test_a_multi_node_replica_lands_inside_one_fabric(box):
         f"{name}'s LeaderWorkerSet on {DEPLOYMENT_MEMBER}", composed, claims.CONVERGE_SECONDS
     )
     pods = _group_pods(lws)
-    if not _fabric_pinned(pods):
-        pytest.xfail(
-            f"{name}'s LeaderWorkerSet does not pin a group to one fabric (no constraint on "
-            f"the fabric label): placement counts it inside one fabric, the scheduler may "
-            f"split it; fabric pinning is #16 (branch serving)"
-        )
+    (pool,) = [
+        p for p in fleetbox_gpu.example_cluster(DEPLOYMENT_MEMBER)["spec"]["nodePools"]
+        if p["name"] == "h100"
+    ]  # fmt: skip
+    label = pool["fabricNodeLabel"]
+    # Without a constraint on the fabric label the scheduler may split the group across
+    # fabrics that placement counted as one (what the box found before #16 pinned it).
+    assert _fabric_pinned(pods, label), f"{name}'s group is not pinned to a fabric: {pods}"
     box.kubectl(DEPLOYMENT_MEMBER, "apply", "-f", "-", stdin=yaml.safe_dump_all(pods))
     try:
 
@@ -259,7 +265,7 @@ def test_a_multi_node_replica_lands_inside_one_fabric(box):
             n["metadata"]["name"]: n["metadata"]["labels"]
             for n in _json(box, DEPLOYMENT_MEMBER, "get", "nodes")["items"]
         }
-        fabrics = {nodes[p["spec"]["nodeName"]].get(fleetbox_gpu.FABRIC_LABEL) for p in live}
+        fabrics = {nodes[p["spec"]["nodeName"]].get(label) for p in live}
         assert None not in fabrics, f"{name}'s group is bound outside any fabric: {fabrics}"
         assert len(fabrics) == 1, f"{name}'s group spans fabrics {fabrics}"
     finally:
@@ -571,3 +577,72 @@ def test_static_room_is_what_the_scheduler_binds(box, seed):
     finally:
         box.kubectl(member, "delete", "namespace", namespace, "--wait=false")
         fleetbox_gpu.remove_nodes(box, member, shape.nodes)
+
+
+# --- the broken-model switch: what the health agent counts ------------------------------
+
+
+def test_a_broken_model_fails_to_start_the_way_the_health_agent_counts(box):
+    """Pods annotated `fleetbox.modelplane.ai/fail` (the switch the runtime's parking
+    scenarios set) are bound by the scheduler and then fail like a kubelet shows it: a
+    crash loop whose restarts the agent counts one by one, an image pull it counts once
+    per pod. The agent's own counting (`count_start_failures`) reads the live pods."""
+    member, namespace = DEPLOYMENT_MEMBER, "e2e-broken"
+    definition = "broken-definition"
+    box.kubectl(member, "create", "namespace", namespace)
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app": "broken"},
+                "annotations": {
+                    fleetbox_gpu.FAIL_ANNOTATION: failure,
+                    ANNOTATION_DEFINITION_HASH: definition,
+                },
+            },
+            "spec": {
+                "nodeSelector": {fleetbox_gpu.POOL_LABEL: "h100"},
+                "containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}],
+            },
+        }
+        for name, failure in (
+            ("crash", fleetbox_gpu.FAIL_CRASH_LOOP),
+            ("pull", fleetbox_gpu.FAIL_IMAGE_PULL),
+        )
+    ]
+    box.kubectl(member, "apply", "-f", "-", stdin=yaml.safe_dump_all(pods))
+    try:
+
+        def failing():
+            live = {p["metadata"]["name"]: p for p in _pods(box, member, namespace, "app=broken")}
+            crash = live["crash"]["status"].get("containerStatuses") or [{}]
+            pull = live["pull"]["status"].get("containerStatuses") or [{}]
+            assert crash[0].get("restartCount", 0) >= 3, crash
+            assert (pull[0].get("state") or {}).get("waiting", {}).get("reason") == "ErrImagePull"
+            return live
+
+        live = fleetbox.wait_for("the broken pods failing", failing, BIND_SECONDS)
+        crash, pull = live["crash"], live["pull"]
+        assert crash["status"]["phase"] == "Running"
+        assert not fleetbox.is_true(crash, "Ready")
+        waiting = crash["status"]["containerStatuses"][0]["state"]["waiting"]
+        assert waiting["reason"] == "CrashLoopBackOff"
+        assert pull["status"]["phase"] == "Pending"
+        tally = count_start_failures(None, Counted(), list(live.values()), definition, time.time())
+        restarts = crash["status"]["containerStatuses"][0]["restartCount"]
+        assert tally.record.consecutive_start_failures == restarts + 1  # + the pull, once
+        assert tally.record.last_error
+        # Counted again a little later: the crash loop climbs, the pull is not recounted.
+        time.sleep(5)
+        later = {p["metadata"]["name"]: p for p in _pods(box, member, namespace, "app=broken")}
+        again = count_start_failures(
+            tally.record, tally.counted, list(later.values()), definition, time.time()
+        )
+        climbed = later["crash"]["status"]["containerStatuses"][0]["restartCount"] - restarts
+        assert climbed > 0
+        assert again.new_failures == climbed
+    finally:
+        box.kubectl(member, "delete", "namespace", namespace, "--wait=false")
