@@ -26,6 +26,7 @@ from functions.common.contracts import (
     SCALED_OBJECT_API_VERSION,
     SCALER_PORT,
     SCALER_SERVICE_NAME,
+    SCALER_TRIGGER_AUTHENTICATION,
     SYSTEM_NAMESPACE,
 )
 from functions.common.naming import dns_label
@@ -104,6 +105,11 @@ def scaled_object(replica: ModelReplica, workload: Workload, *, serving: bool) -
                     "metadata": {
                         "scalerAddress": SCALER_ADDRESS,
                         "policy": policy_name(replica),
+                    },
+                    # Client certificates (compose-serving-stack composes it per member).
+                    "authenticationRef": {
+                        "name": SCALER_TRIGGER_AUTHENTICATION,
+                        "kind": "ClusterTriggerAuthentication",
                     },
                 }
             ],

@@ -287,6 +287,9 @@ def test_every_member_gets_the_runtime_and_a_profile_per_peer(rendered):
     ] == [
         "runtime",
         "scaler",
+        # KEDA authenticates with a client certificate (the copied modelplane-scaler-tls).
+        "--tls-cert-dir",
+        "/etc/modelplane/scaler-tls",
     ]
     service = next(
         s for s in by_kind["Service"] if s["metadata"]["name"] == contracts.SCALER_SERVICE_NAME
