@@ -13,6 +13,7 @@ from typing import Any
 
 from functions.common import contracts
 from functions.common.health import HealthRecord
+from functions.common.naming import cluster_name_problem
 from functions.common.quantity import parse_quantity
 from functions.common.redact import url_credentials
 from functions.common.scheduling import Taint, Toleration
@@ -383,6 +384,10 @@ def _read_cluster(ic: dict) -> Cluster:
     meta = ic.get("metadata") or {}
     spec = ic.get("spec") or {}
     name = str(meta.get("name", ""))
+    problem = cluster_name_problem(meta.get("name"))
+    if problem is not None:
+        # The rule compose-serving-stack installs by: never place where it cannot install.
+        raise InputError(f"InferenceCluster {name[:80] or '<unnamed>'}: metadata.name", problem)
     pools = []
     for i, raw in enumerate(spec.get("nodePools") or []):
         path = f"InferenceCluster {name}: spec.nodePools[{i}]"

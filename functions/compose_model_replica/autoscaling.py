@@ -29,7 +29,7 @@ from functions.common.contracts import (
     SCALER_TRIGGER_AUTHENTICATION,
     SYSTEM_NAMESPACE,
 )
-from functions.common.naming import dns_label
+from functions.common.naming import dns_label, label_value
 from functions.compose_model_replica.backends.base import Workload
 from functions.compose_model_replica.model import ModelReplica
 
@@ -75,7 +75,7 @@ def adaptive_policy(replica: ModelReplica) -> dict:
         "metadata": {
             "name": policy_name(replica),
             "namespace": replica.namespace,
-            "labels": {LABEL_DEPLOYMENT: replica.deployment},
+            "labels": {LABEL_DEPLOYMENT: label_value(replica.deployment)},
         },
         "spec": spec,
     }
@@ -86,7 +86,10 @@ def scaled_object(replica: ModelReplica, workload: Workload, *, serving: bool) -
     metadata: dict = {
         "name": scaled_object_name(replica, workload, serving),
         "namespace": replica.namespace,
-        "labels": {LABEL_SERVING: replica.name, LABEL_DEPLOYMENT: replica.deployment},
+        "labels": {
+            LABEL_SERVING: label_value(replica.name),
+            LABEL_DEPLOYMENT: label_value(replica.deployment),
+        },
     }
     if replica.unavailable is not None:
         # Parked or unplaceable: KEDA holds the workload at 0 whatever the scaler says.

@@ -16,12 +16,12 @@ from typing import Any, Final
 
 from functions.common import contracts
 from functions.common.metricmapping import ResolvedMappings
+from functions.common.naming import cluster_name_problem
 from functions.common.redact import url_credentials
 from functions.compose_serving_stack import collector, collector_objects, runtime_hosting, substrate
 from functions.compose_serving_stack.envelope import Composed, Target
 from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH, Telemetry
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # The same rule as the XRD's spec.runtime.prometheusURL pattern: it becomes a process argument.
 _PROMETHEUS_URL = re.compile(r"""https?://[^\s"'`]+""")
 _STACKS: Final = (contracts.STACK_STANDARD, contracts.STACK_DYNAMO)
@@ -47,9 +47,10 @@ class Cluster:
 
 def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
     """The InferenceCluster, with the field and the rule for anything unusable."""
-    name = str((xr.get("metadata") or {}).get("name") or "")
-    if not _DNS_LABEL.fullmatch(name) or len(name) > 63:
-        raise InvalidCluster("metadata.name", f"{name!r} must be a DNS label (it names resources)")
+    name = (xr.get("metadata") or {}).get("name")
+    problem = cluster_name_problem(name)
+    if problem is not None:
+        raise InvalidCluster("metadata.name", problem)
     spec = xr.get("spec") or {}
     stack = spec.get("stack") or contracts.STACK_STANDARD
     if stack not in _STACKS:

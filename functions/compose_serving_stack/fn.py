@@ -104,6 +104,17 @@ class FunctionRunner(GuardedRunner):
         except InvalidCluster as err:
             response.fatal(rsp, f"{name}: {err}")
             return rsp
+        installed = substrate.installed_stack(req.observed.resources.keys())
+        if installed is not None and installed != cluster.stack:
+            # The XRD says so too (self == oldSelf), but an older XRD or a replaced object
+            # must not make this function swap one stack's releases for the other's.
+            response.fatal(
+                rsp,
+                f"{name}: spec.stack is immutable: the cluster was installed as {installed}, "
+                f"not {cluster.stack}; set it back, or delete and recreate the "
+                "InferenceCluster to change its stack",
+            )
+            return rsp
         group = contracts.API_GROUP_VERSION
         response.require_resources(rsp, REQUIRED_MAPPINGS, group, contracts.KIND_METRIC_MAPPING)
         response.require_resources(

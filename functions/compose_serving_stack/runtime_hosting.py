@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from functions.common import contracts
+from functions.common.naming import volume_name
 from functions.compose_serving_stack import adaptivepolicy_crd
 from functions.compose_serving_stack.envelope import COMPOSED_NAMESPACE, Composed, Target, object_
 
@@ -268,7 +269,7 @@ def _deployment(
                             }
                         ],
                         "volumes": [
-                            {"name": secret, "secret": {"secretName": secret}}
+                            {"name": volume_name(secret), "secret": {"secretName": secret}}
                             for secret, _ in volumes
                         ],
                         "containers": [
@@ -279,7 +280,11 @@ def _deployment(
                                 "env": _pod_env(target.cluster),
                                 "ports": ports,
                                 "volumeMounts": [
-                                    {"name": secret, "mountPath": path, "readOnly": True}
+                                    {
+                                        "name": volume_name(secret),
+                                        "mountPath": path,
+                                        "readOnly": True,
+                                    }
                                     for secret, path in volumes
                                 ],
                                 **(probes or {}),

@@ -39,6 +39,7 @@ from functions.compose_model_deployment.fn import (
 from functions.compose_model_deployment.model import InputError, read_cluster, read_deployment
 from functions.compose_model_replica.model import InvalidReplica
 from functions.compose_model_replica.model import parse as parse_replica
+from functions.compose_serving_stack import fn as stack_fn
 from functions.compose_serving_stack.compose import InvalidCluster
 from functions.compose_serving_stack.compose import parse_cluster as parse_stack_cluster
 from functions.compose_telemetry.fn import FunctionRunner as TelemetryRunner
@@ -390,3 +391,64 @@ def test_a_deployment_whose_selectors_together_are_over_budget_is_refused():
     member["nodeSelector"]["devices"] = devices
     with pytest.raises(InputError, match="the device selectors together"):
         check_selectors(read_deployment(xr))
+
+
+# --- Names both functions agree on; a stack that does not change ---------------------
+
+
+@pytest.mark.parametrize("name", ["us.east.1", "c" * 64, "US-EAST-1"])
+def test_both_functions_refuse_the_same_cluster_names(name):
+    """compose-model-deployment never places on a cluster compose-serving-stack would
+    refuse to install: it reports the cluster and places on the others."""
+    odd, eu = _cluster("us-east-1"), _cluster("eu-west-1")
+    odd["metadata"]["name"] = name
+    with pytest.raises(InvalidCluster, match=r"metadata\.name: .*must be a DNS label"):
+        parse_stack_cluster(odd)
+    rsp = _run(_request([odd, eu], {}))
+    assert not _severities(rsp, fnv1.SEVERITY_FATAL)
+    placed = [
+        resource.struct_to_dict(r.resource)["spec"]["cluster"]["name"]
+        for r in rsp.desired.resources.values()
+        if resource.struct_to_dict(r.resource).get("kind") == contracts.KIND_MODEL_REPLICA
+    ]
+    assert placed == ["eu-west-1"]
+    with pytest.raises(InputError, match=r"metadata\.name.*must be a DNS label"):
+        read_cluster(odd)
+
+
+def _stack_request(stack: str, observed_keys: list[str]) -> fnv1.RunFunctionRequest:
+    xr = _cluster("us-east-1")
+    xr["spec"]["stack"] = stack
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    for key in observed_keys:
+        req.observed.resources[key].resource.update({"apiVersion": "v1", "kind": "X"})
+    for name in (
+        stack_fn.REQUIRED_MAPPINGS,
+        stack_fn.REQUIRED_DESTINATIONS,
+        stack_fn.REQUIRED_CLUSTERS,
+        stack_fn.REQUIRED_REPLICAS,
+    ):
+        req.required_resources[name].SetInParent()
+    return req
+
+
+@pytest.mark.parametrize(
+    ("installed", "asked"),
+    [
+        ("leaderworkerset", contracts.STACK_DYNAMO),
+        ("grove", contracts.STACK_STANDARD),
+    ],
+)
+def test_the_stack_of_an_installed_cluster_cannot_change(installed, asked):
+    rsp = asyncio.run(stack_fn.FunctionRunner().RunFunction(_stack_request(asked, [installed])))
+    (fatal,) = _severities(rsp, fnv1.SEVERITY_FATAL)
+    assert "spec.stack is immutable" in fatal
+    assert f"not {asked}" in fatal
+
+
+def test_the_same_stack_composes_as_before():
+    req = _stack_request(contracts.STACK_STANDARD, ["leaderworkerset"])
+    rsp = asyncio.run(stack_fn.FunctionRunner().RunFunction(req))
+    assert not _severities(rsp, fnv1.SEVERITY_FATAL)
+    assert "leaderworkerset" in rsp.desired.resources
