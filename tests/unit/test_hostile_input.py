@@ -452,3 +452,52 @@ def test_the_same_stack_composes_as_before():
     rsp = asyncio.run(stack_fn.FunctionRunner().RunFunction(req))
     assert not _severities(rsp, fnv1.SEVERITY_FATAL)
     assert "leaderworkerset" in rsp.desired.resources
+
+
+# --- A composed object over an API limit is refused, naming what to shrink -------------
+
+
+def max_size_mapping(i: int) -> dict:
+    """A MetricMapping at the XRD's bounds: 64 metrics of 8 `from` names of up to 200
+    characters, 32 labels."""
+    return {
+        "apiVersion": contracts.API_GROUP_VERSION,
+        "kind": contracts.KIND_METRIC_MAPPING,
+        "metadata": {"name": f"engine-{i}"},
+        "spec": {
+            "engine": f"engine-{i}",
+            "metrics": [
+                {
+                    "to": f"modelplane_custom_{m}",
+                    "custom": True,
+                    "from": [f"e{i}_m{m}_f{f}_" + "x" * 180 for f in range(8)],
+                }
+                for m in range(64)
+            ],
+            "labels": [{"from": f"l{j}" + "y" * 90, "to": f"t{j}"} for j in range(32)],
+        },
+    }
+
+
+def _stack_with_mappings(mappings: list[dict]) -> fnv1.RunFunctionResponse:
+    req = _stack_request(contracts.STACK_STANDARD, [])
+    destination = yaml.safe_load((REPO / "examples/telemetrydestinations/fleet.yaml").read_text())
+    req.observed.composite.resource.update(_cluster("us-east-1"))
+    for name, items in (
+        (stack_fn.REQUIRED_MAPPINGS, mappings),
+        (stack_fn.REQUIRED_DESTINATIONS, [destination]),
+    ):
+        for item in items:
+            req.required_resources[name].items.add().resource.update(item)
+    return asyncio.run(stack_fn.FunctionRunner().RunFunction(req))
+
+
+def test_a_collector_config_over_the_configmap_limit_is_refused_naming_the_mappings():
+    one = _stack_with_mappings([max_size_mapping(0)])
+    assert not _severities(one, fnv1.SEVERITY_FATAL)
+    assert "collector-config" in one.desired.resources
+    many = _stack_with_mappings([max_size_mapping(i) for i in range(3)])
+    (fatal,) = _severities(many, fnv1.SEVERITY_FATAL)
+    assert "ConfigMap modelplane-collector" in fatal
+    assert "over the limit of 1,048,576" in fatal
+    assert "shrink the MetricMappings in effect" in fatal
