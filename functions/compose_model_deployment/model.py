@@ -27,6 +27,11 @@ from functions.compose_model_deployment.cel_env import (
 # No count in this API comes near it (the XRDs bound them far lower); a value past it is
 # refused before it reaches arithmetic that would grow with it.
 INT_LIMIT = 2**31 - 1
+# The InferenceCluster XRD's bounds, checked again (apis/inferenceclusters/definition.yaml).
+POOLS_MAX = 32
+NODES_MAX = 10000
+PER_NODE_MAX = 64
+FABRICS_MAX = 64
 
 
 class InputError(ValueError):
@@ -389,7 +394,10 @@ def _read_cluster(ic: dict) -> Cluster:
         # The rule compose-serving-stack installs by: never place where it cannot install.
         raise InputError(f"InferenceCluster {name[:80] or '<unnamed>'}: metadata.name", problem)
     pools = []
-    for i, raw in enumerate(spec.get("nodePools") or []):
+    raw_pools = _list_of(
+        spec.get("nodePools"), f"InferenceCluster {name}: spec.nodePools", POOLS_MAX
+    )
+    for i, raw in enumerate(raw_pools):
         path = f"InferenceCluster {name}: spec.nodePools[{i}]"
         devices = raw.get("devices") or {}
         driver = str(devices.get("driver", ""))
@@ -416,19 +424,39 @@ def _read_cluster(ic: dict) -> Cluster:
                     f"{path}.devices.capacity.{k}", f"{v!r} is not a resource quantity"
                 ) from None
             capacity.append((qualify(k, driver), str(v)))
-        nodes = _int(raw.get("nodes"), f"{path}.nodes", default=0)
-        max_nodes = _int(raw.get("maxNodes"), f"{path}.maxNodes", default=nodes)
+        nodes = _bounded(
+            _int(raw.get("nodes"), f"{path}.nodes", default=0), f"{path}.nodes", 0, NODES_MAX
+        )
+        max_nodes = _bounded(
+            _int(raw.get("maxNodes"), f"{path}.maxNodes", default=nodes),
+            f"{path}.maxNodes",
+            0,
+            NODES_MAX,
+        )
         pools.append(
             Pool(
                 name=str(raw.get("name", "")),
                 nodes=max(nodes, max_nodes),
                 node_selector=dict(raw.get("nodeSelector") or {}),
                 driver=driver,
-                per_node=_int(devices.get("perNode"), f"{path}.devices.perNode", default=1),
+                per_node=_bounded(
+                    _int(devices.get("perNode"), f"{path}.devices.perNode", default=1),
+                    f"{path}.devices.perNode",
+                    1,
+                    PER_NODE_MAX,
+                ),
                 profile=DeviceProfile(driver, tuple(attributes), tuple(capacity)),
                 fabrics=tuple(
-                    Fabric(str(f.get("name", "")), _int(f.get("nodes"), f"{path}.fabrics.nodes"))
-                    for f in raw.get("fabrics") or []
+                    Fabric(
+                        str(f.get("name", "")),
+                        _bounded(
+                            _int(f.get("nodes"), f"{path}.fabrics.nodes"),
+                            f"{path}.fabrics.nodes",
+                            0,
+                            NODES_MAX,
+                        ),
+                    )
+                    for f in _list_of(raw.get("fabrics"), f"{path}.fabrics", FABRICS_MAX)
                 ),
                 taints=tuple(
                     Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))

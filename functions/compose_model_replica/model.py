@@ -11,9 +11,9 @@ must say why in `kubectl describe`, not in a log.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from functions.common.contracts import (
     PORT_DECODE_ENGINE,
@@ -41,6 +41,23 @@ class InvalidReplica(ValueError):
         self.rule = rule
 
 
+def _whole_number(value: Any) -> Any:
+    """The XRD's `integer`, checked again: a number without a fraction (a protobuf Struct
+    sends 2 as 2.0), never a bool or a string, which pydantic's lax mode would convert."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be an integer, got {str(value)[:40]!r}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"must be a whole number, got {value!r}")
+    return int(value)
+
+
+# The XRD's bounds, checked again (apis/modelreplicas/definition.yaml).
+Replicas = Annotated[int, BeforeValidator(_whole_number), Field(ge=0, le=1000)]
+Port = Annotated[int, BeforeValidator(_whole_number), Field(ge=1, le=65535)]
+WorkerNodes = Annotated[int, BeforeValidator(_whole_number), Field(ge=0, le=63)]
+DeviceCount = Annotated[int, BeforeValidator(_whole_number), Field(ge=1)]
+
+
 class _Spec(BaseModel):
     # Unknown fields are kept, not rejected: the XRD is the schema, this is the view.
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
@@ -66,13 +83,13 @@ class NodePool(_Spec):
 
 class DeviceRequest(_Spec):
     name: str
-    count: int = Field(ge=1)
+    count: DeviceCount
     selectors: tuple[str, ...] = ()
 
 
 class Member(_Spec):
     role: str
-    worker_nodes: int = Field(default=0, ge=0, alias="workerNodes")
+    worker_nodes: WorkerNodes = Field(default=0, alias="workerNodes")
     devices: tuple[DeviceRequest, ...] = ()
     template: dict[str, Any] = Field(default_factory=dict)
 
@@ -80,8 +97,8 @@ class Member(_Spec):
 class Engine(_Spec):
     name: str
     type: str
-    port: int | None = None
-    members: tuple[Member, ...]
+    port: Port | None = None
+    members: tuple[Member, ...] = Field(min_length=1, max_length=4)
 
     def member(self, role: str) -> Member | None:
         return next((m for m in self.members if m.role == role), None)
@@ -117,7 +134,7 @@ class ModelReplica(_Spec):
     deployment: str
     cluster: Cluster
     node_pool: NodePool = Field(alias="nodePool")
-    replicas: int = Field(ge=0)
+    replicas: Replicas
     definition_hash: str = Field(alias="definitionHash")
     source: Source
     profile: str = ""

@@ -81,12 +81,18 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
             f"{prometheus_url[:200]!r} must be an http(s) URL without spaces or quotes",
         )
     telemetry = spec.get("telemetry") or {}
+    node_tier = telemetry.get("nodeTier", False)
+    if not isinstance(node_tier, bool):
+        # bool("false") is True: a string must not turn the node tier on.
+        raise InvalidCluster(
+            "spec.telemetry.nodeTier", f"must be true or false, got {str(node_tier)[:40]!r}"
+        )
     return Cluster(
         name=name,
         stack=stack,
         region=str(spec.get("region") or ""),
         target=Target(name, provider_config, kind),
-        node_tier=bool(telemetry.get("nodeTier", False)),
+        node_tier=node_tier,
         prometheus_url=prometheus_url,
     )
 

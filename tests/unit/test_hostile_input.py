@@ -501,3 +501,79 @@ def test_a_collector_config_over_the_configmap_limit_is_refused_naming_the_mappi
     assert "ConfigMap modelplane-collector" in fatal
     assert "over the limit of 1,048,576" in fatal
     assert "shrink the MetricMappings in effect" in fatal
+
+
+# --- What the InferenceCluster and ModelReplica XRDs check, checked again ---------------
+
+CLUSTER_BOUNDS = {
+    "nodes_past_the_xrd_maximum": (
+        lambda ic: ic["spec"]["nodePools"][0].update(nodes=10001),
+        r"spec\.nodePools\[0\]\.nodes: 10001 is outside 0-10000",
+    ),
+    "negative_max_nodes": (
+        lambda ic: ic["spec"]["nodePools"][0].update(maxNodes=-1),
+        r"spec\.nodePools\[0\]\.maxNodes: -1 is outside 0-10000",
+    ),
+    "devices_per_node_past_64": (
+        lambda ic: ic["spec"]["nodePools"][0]["devices"].update(perNode=65),
+        r"devices\.perNode: 65 is outside 1-64",
+    ),
+    "nodes_as_a_bool": (
+        lambda ic: ic["spec"]["nodePools"][0].update(nodes=True),
+        r"nodes: must be an integer",
+    ),
+    "thirty_three_pools": (
+        lambda ic: ic["spec"].update(nodePools=ic["spec"]["nodePools"][:1] * 33),
+        r"spec\.nodePools: has 33 entries; at most 32",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("break_it", "message"), CLUSTER_BOUNDS.values(), ids=CLUSTER_BOUNDS.keys()
+)
+def test_placement_rechecks_the_cluster_bounds(break_it, message):
+    ic = _cluster("us-east-1")
+    break_it(ic)
+    with pytest.raises(InputError, match=message):
+        read_cluster(ic)
+
+
+def test_a_node_tier_written_as_a_string_is_refused_not_turned_on():
+    ic = _cluster("us-east-1")
+    ic["spec"]["telemetry"] = {"nodeTier": "false"}
+    with pytest.raises(InvalidCluster, match=r"spec\.telemetry\.nodeTier: must be true or false"):
+        parse_stack_cluster(ic)
+
+
+REPLICA_BOUNDS = {
+    "replicas_past_1000": (lambda spec: spec.update(replicas=1001), "spec.replicas"),
+    "replicas_as_a_string": (lambda spec: spec.update(replicas="3"), "spec.replicas"),
+    "replicas_as_a_bool": (lambda spec: spec.update(replicas=True), "spec.replicas"),
+    "a_port_past_65535": (lambda spec: spec["engines"][0].update(port=70000), "port"),
+    "worker_nodes_past_63": (
+        lambda spec: spec["engines"][0]["members"][0].update(workerNodes=64),
+        "workerNodes",
+    ),
+    "five_members": (
+        lambda spec: spec["engines"][0].update(members=spec["engines"][0]["members"] * 5),
+        "members",
+    ),
+}
+
+
+@pytest.mark.parametrize(("break_it", "field"), REPLICA_BOUNDS.values(), ids=REPLICA_BOUNDS.keys())
+def test_the_replica_function_rechecks_the_replica_bounds(break_it, field):
+    xr = yaml.safe_load(next(iter(sorted(REPLICA_INPUTS.glob("*.yaml")))).read_text())
+    parse_replica(xr)  # valid as it is
+    break_it(xr["spec"])
+    with pytest.raises(InvalidReplica) as refused:
+        parse_replica(xr)
+    assert field in refused.value.path
+
+
+def test_a_whole_float_is_still_an_integer():
+    """Numbers arrive from a protobuf Struct as floats: 2.0 is the integer 2."""
+    xr = yaml.safe_load(next(iter(sorted(REPLICA_INPUTS.glob("*.yaml")))).read_text())
+    xr["spec"]["replicas"] = 2.0
+    assert parse_replica(xr).replicas == 2
