@@ -23,6 +23,17 @@ LABEL_VALUE_MAX = 63
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 # An RFC 1123 label: what an InferenceCluster's name must be (see cluster_name_problem).
 DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_SUBDOMAIN_MAX = 253
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_object_name(name: object) -> bool:
+    """Whether `name` can name a namespaced object (an RFC 1123 subdomain)."""
+    return (
+        isinstance(name, str)
+        and len(name) <= DNS_SUBDOMAIN_MAX
+        and _DNS_SUBDOMAIN.fullmatch(name) is not None
+    )
 
 
 def stable_hash(value: Any, length: int = 10) -> str:

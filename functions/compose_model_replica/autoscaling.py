@@ -22,7 +22,6 @@ from functions.common.contracts import (
     KIND_ADAPTIVE_POLICY,
     KIND_SCALED_OBJECT,
     LABEL_DEPLOYMENT,
-    LABEL_SERVING,
     SCALED_OBJECT_API_VERSION,
     SCALER_PORT,
     SCALER_SERVICE_NAME,
@@ -86,10 +85,7 @@ def scaled_object(replica: ModelReplica, workload: Workload, *, serving: bool) -
     metadata: dict = {
         "name": scaled_object_name(replica, workload, serving),
         "namespace": replica.namespace,
-        "labels": {
-            LABEL_SERVING: label_value(replica.name),
-            LABEL_DEPLOYMENT: label_value(replica.deployment),
-        },
+        "labels": replica.labels(),
     }
     if replica.unavailable is not None:
         # Parked or unplaceable: KEDA holds the workload at 0 whatever the scaler says.

@@ -16,6 +16,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from functions.common.contracts import (
+    LABEL_DEPLOYMENT,
+    LABEL_SERVING,
     PORT_DECODE_ENGINE,
     PORT_NAME_HTTP,
     PORT_SERVING,
@@ -30,6 +32,7 @@ from functions.common.contracts import (
     STACK_STANDARD,
     SYSTEM_NAMESPACE,
 )
+from functions.common.naming import is_object_name, label_value
 
 
 class InvalidReplica(ValueError):
@@ -148,6 +151,16 @@ class ModelReplica(_Spec):
     unavailable: Unavailable | None = None
 
     @property
+    def serving_label(self) -> str:
+        """The LABEL_SERVING value of everything this replica composes (label-safe)."""
+        return label_value(self.name)
+
+    def labels(self) -> dict[str, str]:
+        """The labels every object this replica composes carries, as valid label values
+        for any valid name (a 253-character deployment name is shortened)."""
+        return {LABEL_SERVING: self.serving_label, LABEL_DEPLOYMENT: label_value(self.deployment)}
+
+    @property
     def shape(self) -> Shape:
         if self.serving_mode == SERVING_PREFILL_DECODE:
             return Shape.PREFILL_DECODE
@@ -216,6 +229,11 @@ def _check(replica: ModelReplica) -> None:
             "metadata.namespace",
             f"{SYSTEM_NAMESPACE} is the suite's own namespace on every member; a model "
             "cannot run there (its objects would collide with the runtime's)",
+        )
+    if not is_object_name(replica.deployment):
+        # It names objects and labels on the member; never echoed (it may be anything).
+        raise InvalidReplica(
+            "spec.deployment", "must be a ModelDeployment's name (a DNS subdomain, at most 253)"
         )
     if replica.cluster.stack not in (STACK_STANDARD, STACK_DYNAMO):
         raise InvalidReplica("spec.cluster.stack", f"must be {STACK_STANDARD} or {STACK_DYNAMO}")

@@ -50,7 +50,7 @@ def envelope(
             name=dns_label(replica.name, key),
             namespace=replica.namespace,
             labels={
-                LABEL_SERVING: label_value(replica.name),
+                LABEL_SERVING: replica.serving_label,
                 LABEL_DEPLOYMENT: label_value(replica.deployment),
                 LABEL_CLUSTER: label_value(replica.cluster.name),
             },

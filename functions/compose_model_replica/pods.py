@@ -49,7 +49,7 @@ ENV_MODEL_TOKEN = "HF_TOKEN"
 
 def pod_labels(replica: ModelReplica, engine: Engine, role: str) -> dict[str, str]:
     return {
-        LABEL_SERVING: label_value(replica.name),
+        LABEL_SERVING: replica.serving_label,
         LABEL_DEPLOYMENT: label_value(replica.deployment),
         LABEL_ENGINE: engine.type,
         LABEL_ROLE: role,

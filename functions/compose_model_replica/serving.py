@@ -21,7 +21,6 @@ from functions.common.contracts import (
     HEADER_MODEL_NAME,
     INFERENCE_GATEWAY_NAME,
     INFERENCE_GATEWAY_NAMESPACE,
-    LABEL_DEPLOYMENT,
     LABEL_ROLE,
     LABEL_SERVING,
     PORT_NAME_HTTP,
@@ -30,7 +29,7 @@ from functions.common.contracts import (
     ROLE_LEADER,
     ROLE_STANDALONE,
 )
-from functions.common.naming import dns_label, label_value, service_name
+from functions.common.naming import dns_label, service_name
 from functions.compose_model_replica.backends.prefill_decode import ROUTING_PORT_NAME
 from functions.compose_model_replica.model import ModelReplica, Shape
 
@@ -47,10 +46,7 @@ def _meta(replica: ModelReplica, name: str) -> dict:
     return {
         "name": name,
         "namespace": replica.namespace,
-        "labels": {
-            LABEL_SERVING: label_value(replica.name),
-            LABEL_DEPLOYMENT: label_value(replica.deployment),
-        },
+        "labels": replica.labels(),
     }
 
 
@@ -82,7 +78,7 @@ def service(replica: ModelReplica) -> dict:
         "metadata": _meta(replica, endpoint_name(replica)),
         "spec": {
             "selector": {
-                LABEL_SERVING: label_value(replica.name),
+                LABEL_SERVING: replica.serving_label,
                 LABEL_ROLE: serving_role(replica),
             },
             "ports": [
@@ -109,7 +105,7 @@ def inference_pool(replica: ModelReplica) -> dict:
         "spec": {
             "selector": {
                 "matchLabels": {
-                    LABEL_SERVING: label_value(replica.name),
+                    LABEL_SERVING: replica.serving_label,
                     LABEL_ROLE: serving_role(replica),
                 }
             },
