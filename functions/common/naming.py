@@ -60,11 +60,17 @@ def resource_key(*parts: str) -> str:
     return dns_label(*parts)
 
 
+def is_label_value(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= LABEL_VALUE_MAX
+        and _LABEL_VALUE.fullmatch(value) is not None
+    )
+
+
 def label_value(value: str) -> str:
     """`value` as a label value: itself when valid, else shortened like `dns_label`."""
-    if len(value) <= LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(value):
-        return value
-    return dns_label(value)
+    return value if is_label_value(value) else dns_label(value)
 
 
 def service_name(*parts: str) -> str:
@@ -89,9 +95,10 @@ def cluster_name_problem(name: object) -> str | None:
     if not isinstance(name, str) or not name:
         return "is required"
     if len(name) > _DNS_LABEL_MAX or not DNS_LABEL_RE.fullmatch(name):
-        shown = name[:80] + ("..." if len(name) > 80 else "")
+        # Not echoed: whatever was written there (a URL with a password) stays out of
+        # conditions and events.
         return (
-            f"{shown!r} must be a DNS label (lowercase letters, digits and '-', at most "
+            f"must be a DNS label (lowercase letters, digits and '-', at most "
             f"{_DNS_LABEL_MAX} characters; no dots)"
         )
     return None

@@ -32,7 +32,13 @@ from functions.common.contracts import (
     STACK_STANDARD,
     SYSTEM_NAMESPACE,
 )
-from functions.common.naming import is_object_name, label_value
+from functions.common.naming import (
+    cluster_name_problem,
+    is_label_value,
+    is_object_name,
+    label_value,
+)
+from functions.common.redact import url_credentials
 
 
 class InvalidReplica(ValueError):
@@ -206,10 +212,41 @@ def _pydantic_path(error: dict) -> str:
     return path
 
 
+def _credential_in(node: Any, path: str, depth: int = 0) -> tuple[str, list[str]] | None:
+    """The first string under `node` that carries a URL credential: its path and what."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(node, str):
+        found = url_credentials(node)
+        return (path, found) if found else None
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for key, value in items:
+        step = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{str(key)[:63]}"
+        hit = _credential_in(value, step, depth + 1)
+        if hit is not None:
+            return hit
+    return None
+
+
+_MAX_DEPTH = 64
+
+
 def parse(xr: dict) -> ModelReplica:
     """The ModelReplica in an observed XR, or InvalidReplica naming the field and rule."""
     meta = xr.get("metadata", {})
     spec = xr.get("spec") or {}
+    leaked = _credential_in(spec, "spec")
+    if leaked is not None:
+        path, found = leaked
+        # Every string here may be copied onto the member or into a message: a URL with a
+        # password is refused by path, its value never repeated.
+        raise InvalidReplica(path, f"must not carry credentials (found {', '.join(found)})")
     try:
         replica = ModelReplica.model_validate(
             {**spec, "name": meta.get("name", ""), "namespace": meta.get("namespace", "")}
@@ -235,6 +272,15 @@ def _check(replica: ModelReplica) -> None:
         raise InvalidReplica(
             "spec.deployment", "must be a ModelDeployment's name (a DNS subdomain, at most 253)"
         )
+    for key, value in replica.node_pool.node_selector.items():
+        if not is_label_value(value):
+            # Not echoed: it is copied onto pods, and may be anything.
+            raise InvalidReplica(
+                f"spec.nodePool.nodeSelector[{key[:63]}]", "must be a label value (at most 63)"
+            )
+    cluster_problem = cluster_name_problem(replica.cluster.name)
+    if cluster_problem is not None:
+        raise InvalidReplica("spec.cluster.name", cluster_problem)
     if replica.cluster.stack not in (STACK_STANDARD, STACK_DYNAMO):
         raise InvalidReplica("spec.cluster.stack", f"must be {STACK_STANDARD} or {STACK_DYNAMO}")
     if not replica.engines:

@@ -577,3 +577,33 @@ def test_a_whole_float_is_still_an_integer():
     xr = yaml.safe_load(next(iter(sorted(REPLICA_INPUTS.glob("*.yaml")))).read_text())
     xr["spec"]["replicas"] = 2.0
     assert parse_replica(xr).replicas == 2
+
+
+REPLICA_TEXT = {
+    "a_deployment_that_is_a_url": (
+        lambda spec: spec.update(deployment="https://admin:hunter2@evil.example.com/v1"),
+        "spec.deployment",
+    ),
+    "a_driver_with_a_password": (
+        lambda spec: spec["nodePool"].update(driver="https://admin:hunter2@evil.example.com"),
+        "spec.nodePool.driver",
+    ),
+    "a_node_selector_value_that_is_no_label_value": (
+        lambda spec: spec["nodePool"].update(nodeSelector={"pool": "x" * 64}),
+        "spec.nodePool.nodeSelector[pool]",
+    ),
+    "a_dotted_cluster_name": (
+        lambda spec: spec["cluster"].update(name="us.east.1"),
+        "spec.cluster.name",
+    ),
+}
+
+
+@pytest.mark.parametrize(("break_it", "path"), REPLICA_TEXT.values(), ids=REPLICA_TEXT.keys())
+def test_replica_text_that_would_reach_the_member_is_refused_without_echo(break_it, path):
+    xr = yaml.safe_load(next(iter(sorted(REPLICA_INPUTS.glob("*.yaml")))).read_text())
+    break_it(xr["spec"])
+    with pytest.raises(InvalidReplica) as refused:
+        parse_replica(xr)
+    assert refused.value.path == path
+    assert "hunter2" not in str(refused.value)
