@@ -10,6 +10,7 @@ must say why in `kubectl describe`, not in a log.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -218,6 +219,8 @@ def _credential_in(node: Any, path: str, depth: int = 0) -> tuple[str, list[str]
         return None
     if isinstance(node, str):
         found = url_credentials(node)
+        if not found and _BARE_USERINFO.search(node):
+            found = ["user-info (user:password@)"]  # host:port without a scheme
         return (path, found) if found else None
     items = (
         node.items()
@@ -235,6 +238,7 @@ def _credential_in(node: Any, path: str, depth: int = 0) -> tuple[str, list[str]
 
 
 _MAX_DEPTH = 64
+_BARE_USERINFO = re.compile(r"(^|[\s=,;'\"])[^\s/@:'\"]+:[^\s/@'\"]+@[^\s/@]")
 
 
 def parse(xr: dict) -> ModelReplica:
@@ -278,6 +282,10 @@ def _check(replica: ModelReplica) -> None:
             raise InvalidReplica(
                 f"spec.nodePool.nodeSelector[{key[:63]}]", "must be a label value (at most 63)"
             )
+    if replica.node_pool.driver and not (
+        len(replica.node_pool.driver) <= 63 and is_object_name(replica.node_pool.driver)
+    ):
+        raise InvalidReplica("spec.nodePool.driver", "must be a DRA driver name (a DNS subdomain)")
     cluster_problem = cluster_name_problem(replica.cluster.name)
     if cluster_problem is not None:
         raise InvalidReplica("spec.cluster.name", cluster_problem)
