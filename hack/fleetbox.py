@@ -80,6 +80,9 @@ EXAMPLE_SECRETS = {
 EXAMPLE_NAMESPACES = ("ml-team",)
 # The Secret per member that compose-serving-stack copies to its peers (runtime_hosting).
 PEER_SECRET_PREFIX = "modelplane-peer-"
+SCALER_TLS_SECRET = "modelplane-scaler-tls"
+SCALER_CLIENT_SECRET = "modelplane-scaler-client"
+SCALER_DNS_NAME = "modelplane-scaler.modelplane-system.svc.cluster.local"
 # The cluster inventory API's ClusterProfile, which compose-serving-stack writes one of
 # per peer on every member. Its CRD is a prerequisite the platform installs (no chart of
 # the substrate carries it, and its module is not served here), so the box stands in with
@@ -483,6 +486,9 @@ class FleetBox:
             crd["spec"].pop("conversion", None)
             documents.append(crd)
         documents.append(CLUSTER_PROFILE_CRD)
+        # KEDA's own namespace, which its install creates: the scaler's client-certificate
+        # Secret goes there (KEDA reads ClusterTriggerAuthentication Secrets from it).
+        documents.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "keda"}})
         for name in self.members:
             self.kubectl(
                 name, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(documents)
@@ -642,10 +648,26 @@ class FleetBox:
         """One kubeconfig Secret and ClusterProviderConfig per member, and one for the
         control plane itself (where the example TelemetryDestination's gateway runs)."""
         documents = []
+        # What the platform team provides for KEDA -> scaler client-certificate auth
+        # (contracts.SCALER_TLS_SECRET / SCALER_CLIENT_SECRET), one pair for every member.
+        scaler_server = self.certs.pair(SCALER_DNS_NAME, "127.0.0.1", "serverAuth")
+        keda_client = self.certs.pair("keda-scaler-client", None, "clientAuth")
         targets = {**self.members, CONTROL_PLANE_CONFIG: self.control}
         for name, cluster in targets.items():
             config = cluster.kubeconfig()
             if name in self.members:
+                for prefix, folder in (
+                    (SCALER_TLS_SECRET, scaler_server),
+                    (SCALER_CLIENT_SECRET, keda_client),
+                ):
+                    documents.append({
+                        "apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": f"{prefix}-{name}", "namespace": CROSSPLANE_NAMESPACE},
+                        "stringData": {
+                            key: (folder / key).read_text()
+                            for key in ("ca.crt", "tls.crt", "tls.key")
+                        },
+                    })  # fmt: skip
                 # What the platform team provides for each member's peers (README: the
                 # runtime): a kubeconfig peers' agents reach it with. A real one is
                 # built for the member's modelplane-peer ServiceAccount; the box has no

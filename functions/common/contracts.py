@@ -129,6 +129,20 @@ SCALER_HEALTH_PORT: Final = 9091
 # gRPC health service names the scaler answers: "" (ready: its cache is filled) and
 # this one (live: the process serves).
 SCALER_LIVENESS_SERVICE: Final = "liveness"
+# Client-certificate authentication between KEDA and the scaler, on every member.
+# The scaler serves TLS from SCALER_TLS_SECRET (in SYSTEM_NAMESPACE: tls.crt, tls.key for
+# the scaler Service's DNS name, and ca.crt, the CA KEDA's client certificate is signed
+# by). KEDA presents the certificate in SCALER_CLIENT_SECRET (in KEDA_NAMESPACE, KEDA's
+# namespace for cluster-scoped auth objects: ca.crt, the CA that signed the scaler's
+# certificate; tls.crt; tls.key) through the ClusterTriggerAuthentication
+# SCALER_TRIGGER_AUTHENTICATION every composed ScaledObject's trigger names. The platform
+# team provides both per member on the control plane, in the composed namespace, as
+# SCALER_TLS_SECRET + "-" + member and SCALER_CLIENT_SECRET + "-" + member; they are
+# copied to the member, never read by a function.
+SCALER_TLS_SECRET: Final = "modelplane-scaler-tls"
+SCALER_CLIENT_SECRET: Final = "modelplane-scaler-client"
+SCALER_TRIGGER_AUTHENTICATION: Final = "modelplane-scaler"
+KEDA_NAMESPACE: Final = "keda"
 # The agent's probes, served beside /metrics on METRICS_PORT.
 HEALTHZ_PATH: Final = "/healthz"
 READYZ_PATH: Final = "/readyz"

@@ -1,8 +1,14 @@
-"""Stable names and hashes.
+"""Stable names and hashes, always within the API server's limits.
 
 A composed resource's key is its identity: Crossplane deletes and recreates the remote
 object when the key changes. Every key and every generated name is built here, from
 sorted, explicit parts, so the same input always yields the same name.
+
+Every name and label value a function composes from user input goes through one of these
+helpers, so it is valid for any valid input (a 253-character deployment name, a dotted
+one) and shortened the same way everywhere: a readable prefix and a hash of the full
+text. A reader that selects by a label (compose-serving-stack's ModelReplicas by
+cluster) builds the value with the same helper.
 """
 
 import hashlib
@@ -12,6 +18,22 @@ from typing import Any
 
 _DNS_LABEL_MAX = 63
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
+LABEL_VALUE_MAX = 63
+# Kubernetes' label value rule (apimachinery validation.IsValidLabelValue).
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+# An RFC 1123 label: what an InferenceCluster's name must be (see cluster_name_problem).
+DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_SUBDOMAIN_MAX = 253
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_object_name(name: object) -> bool:
+    """Whether `name` can name a namespaced object (an RFC 1123 subdomain)."""
+    return (
+        isinstance(name, str)
+        and len(name) <= DNS_SUBDOMAIN_MAX
+        and _DNS_SUBDOMAIN.fullmatch(name) is not None
+    )
 
 
 def stable_hash(value: Any, length: int = 10) -> str:
@@ -36,3 +58,47 @@ def dns_label(*parts: str, max_length: int = _DNS_LABEL_MAX) -> str:
 def resource_key(*parts: str) -> str:
     """The key of a composed resource in the desired state (its identity)."""
     return dns_label(*parts)
+
+
+def is_label_value(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= LABEL_VALUE_MAX
+        and _LABEL_VALUE.fullmatch(value) is not None
+    )
+
+
+def label_value(value: str) -> str:
+    """`value` as a label value: itself when valid, else shortened like `dns_label`."""
+    return value if is_label_value(value) else dns_label(value)
+
+
+def service_name(*parts: str) -> str:
+    """A Service's name: an RFC 1035 label, so it must also start with a letter."""
+    name = dns_label(*parts)
+    return name if name[:1].isalpha() else dns_label("svc", *parts)
+
+
+def volume_name(*parts: str) -> str:
+    """A pod volume's name (an RFC 1123 label), e.g. for a Secret whose name is longer."""
+    return dns_label(*parts)
+
+
+def cluster_name_problem(name: object) -> str | None:
+    """Why `name` cannot be an InferenceCluster's name, or None when it can.
+
+    One rule for every function that reads cluster names (compose-model-deployment
+    places on them, compose-serving-stack installs them): an RFC 1123 label of at most
+    63 characters, because the name is used whole as a label value, in the runtime's
+    `--member NAME=PATH` flags, in AdaptivePolicy.spec.clusters and in the collector's
+    resource attributes."""
+    if not isinstance(name, str) or not name:
+        return "is required"
+    if len(name) > _DNS_LABEL_MAX or not DNS_LABEL_RE.fullmatch(name):
+        # Not echoed: whatever was written there (a URL with a password) stays out of
+        # conditions and events.
+        return (
+            f"must be a DNS label (lowercase letters, digits and '-', at most "
+            f"{_DNS_LABEL_MAX} characters; no dots)"
+        )
+    return None

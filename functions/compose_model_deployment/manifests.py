@@ -18,10 +18,8 @@ from functions.common.adaptivepolicy import (
     PASSTHROUGH_FIELDS,
     fit_cluster_weights,
 )
-from functions.common.naming import dns_label, resource_key
+from functions.common.naming import dns_label, label_value, resource_key
 from functions.compose_model_deployment.model import Cluster, Deployment, Pool
-
-_LABEL_VALUE_MAX: Final = 63
 
 # The only fields in which a deployment's ModelReplicas differ from one another; the
 # shell builds one and copies it for the others (see fn.py), so a field that comes to
@@ -39,10 +37,6 @@ def replica_key(cluster: str) -> str:
 
 def replica_name(deployment: Deployment, cluster: str) -> str:
     return dns_label(deployment.name, cluster)
-
-
-def label_value(value: str) -> str:
-    return value if len(value) <= _LABEL_VALUE_MAX else dns_label(value)
 
 
 def autoscaling_spec(deployment: Deployment, used: list[tuple[Cluster, str]]) -> dict | None:

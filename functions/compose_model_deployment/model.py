@@ -13,6 +13,7 @@ from typing import Any
 
 from functions.common import contracts
 from functions.common.health import HealthRecord
+from functions.common.naming import cluster_name_problem
 from functions.common.quantity import parse_quantity
 from functions.common.redact import url_credentials
 from functions.common.scheduling import Taint, Toleration
@@ -26,6 +27,11 @@ from functions.compose_model_deployment.cel_env import (
 # No count in this API comes near it (the XRDs bound them far lower); a value past it is
 # refused before it reaches arithmetic that would grow with it.
 INT_LIMIT = 2**31 - 1
+# The InferenceCluster XRD's bounds, checked again (apis/inferenceclusters/definition.yaml).
+POOLS_MAX = 32
+NODES_MAX = 10000
+PER_NODE_MAX = 64
+FABRICS_MAX = 64
 
 
 class InputError(ValueError):
@@ -440,31 +446,65 @@ def _read_cluster(ic: dict) -> Cluster:
     meta = ic.get("metadata") or {}
     spec = ic.get("spec") or {}
     name = str(meta.get("name", ""))
+    problem = cluster_name_problem(meta.get("name"))
+    if problem is not None:
+        # The rule compose-serving-stack installs by: never place where it cannot install.
+        raise InputError(f"InferenceCluster {name[:80] or '<unnamed>'}: metadata.name", problem)
     pools = []
-    for i, raw in enumerate(spec.get("nodePools") or []):
+    raw_pools = _list_of(
+        spec.get("nodePools"), f"InferenceCluster {name}: spec.nodePools", POOLS_MAX
+    )
+    for i, raw in enumerate(raw_pools):
         path = f"InferenceCluster {name}: spec.nodePools[{i}]"
         devices = raw.get("devices") or {}
         driver = str(devices.get("driver", ""))
         extra = tuple(
             ExtraDevices(
-                _int(e.get("perNode"), f"{path}.additionalDevices[{k}].perNode", default=1),
+                _bounded(
+                    _int(e.get("perNode"), f"{path}.additionalDevices[{k}].perNode", default=1),
+                    f"{path}.additionalDevices[{k}].perNode",
+                    1,
+                    PER_NODE_MAX,
+                ),
                 _device_profile(e, f"{path}.additionalDevices[{k}]"),
             )
-            for k, e in enumerate(raw.get("additionalDevices") or [])
+            for k, e in enumerate(
+                _list_of(raw.get("additionalDevices"), f"{path}.additionalDevices", FABRICS_MAX)
+            )
         )
-        nodes = _int(raw.get("nodes"), f"{path}.nodes", default=0)
-        max_nodes = _int(raw.get("maxNodes"), f"{path}.maxNodes", default=nodes)
+        nodes = _bounded(
+            _int(raw.get("nodes"), f"{path}.nodes", default=0), f"{path}.nodes", 0, NODES_MAX
+        )
+        max_nodes = _bounded(
+            _int(raw.get("maxNodes"), f"{path}.maxNodes", default=nodes),
+            f"{path}.maxNodes",
+            0,
+            NODES_MAX,
+        )
         pools.append(
             Pool(
                 name=str(raw.get("name", "")),
                 nodes=max(nodes, max_nodes),
                 node_selector=dict(raw.get("nodeSelector") or {}),
                 driver=driver,
-                per_node=_int(devices.get("perNode"), f"{path}.devices.perNode", default=1),
+                per_node=_bounded(
+                    _int(devices.get("perNode"), f"{path}.devices.perNode", default=1),
+                    f"{path}.devices.perNode",
+                    1,
+                    PER_NODE_MAX,
+                ),
                 profile=_device_profile(devices, f"{path}.devices"),
                 fabrics=tuple(
-                    Fabric(str(f.get("name", "")), _int(f.get("nodes"), f"{path}.fabrics.nodes"))
-                    for f in raw.get("fabrics") or []
+                    Fabric(
+                        str(f.get("name", "")),
+                        _bounded(
+                            _int(f.get("nodes"), f"{path}.fabrics.nodes"),
+                            f"{path}.fabrics.nodes",
+                            0,
+                            NODES_MAX,
+                        ),
+                    )
+                    for f in _list_of(raw.get("fabrics"), f"{path}.fabrics", FABRICS_MAX)
                 ),
                 taints=tuple(
                     Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))

@@ -22,13 +22,13 @@ from functions.common.contracts import (
     KIND_ADAPTIVE_POLICY,
     KIND_SCALED_OBJECT,
     LABEL_DEPLOYMENT,
-    LABEL_SERVING,
     SCALED_OBJECT_API_VERSION,
     SCALER_PORT,
     SCALER_SERVICE_NAME,
+    SCALER_TRIGGER_AUTHENTICATION,
     SYSTEM_NAMESPACE,
 )
-from functions.common.naming import dns_label
+from functions.common.naming import dns_label, label_value
 from functions.compose_model_replica.backends.base import Workload
 from functions.compose_model_replica.model import ModelReplica
 
@@ -74,7 +74,7 @@ def adaptive_policy(replica: ModelReplica) -> dict:
         "metadata": {
             "name": policy_name(replica),
             "namespace": replica.namespace,
-            "labels": {LABEL_DEPLOYMENT: replica.deployment},
+            "labels": {LABEL_DEPLOYMENT: label_value(replica.deployment)},
         },
         "spec": spec,
     }
@@ -85,7 +85,7 @@ def scaled_object(replica: ModelReplica, workload: Workload, *, serving: bool) -
     metadata: dict = {
         "name": scaled_object_name(replica, workload, serving),
         "namespace": replica.namespace,
-        "labels": {LABEL_SERVING: replica.name, LABEL_DEPLOYMENT: replica.deployment},
+        "labels": replica.labels(),
     }
     if replica.unavailable is not None:
         # Parked or unplaceable: KEDA holds the workload at 0 whatever the scaler says.
@@ -104,6 +104,11 @@ def scaled_object(replica: ModelReplica, workload: Workload, *, serving: bool) -
                     "metadata": {
                         "scalerAddress": SCALER_ADDRESS,
                         "policy": policy_name(replica),
+                    },
+                    # Client certificates (compose-serving-stack composes it per member).
+                    "authenticationRef": {
+                        "name": SCALER_TRIGGER_AUTHENTICATION,
+                        "kind": "ClusterTriggerAuthentication",
                     },
                 }
             ],

@@ -10,12 +10,15 @@ must say why in `kubectl describe`, not in a log.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from functions.common.contracts import (
+    LABEL_DEPLOYMENT,
+    LABEL_SERVING,
     PORT_DECODE_ENGINE,
     PORT_NAME_HTTP,
     PORT_SERVING,
@@ -30,6 +33,13 @@ from functions.common.contracts import (
     STACK_STANDARD,
     SYSTEM_NAMESPACE,
 )
+from functions.common.naming import (
+    cluster_name_problem,
+    is_label_value,
+    is_object_name,
+    label_value,
+)
+from functions.common.redact import url_credentials
 
 
 class InvalidReplica(ValueError):
@@ -39,6 +49,23 @@ class InvalidReplica(ValueError):
         super().__init__(f"{path}: {rule}")
         self.path = path
         self.rule = rule
+
+
+def _whole_number(value: Any) -> Any:
+    """The XRD's `integer`, checked again: a number without a fraction (a protobuf Struct
+    sends 2 as 2.0), never a bool or a string, which pydantic's lax mode would convert."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be an integer, got {str(value)[:40]!r}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"must be a whole number, got {value!r}")
+    return int(value)
+
+
+# The XRD's bounds, checked again (apis/modelreplicas/definition.yaml).
+Replicas = Annotated[int, BeforeValidator(_whole_number), Field(ge=0, le=1000)]
+Port = Annotated[int, BeforeValidator(_whole_number), Field(ge=1, le=65535)]
+WorkerNodes = Annotated[int, BeforeValidator(_whole_number), Field(ge=0, le=63)]
+DeviceCount = Annotated[int, BeforeValidator(_whole_number), Field(ge=1)]
 
 
 class _Spec(BaseModel):
@@ -68,14 +95,14 @@ class NodePool(_Spec):
 
 class DeviceRequest(_Spec):
     name: str
-    count: int = Field(ge=1)
+    count: DeviceCount
     selectors: tuple[str, ...] = ()
     device_class: str = Field(default="", alias="deviceClassName")  # "": the pool's driver
 
 
 class Member(_Spec):
     role: str
-    worker_nodes: int = Field(default=0, ge=0, alias="workerNodes")
+    worker_nodes: WorkerNodes = Field(default=0, alias="workerNodes")
     devices: tuple[DeviceRequest, ...] = ()
     template: dict[str, Any] = Field(default_factory=dict)
 
@@ -83,8 +110,8 @@ class Member(_Spec):
 class Engine(_Spec):
     name: str
     type: str
-    port: int | None = None
-    members: tuple[Member, ...]
+    port: Port | None = None
+    members: tuple[Member, ...] = Field(min_length=1, max_length=4)
 
     def member(self, role: str) -> Member | None:
         return next((m for m in self.members if m.role == role), None)
@@ -120,7 +147,7 @@ class ModelReplica(_Spec):
     deployment: str
     cluster: Cluster
     node_pool: NodePool = Field(alias="nodePool")
-    replicas: int = Field(ge=0)
+    replicas: Replicas
     definition_hash: str = Field(alias="definitionHash")
     source: Source
     profile: str = ""
@@ -132,6 +159,16 @@ class ModelReplica(_Spec):
     # not interpreted, except for this member's ceiling.
     autoscaling: dict[str, Any] | None = None
     unavailable: Unavailable | None = None
+
+    @property
+    def serving_label(self) -> str:
+        """The LABEL_SERVING value of everything this replica composes (label-safe)."""
+        return label_value(self.name)
+
+    def labels(self) -> dict[str, str]:
+        """The labels every object this replica composes carries, as valid label values
+        for any valid name (a 253-character deployment name is shortened)."""
+        return {LABEL_SERVING: self.serving_label, LABEL_DEPLOYMENT: label_value(self.deployment)}
 
     @property
     def shape(self) -> Shape:
@@ -179,10 +216,44 @@ def _pydantic_path(error: dict) -> str:
     return path
 
 
+def _credential_in(node: Any, path: str, depth: int = 0) -> tuple[str, list[str]] | None:
+    """The first string under `node` that carries a URL credential: its path and what."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(node, str):
+        found = url_credentials(node)
+        if not found and _BARE_USERINFO.search(node):
+            found = ["user-info (user:password@)"]  # host:port without a scheme
+        return (path, found) if found else None
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for key, value in items:
+        step = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{str(key)[:63]}"
+        hit = _credential_in(value, step, depth + 1)
+        if hit is not None:
+            return hit
+    return None
+
+
+_MAX_DEPTH = 64
+_BARE_USERINFO = re.compile(r"(^|[\s=,;'\"])[^\s/@:'\"]+:[^\s/@'\"]+@[^\s/@]")
+
+
 def parse(xr: dict) -> ModelReplica:
     """The ModelReplica in an observed XR, or InvalidReplica naming the field and rule."""
     meta = xr.get("metadata", {})
     spec = xr.get("spec") or {}
+    leaked = _credential_in(spec, "spec")
+    if leaked is not None:
+        path, found = leaked
+        # Every string here may be copied onto the member or into a message: a URL with a
+        # password is refused by path, its value never repeated.
+        raise InvalidReplica(path, f"must not carry credentials (found {', '.join(found)})")
     try:
         replica = ModelReplica.model_validate(
             {**spec, "name": meta.get("name", ""), "namespace": meta.get("namespace", "")}
@@ -203,6 +274,24 @@ def _check(replica: ModelReplica) -> None:
             f"{SYSTEM_NAMESPACE} is the suite's own namespace on every member; a model "
             "cannot run there (its objects would collide with the runtime's)",
         )
+    if not is_object_name(replica.deployment):
+        # It names objects and labels on the member; never echoed (it may be anything).
+        raise InvalidReplica(
+            "spec.deployment", "must be a ModelDeployment's name (a DNS subdomain, at most 253)"
+        )
+    for key, value in replica.node_pool.node_selector.items():
+        if not is_label_value(value):
+            # Not echoed: it is copied onto pods, and may be anything.
+            raise InvalidReplica(
+                f"spec.nodePool.nodeSelector[{key[:63]}]", "must be a label value (at most 63)"
+            )
+    if replica.node_pool.driver and not (
+        len(replica.node_pool.driver) <= 63 and is_object_name(replica.node_pool.driver)
+    ):
+        raise InvalidReplica("spec.nodePool.driver", "must be a DRA driver name (a DNS subdomain)")
+    cluster_problem = cluster_name_problem(replica.cluster.name)
+    if cluster_problem is not None:
+        raise InvalidReplica("spec.cluster.name", cluster_problem)
     if replica.cluster.stack not in (STACK_STANDARD, STACK_DYNAMO):
         raise InvalidReplica("spec.cluster.stack", f"must be {STACK_STANDARD} or {STACK_DYNAMO}")
     if not replica.engines:

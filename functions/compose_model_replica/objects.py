@@ -16,7 +16,7 @@ from functions.common.contracts import (
     LABEL_DEPLOYMENT,
     LABEL_SERVING,
 )
-from functions.common.naming import dns_label, resource_key
+from functions.common.naming import dns_label, label_value, resource_key
 from functions.common.objects import provider_object
 from functions.compose_model_replica.model import ModelReplica
 
@@ -50,9 +50,9 @@ def envelope(
             name=dns_label(replica.name, key),
             namespace=replica.namespace,
             labels={
-                LABEL_SERVING: replica.name,
-                LABEL_DEPLOYMENT: replica.deployment,
-                LABEL_CLUSTER: replica.cluster.name,
+                LABEL_SERVING: replica.serving_label,
+                LABEL_DEPLOYMENT: label_value(replica.deployment),
+                LABEL_CLUSTER: label_value(replica.cluster.name),
             },
             manifest=manifest,
             provider_config_ref={

@@ -21,7 +21,7 @@ from functions.common.contracts import (
     LABEL_SERVING,
     PORT_NAME_HTTP,
 )
-from functions.common.naming import dns_label
+from functions.common.naming import dns_label, label_value
 from functions.compose_model_replica.engines import MultiNode, engine_args
 from functions.compose_model_replica.model import (
     Engine,
@@ -49,8 +49,8 @@ ENV_MODEL_TOKEN = "HF_TOKEN"
 
 def pod_labels(replica: ModelReplica, engine: Engine, role: str) -> dict[str, str]:
     return {
-        LABEL_SERVING: replica.name,
-        LABEL_DEPLOYMENT: replica.deployment,
+        LABEL_SERVING: replica.serving_label,
+        LABEL_DEPLOYMENT: label_value(replica.deployment),
         LABEL_ENGINE: engine.type,
         LABEL_ROLE: role,
     }

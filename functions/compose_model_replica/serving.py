@@ -21,7 +21,6 @@ from functions.common.contracts import (
     HEADER_MODEL_NAME,
     INFERENCE_GATEWAY_NAME,
     INFERENCE_GATEWAY_NAMESPACE,
-    LABEL_DEPLOYMENT,
     LABEL_ROLE,
     LABEL_SERVING,
     PORT_NAME_HTTP,
@@ -30,7 +29,7 @@ from functions.common.contracts import (
     ROLE_LEADER,
     ROLE_STANDALONE,
 )
-from functions.common.naming import dns_label
+from functions.common.naming import dns_label, service_name
 from functions.compose_model_replica.backends.prefill_decode import ROUTING_PORT_NAME
 from functions.compose_model_replica.model import ModelReplica, Shape
 
@@ -47,7 +46,7 @@ def _meta(replica: ModelReplica, name: str) -> dict:
     return {
         "name": name,
         "namespace": replica.namespace,
-        "labels": {LABEL_SERVING: replica.name, LABEL_DEPLOYMENT: replica.deployment},
+        "labels": replica.labels(),
     }
 
 
@@ -68,7 +67,7 @@ def _serving_port(replica: ModelReplica) -> int:
 
 
 def endpoint_name(replica: ModelReplica) -> str:
-    return dns_label(replica.deployment)
+    return service_name(replica.deployment)
 
 
 def service(replica: ModelReplica) -> dict:
@@ -78,7 +77,10 @@ def service(replica: ModelReplica) -> dict:
         "kind": "Service",
         "metadata": _meta(replica, endpoint_name(replica)),
         "spec": {
-            "selector": {LABEL_SERVING: replica.name, LABEL_ROLE: serving_role(replica)},
+            "selector": {
+                LABEL_SERVING: replica.serving_label,
+                LABEL_ROLE: serving_role(replica),
+            },
             "ports": [
                 {
                     "name": PORT_NAME_HTTP,
@@ -92,7 +94,7 @@ def service(replica: ModelReplica) -> dict:
 
 
 def epp_name(replica: ModelReplica) -> str:
-    return dns_label(replica.deployment, "epp")
+    return service_name(replica.deployment, "epp")
 
 
 def inference_pool(replica: ModelReplica) -> dict:
@@ -102,7 +104,10 @@ def inference_pool(replica: ModelReplica) -> dict:
         "metadata": _meta(replica, endpoint_name(replica)),
         "spec": {
             "selector": {
-                "matchLabels": {LABEL_SERVING: replica.name, LABEL_ROLE: serving_role(replica)}
+                "matchLabels": {
+                    LABEL_SERVING: replica.serving_label,
+                    LABEL_ROLE: serving_role(replica),
+                }
             },
             "targetPorts": [{"number": _serving_port(replica)}],
             "endpointPickerRef": {

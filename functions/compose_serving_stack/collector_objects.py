@@ -18,6 +18,7 @@ from typing import Any, Final
 import yaml
 
 from functions.common import contracts
+from functions.common.limits import check_config_map
 from functions.common.naming import stable_hash
 from functions.compose_serving_stack import collector
 from functions.compose_serving_stack.envelope import Composed, Target, object_
@@ -214,21 +215,27 @@ def _pod_spec(
     }
 
 
-def _config_map(target: Target, key: str, name: str, text: str) -> Composed:
-    return object_(
-        target,
-        key,
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": name,
-                "namespace": contracts.SYSTEM_NAMESPACE,
-                "labels": _labels(name),
-            },
-            "data": {CONFIG_KEY: text},
+# The inputs a collector's config grows with, named when it is over a size limit.
+SHRINK_CLUSTER_CONFIG: Final = (
+    "the MetricMappings in effect (fewer engines, or fewer metrics, `from` names and labels "
+    "per mapping)"
+)
+SHRINK_NODE_CONFIG: Final = "the TelemetryDestination's endpoint"
+
+
+def _config_map(target: Target, key: str, name: str, text: str, shrink: str) -> Composed:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": contracts.SYSTEM_NAMESPACE,
+            "labels": _labels(name),
         },
-    )
+        "data": {CONFIG_KEY: text},
+    }
+    check_config_map(f"ConfigMap {name} (the collector's config)", manifest, shrink)
+    return object_(target, key, manifest)
 
 
 def _signals_access(target: Target) -> list[Composed]:
@@ -307,7 +314,7 @@ def cluster_tier(
     return [
         *(_signals_access(target) if signals else []),
         *_rbac(target, COLLECTOR, CLUSTER_TIER_RULES),
-        _config_map(target, "collector-config", COLLECTOR, text),
+        _config_map(target, "collector-config", COLLECTOR, text, SHRINK_CLUSTER_CONFIG),
         object_(
             target,
             DEPLOYMENT_KEY,
@@ -344,7 +351,7 @@ def node_tier(target: Target, config: dict[str, Any]) -> list[Composed]:
     pod["tolerations"] = [{"operator": "Exists"}]  # GPU nodes are usually tainted
     return [
         *_rbac(target, NODE_COLLECTOR, NODE_TIER_RULES),
-        _config_map(target, "node-collector-config", NODE_COLLECTOR, text),
+        _config_map(target, "node-collector-config", NODE_COLLECTOR, text, SHRINK_NODE_CONFIG),
         object_(
             target,
             "node-collector-daemonset",

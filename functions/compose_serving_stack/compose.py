@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from functions.common import contracts
 from functions.common.metricmapping import ResolvedMappings
+from functions.common.naming import cluster_name_problem
 from functions.common.redact import url_credentials
 from functions.compose_serving_stack import collector, collector_objects, runtime_hosting, substrate
 from functions.compose_serving_stack.envelope import Composed, Target
@@ -30,7 +31,6 @@ from functions.compose_serving_stack.status import (
     Telemetry,
 )
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # The same rule as the XRD's spec.runtime.prometheusURL pattern: it becomes a process argument.
 _PROMETHEUS_URL = re.compile(r"""https?://[^\s"'`]+""")
 _STACKS: Final = (contracts.STACK_STANDARD, contracts.STACK_DYNAMO)
@@ -56,9 +56,10 @@ class Cluster:
 
 def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
     """The InferenceCluster, with the field and the rule for anything unusable."""
-    name = str((xr.get("metadata") or {}).get("name") or "")
-    if not _DNS_LABEL.fullmatch(name) or len(name) > 63:
-        raise InvalidCluster("metadata.name", f"{name!r} must be a DNS label (it names resources)")
+    name = (xr.get("metadata") or {}).get("name")
+    problem = cluster_name_problem(name)
+    if problem is not None:
+        raise InvalidCluster("metadata.name", problem)
     spec = xr.get("spec") or {}
     stack = spec.get("stack") or contracts.STACK_STANDARD
     if stack not in _STACKS:
@@ -89,12 +90,18 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
             f"{prometheus_url[:200]!r} must be an http(s) URL without spaces or quotes",
         )
     telemetry = spec.get("telemetry") or {}
+    node_tier = telemetry.get("nodeTier", False)
+    if not isinstance(node_tier, bool):
+        # bool("false") is True: a string must not turn the node tier on.
+        raise InvalidCluster(
+            "spec.telemetry.nodeTier", f"must be true or false, got {str(node_tier)[:40]!r}"
+        )
     return Cluster(
         name=name,
         stack=stack,
         region=str(spec.get("region") or ""),
         target=Target(name, provider_config, kind),
-        node_tier=bool(telemetry.get("nodeTier", False)),
+        node_tier=node_tier,
         prometheus_url=prometheus_url,
     )
 

@@ -19,6 +19,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from functions.common import conditions, contracts
 from functions.common.builtin_mappings import builtin_mapping_resources
 from functions.common.conditions import Condition
+from functions.common.limits import TooLarge
 from functions.common.metricmapping import resolve_mappings
 from functions.common.sdk import (
     GuardedRunner,
@@ -40,6 +41,7 @@ from functions.common.telemetrydestination import (
 )
 from functions.compose_serving_stack import collector_objects, runtime_hosting, substrate
 from functions.compose_serving_stack.compose import (
+    Cluster,
     DestinationState,
     GatewayDestination,
     InvalidCluster,
@@ -103,6 +105,24 @@ def _status(decided, observed: dict) -> dict:
     return status
 
 
+def _usable_cluster(req: fnv1.RunFunctionRequest, xr: dict) -> tuple[Cluster | None, str]:
+    """The InferenceCluster, or None and why this function must not compose it."""
+    try:
+        cluster = parse_cluster(xr)
+    except InvalidCluster as err:
+        return None, str(err)
+    installed = substrate.installed_stack(req.observed.resources.keys())
+    if installed is not None and installed != cluster.stack:
+        # The XRD says so too (self == oldSelf), but an older XRD or a replaced object
+        # must not make this function swap one stack's releases for the other's.
+        return None, (
+            f"spec.stack is immutable: the cluster was installed as {installed}, not "
+            f"{cluster.stack}; set it back, or delete and recreate the InferenceCluster "
+            "to change its stack"
+        )
+    return cluster, ""
+
+
 class FunctionRunner(GuardedRunner):
     def __init__(self) -> None:
         super().__init__()
@@ -113,10 +133,9 @@ class FunctionRunner(GuardedRunner):
         name = describe_composite(xr)
 
         # 1. Resolve inputs.
-        try:
-            cluster = parse_cluster(xr)
-        except InvalidCluster as err:
-            response.fatal(rsp, f"{name}: {err}")
+        cluster, refused = _usable_cluster(req, xr)
+        if cluster is None:
+            response.fatal(rsp, f"{name}: {refused}")
             return rsp
         group = contracts.API_GROUP_VERSION
         response.require_resources(rsp, REQUIRED_MAPPINGS, group, contracts.KIND_METRIC_MAPPING)
@@ -168,15 +187,21 @@ class FunctionRunner(GuardedRunner):
 
         # 2. Decide.
         image = os.environ.get(ENV_RUNTIME_IMAGE, DEFAULT_RUNTIME_IMAGE)
-        decided = plan(
-            cluster,
-            mappings,
-            destination=destination,
-            peers=peers,
-            unmapped=unmapped,
-            runtime_image=image,
-            signals_for=signals_for,
-        )
+        try:
+            decided = plan(
+                cluster,
+                mappings,
+                destination=destination,
+                peers=peers,
+                unmapped=unmapped,
+                runtime_image=image,
+                signals_for=signals_for,
+            )
+        except TooLarge as err:
+            # Refused here, naming what to shrink, rather than applied to fail on the
+            # member; a fatal result changes nothing that runs.
+            response.fatal(rsp, f"{name}: {err}")
+            return rsp
 
         # 3. Desired resources.
         for composed in decided.composed:

@@ -15,6 +15,12 @@ built for that member's `modelplane-peer` ServiceAccount). It is copied to each 
 member by provider-kubernetes `references`, so no credential passes through this
 function; each ClusterProfile names its copy, and the agent gets each mounted as a file
 (`--member NAME=PATH`), so it needs no RBAC on Secrets at all.
+
+KEDA reaches the scaler over TLS with a client certificate, the same way: the scaler's
+certificate and the CA it accepts clients from (Secret SCALER_TLS_SECRET-<member>), and
+KEDA's client certificate (SCALER_CLIENT_SECRET-<member>) are copied from the control
+plane to the member; the scaler mounts the first, a ClusterTriggerAuthentication hands
+the second to KEDA (keys in `contracts`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from functions.common.inventory import (
     INVENTORY_RECORD_NAME,
     INVENTORY_RECORD_NAMESPACE,
 )
+from functions.common.naming import volume_name
 from functions.compose_serving_stack import adaptivepolicy_crd
 from functions.compose_serving_stack.envelope import COMPOSED_NAMESPACE, Composed, Target, object_
 
@@ -53,6 +60,21 @@ AUTOSCALING_RESOURCES: Final = ["adaptivepolicies"]
 # The Observe-only Object that reads the agent's inventory record back (status.inventory).
 INVENTORY_KEY: Final = "runtime-inventory"
 OBSERVE_ONLY: Final = ("Observe",)
+
+
+SCALER_TLS_MOUNT: Final = "/etc/modelplane/scaler-tls"
+TLS_KEYS: Final = ("ca.crt", "tls.crt", "tls.key")
+CLUSTER_TRIGGER_AUTHENTICATION: Final = "ClusterTriggerAuthentication"
+
+
+def scaler_tls_source(member: str) -> str:
+    """The control plane's Secret with this member's scaler certificate."""
+    return f"{contracts.SCALER_TLS_SECRET}-{member}"
+
+
+def scaler_client_source(member: str) -> str:
+    """The control plane's Secret with KEDA's client certificate for this member."""
+    return f"{contracts.SCALER_CLIENT_SECRET}-{member}"
 
 
 def peer_secret_name(member: str) -> str:
@@ -272,7 +294,7 @@ def _deployment(
                             }
                         ],
                         "volumes": [
-                            {"name": secret, "secret": {"secretName": secret}}
+                            {"name": volume_name(secret), "secret": {"secretName": secret}}
                             for secret, _ in volumes
                         ],
                         "containers": [
@@ -283,7 +305,11 @@ def _deployment(
                                 "env": _pod_env(target.cluster),
                                 "ports": ports,
                                 "volumeMounts": [
-                                    {"name": secret, "mountPath": path, "readOnly": True}
+                                    {
+                                        "name": volume_name(secret),
+                                        "mountPath": path,
+                                        "readOnly": True,
+                                    }
                                     for secret, path in volumes
                                 ],
                                 **(probes or {}),
@@ -302,36 +328,103 @@ def _deployment(
     )
 
 
+def _copied_secret(
+    target: Target,
+    key: str,
+    *,
+    name: str,
+    namespace: str,
+    source: str,
+    keys: Sequence[str],
+    labels: dict[str, str],
+) -> Composed:
+    """A Secret on the member whose `keys` arrive from the control plane's Secret
+    `source` (in the composed namespace); the manifest carries no data."""
+    return object_(
+        target,
+        key,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "type": "Opaque",
+        },
+        references=[
+            {
+                "patchesFrom": {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "name": source,
+                    "namespace": COMPOSED_NAMESPACE,
+                    "fieldPath": f"data[{data_key}]",
+                },
+                "toFieldPath": f"data[{data_key}]",
+            }
+            for data_key in keys
+        ],
+    )
+
+
+def _scaler_authentication(target: Target) -> list[Composed]:
+    """The scaler's certificate on the member, KEDA's client certificate in KEDA's
+    namespace, and the ClusterTriggerAuthentication every ScaledObject's trigger names."""
+    return [
+        _copied_secret(
+            target,
+            "scaler-tls",
+            name=contracts.SCALER_TLS_SECRET,
+            namespace=contracts.SYSTEM_NAMESPACE,
+            source=scaler_tls_source(target.cluster),
+            keys=TLS_KEYS,
+            labels=_labels(SCALER),
+        ),
+        _copied_secret(
+            target,
+            "scaler-client-tls",
+            name=contracts.SCALER_CLIENT_SECRET,
+            namespace=contracts.KEDA_NAMESPACE,
+            source=scaler_client_source(target.cluster),
+            keys=TLS_KEYS,
+            labels=_labels(SCALER),
+        ),
+        object_(
+            target,
+            "scaler-trigger-authentication",
+            {
+                "apiVersion": contracts.SCALED_OBJECT_API_VERSION,
+                "kind": CLUSTER_TRIGGER_AUTHENTICATION,
+                "metadata": {
+                    "name": contracts.SCALER_TRIGGER_AUTHENTICATION,
+                    "labels": _labels(SCALER),
+                },
+                # KEDA v2.21 external(-push) auth parameters (pkg/scalers/external_scaler.go).
+                "spec": {
+                    "secretTargetRef": [
+                        {"parameter": parameter, "name": contracts.SCALER_CLIENT_SECRET, "key": k}
+                        for parameter, k in (
+                            ("caCert", "ca.crt"),
+                            ("tlsClientCert", "tls.crt"),
+                            ("tlsClientKey", "tls.key"),
+                        )
+                    ]
+                },
+            },
+        ),
+    ]
+
+
 def _cluster_profile(target: Target, peer: str) -> list[Composed]:
     secret = peer_secret_name(peer)
     labels = {LABEL_CLUSTER_MANAGER: CLUSTER_MANAGER, contracts.LABEL_CLUSTER: peer}
     return [
-        object_(
+        _copied_secret(
             target,
             f"peer-credentials-{peer}",
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {
-                    "name": secret,
-                    "namespace": contracts.SYSTEM_NAMESPACE,
-                    "labels": labels,
-                },
-                "type": "Opaque",
-            },
-            # The data arrives from the control plane's copy; the manifest carries none.
-            references=[
-                {
-                    "patchesFrom": {
-                        "apiVersion": "v1",
-                        "kind": "Secret",
-                        "name": secret,
-                        "namespace": COMPOSED_NAMESPACE,
-                        "fieldPath": f"data[{PEER_SECRET_KEY}]",
-                    },
-                    "toFieldPath": f"data[{PEER_SECRET_KEY}]",
-                }
-            ],
+            name=secret,
+            namespace=contracts.SYSTEM_NAMESPACE,
+            source=secret,
+            keys=[PEER_SECRET_KEY],
+            labels=labels,
         ),
         object_(
             target,
@@ -416,6 +509,8 @@ def runtime_hosting(
             image,
             command="scaler",
             replicas=SCALER_REPLICAS,
+            extra_args=["--tls-cert-dir", SCALER_TLS_MOUNT],
+            volumes=[(contracts.SCALER_TLS_SECRET, SCALER_TLS_MOUNT)],
             ports=[
                 {"name": "grpc", "containerPort": contracts.SCALER_PORT},
                 {"name": "health", "containerPort": contracts.SCALER_HEALTH_PORT},
@@ -482,6 +577,7 @@ def runtime_hosting(
             },
         ),
     ]
+    composed += _scaler_authentication(target)
     for peer in ordered_peers:
         composed += _cluster_profile(target, peer)
     # Read back, not run: the shell keeps it out of the stack's readiness.

@@ -15,6 +15,7 @@ are plain Objects.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final
 
 from functions.common import contracts
@@ -207,6 +208,20 @@ def _kai_queues(target: Target) -> list[Composed]:
         object_(target, "kai-queue-root", queue(targets.KAI_ROOT_QUEUE)),
         object_(target, "kai-queue", queue(targets.KAI_QUEUE, targets.KAI_ROOT_QUEUE)),
     ]
+
+
+# A composed resource only one stack has: which one the cluster was installed as.
+_STACK_MARKERS: Final = {
+    "leaderworkerset": contracts.STACK_STANDARD,
+    "grove": contracts.STACK_DYNAMO,
+}
+
+
+def installed_stack(observed_keys: Iterable[str]) -> str | None:
+    """The stack the observed resources were composed for; None before the first install
+    (or when both or neither marker is observed)."""
+    found = {stack for key, stack in _STACK_MARKERS.items() if key in set(observed_keys)}
+    return found.pop() if len(found) == 1 else None
 
 
 def substrate(target: Target, stack: str) -> list[Composed]:

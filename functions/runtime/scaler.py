@@ -19,15 +19,21 @@ are NOT_SERVING until that cache has been filled, then SERVING — the readiness
 `liveness` is SERVING while the process serves. It is on the scaler's port (for TLS
 clients) and on a plaintext port of its own (`serve_health`): kubelet's gRPC probe speaks
 no TLS, and that port serves nothing but health.
+
+The servers are asyncio (grpc.aio): an open `StreamIsActive` is a coroutine waiting on the
+cache, not a worker thread, so any number of streams (one per autoscaled workload, KEDA
+keeps each open) leaves the server free to answer `IsActive` and `GetMetrics`. The
+watches stay on threads of their own and wake the waiting streams through the loop.
+Anything a request carries (names, namespaces, metadata) is escaped before it is logged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent import futures
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -80,6 +86,7 @@ class MemberCache:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
+        self._async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
 
     # --- reading ---------------------------------------------------------------------
 
@@ -92,25 +99,37 @@ class MemberCache:
         with self._changed:
             return self._policies.get((namespace, name)), self._lease, self._generation
 
-    def wait_for_change(
-        self, generation: int, timeout: float, gone: Callable[[], bool] = lambda: False
-    ) -> int:
-        """Block until the cache changes past `generation`, `gone()`, or `timeout`."""
+    async def changed(self, generation: int, timeout: float) -> int:
+        """Wait on the running loop until the cache changes past `generation`, or `timeout`.
+        Cancelling the caller (its client hung up) ends the wait."""
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+        waiter = (loop, event)
         with self._changed:
-            self._changed.wait_for(
-                lambda: self._generation != generation or self._stop.is_set() or gone(),
-                timeout,
-            )
+            if self._generation != generation or self._stop.is_set():
+                return self._generation
+            self._async_waiters.add(waiter)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            with self._changed:
+                self._async_waiters.discard(waiter)
+        with self._changed:
             return self._generation
-
-    def wake(self) -> None:
-        """Make every waiter re-check (a stream's client went away)."""
-        with self._changed:
-            self._changed.notify_all()
 
     def _bump(self) -> None:
         self._generation += 1
         self._changed.notify_all()
+        self._wake_async()
+
+    def _wake_async(self) -> None:
+        for loop, event in list(self._async_waiters):
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # that loop is closed: its server has stopped
+                self._async_waiters.discard((loop, event))
 
     # --- running ---------------------------------------------------------------------
 
@@ -127,6 +146,7 @@ class MemberCache:
             stream.stop()
         with self._changed:
             self._changed.notify_all()
+            self._wake_async()
 
     def _forever(self, what: str, run: Callable[[], None]) -> None:
         while not self._stop.is_set():
@@ -216,8 +236,20 @@ def _lease_copy(lease: client.V1Lease) -> HubLeaseCopy:
     return HubLeaseCopy(holder=holder, token=annotations.get(ANNOTATION_FENCING_TOKEN, ""))
 
 
+_LOG_TEXT_MAX = 253
+
+
+def shown(value: object) -> str:
+    """Request text as it may appear in a log line: control characters, newlines and
+    non-ASCII escaped, and cut to a name's length, so a request cannot forge log lines."""
+    text = str(value)
+    cut = len(text) > _LOG_TEXT_MAX
+    escaped = text[:_LOG_TEXT_MAX].encode("unicode_escape").decode("ascii")
+    return escaped + ("...(cut)" if cut else "")
+
+
 class FloorScaler(pb_grpc.ExternalScalerServicer):
-    """KEDA's ExternalScaler service over a MemberCache."""
+    """KEDA's ExternalScaler service over a MemberCache (grpc.aio handlers)."""
 
     def __init__(
         self,
@@ -231,46 +263,47 @@ class FloorScaler(pb_grpc.ExternalScalerServicer):
         self.wall = wall
         self.recheck = recheck
 
-    def floor_for(self, ref, context) -> tuple[ServedFloor, int]:
+    async def floor_for(self, ref, context) -> tuple[ServedFloor, int]:
         if not self.cache.synced:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the scaler's cache is not filled yet")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the scaler's cache is not filled yet")
         name = ref.scalerMetadata.get(METADATA_POLICY) or ref.name
         policy, lease, generation = self.cache.snapshot(ref.namespace, name)
         now = datetime.fromtimestamp(self.wall(), UTC)
         return served_floor(policy, lease, self.cluster, now), generation
 
-    def IsActive(self, request, context):
-        served, _ = self.floor_for(request, context)
+    async def IsActive(self, request, context):
+        served, _ = await self.floor_for(request, context)
         return pb.IsActiveResponse(result=served.active)
 
-    def StreamIsActive(self, request, context):
+    async def StreamIsActive(self, request, context):
+        # A coroutine per stream: waiting costs no thread. When KEDA hangs up, grpc.aio
+        # cancels this coroutine inside `changed`.
         last: tuple[bool, int] | None = None
-        context.add_callback(self.cache.wake)  # frees this worker as soon as KEDA hangs up
-        while context.is_active():
-            served, generation = self.floor_for(request, context)
+        while True:
+            served, generation = await self.floor_for(request, context)
             if (served.active, served.floor) != last:
                 last = (served.active, served.floor)
                 log.info(
                     "%s/%s: floor %d (%s)",
-                    request.namespace,
-                    request.name,
+                    shown(request.namespace),
+                    shown(request.name),
                     served.floor,
-                    served.reason,
+                    shown(served.reason),
                 )
                 yield pb.IsActiveResponse(result=served.active)
             wait = self.recheck
             if served.changes_at is not None:
                 wait = min(wait, max(0.0, served.changes_at.timestamp() - self.wall()) + 0.01)
-            self.cache.wait_for_change(generation, wait, gone=lambda: not context.is_active())
+            await self.cache.changed(generation, wait)
 
-    def GetMetricSpec(self, request, context):
-        self.floor_for(request, context)  # the same availability as GetMetrics
+    async def GetMetricSpec(self, request, context):
+        await self.floor_for(request, context)  # the same availability as GetMetrics
         return pb.GetMetricSpecResponse(
             metricSpecs=[pb.MetricSpec(metricName=METRIC_NAME, targetSize=1, targetSizeFloat=1.0)]
         )
 
-    def GetMetrics(self, request, context):
-        served, _ = self.floor_for(request.scaledObjectRef, context)
+    async def GetMetrics(self, request, context):
+        served, _ = await self.floor_for(request.scaledObjectRef, context)
         return pb.GetMetricsResponse(
             metricValues=[
                 pb.MetricValue(
@@ -300,16 +333,17 @@ class Health(health_grpc.HealthServicer):
             return serving if self.cache.synced else health_pb.HealthCheckResponse.NOT_SERVING
         return None
 
-    def Check(self, request, context):
+    async def Check(self, request, context):
         status = self.status(request.service)
         if status is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"unknown service {shown(request.service)}"
+            )
         return health_pb.HealthCheckResponse(status=status)
 
-    def Watch(self, request, context):
+    async def Watch(self, request, context):
         last = None
-        context.add_callback(self.cache.wake)
-        while context.is_active():
+        while True:
             status = self.status(request.service)
             if status is None:
                 status = health_pb.HealthCheckResponse.SERVICE_UNKNOWN
@@ -317,9 +351,7 @@ class Health(health_grpc.HealthServicer):
                 last = status
                 yield health_pb.HealthCheckResponse(status=status)
             _, _, generation = self.cache.snapshot("", "")
-            self.cache.wait_for_change(
-                generation, self.watch_seconds, gone=lambda: not context.is_active()
-            )
+            await self.cache.changed(generation, self.watch_seconds)
 
 
 def tls_credentials(cert_dir: Path) -> grpc.ServerCredentials:
@@ -334,32 +366,62 @@ def tls_credentials(cert_dir: Path) -> grpc.ServerCredentials:
     )
 
 
+class Served:
+    """A grpc.aio server running on an event loop of its own thread."""
+
+    def __init__(self, build: Callable[[grpc.aio.Server], int]) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server, self.port = asyncio.run_coroutine_threadsafe(
+            self._start(build), self.loop
+        ).result()
+
+    async def _start(self, build: Callable[[grpc.aio.Server], int]) -> tuple:
+        server = grpc.aio.server()
+        port = build(server)
+        await server.start()
+        return server, port
+
+    def stop(self, grace: float | None = None) -> threading.Event:
+        """Stop serving (open streams get `grace` seconds) and end the loop; the returned
+        event is already set, for callers that `.wait()` on it."""
+        done = threading.Event()
+        if self.loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.server.stop(grace), self.loop).result()
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+        done.set()
+        return done
+
+
 def serve(
     scaler: FloorScaler,
     address: str,
     credentials: grpc.ServerCredentials | None = None,
-    max_streams: int = 64,
-) -> tuple[grpc.Server, int]:
+) -> tuple[Served, int]:
     """Start the gRPC server; returns it and the port it bound (for ':0')."""
-    # Each open StreamIsActive holds a worker thread while it waits for changes.
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_streams + 8))
-    pb_grpc.add_ExternalScalerServicer_to_server(scaler, server)
-    health_grpc.add_HealthServicer_to_server(Health(scaler.cache), server)
-    if credentials is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, credentials)
-    server.start()
-    return server, port
+
+    def build(server: grpc.aio.Server) -> int:
+        pb_grpc.add_ExternalScalerServicer_to_server(scaler, server)
+        health_grpc.add_HealthServicer_to_server(Health(scaler.cache), server)
+        if credentials is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, credentials)
+
+    served = Served(build)
+    return served, served.port
 
 
-def serve_health(cache: MemberCache, address: str) -> tuple[grpc.Server, int]:
+def serve_health(cache: MemberCache, address: str) -> tuple[Served, int]:
     """Health alone, in plaintext, on a server of its own (kubelet's gRPC probe)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    health_grpc.add_HealthServicer_to_server(Health(cache), server)
-    port = server.add_insecure_port(address)
-    server.start()
-    return server, port
+
+    def build(server: grpc.aio.Server) -> int:
+        health_grpc.add_HealthServicer_to_server(Health(cache), server)
+        return server.add_insecure_port(address)
+
+    served = Served(build)
+    return served, served.port
 
 
 def wait_synced(cache: MemberCache, timeout: float) -> bool:

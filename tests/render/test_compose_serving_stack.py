@@ -279,9 +279,7 @@ def test_every_member_gets_the_runtime_and_a_profile_per_peer(rendered):
         "us-east-1=in-cluster",
         "--member",
         "eu-west-1=/etc/modelplane/peers/eu-west-1/kubeconfig",
-        # spec.runtime.prometheusURL: where the agent reads the policies' signals.
-        "--prometheus-url",
-        "http://prometheus.monitoring.svc:9090",
+        # No spec.runtime.prometheusURL in the example: signals come from the collector.
     ]
     assert agent["volumes"] == [
         {"name": "modelplane-peer-eu-west-1", "secret": {"secretName": "modelplane-peer-eu-west-1"}}
@@ -291,6 +289,9 @@ def test_every_member_gets_the_runtime_and_a_profile_per_peer(rendered):
     ] == [
         "runtime",
         "scaler",
+        # KEDA authenticates with a client certificate (the copied modelplane-scaler-tls).
+        "--tls-cert-dir",
+        "/etc/modelplane/scaler-tls",
     ]
     service = next(
         s for s in by_kind["Service"] if s["metadata"]["name"] == contracts.SCALER_SERVICE_NAME

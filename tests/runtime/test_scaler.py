@@ -7,6 +7,7 @@ refused, not that its cache was still empty.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import subprocess
 import threading
@@ -152,6 +153,7 @@ class Scaler:
         self.server, port = serve(
             FloorScaler(self.cache, member.name, recheck=recheck), "127.0.0.1:0"
         )
+        self.port = port
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self.stub = pb_grpc.ExternalScalerStub(self.channel)
 
@@ -444,3 +446,61 @@ def test_health_is_not_serving_until_the_cache_is_filled_then_serving(fleet):
         health_server.stop(grace=None)
         scaler_server.stop(grace=None)
         cache.stop()
+
+
+# --- under load: one stream per autoscaled workload ------------------------------------
+
+STREAMS = 300
+
+
+def test_hundreds_of_open_streams_leave_metrics_answered_and_all_get_the_change(member0, scaler):
+    """KEDA keeps one StreamIsActive open per ScaledObject. With hundreds open, GetMetrics
+    and IsActive are still answered, and one change reaches every stream."""
+    _serving(member0, scaler)
+    member0.intent(floor=0)
+    assert scaler.becomes(0)
+
+    async def run() -> tuple[int, float]:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{scaler.port}") as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)
+            refs = [scaler.ref(f"workload-{i}", policy=POLICY) for i in range(STREAMS)]
+            streams = [stub.StreamIsActive(ref) for ref in refs]
+            opened = await asyncio.gather(*(s.read() for s in streams))
+            assert all(m.result is False for m in opened)  # the current state, on open
+            # Every stream is open and waiting; the unary calls are answered regardless.
+            metrics = pb.GetMetricsRequest(scaledObjectRef=scaler.ref(), metricName=METRIC_NAME)
+            answer = await stub.GetMetrics(metrics, timeout=5)
+            assert answer.metricValues[0].metricValueFloat == 0.0
+            assert (await stub.IsActive(scaler.ref(), timeout=5)).result is False
+            changed = time.monotonic()
+            await asyncio.to_thread(member0.intent, floor=4)
+            pushed = await asyncio.wait_for(asyncio.gather(*(s.read() for s in streams)), 30)
+            spread = time.monotonic() - changed
+            answer = await stub.GetMetrics(metrics, timeout=5)
+            for stream in streams:
+                stream.cancel()
+            return (
+                sum(m.result is True for m in pushed),
+                answer.metricValues[0].metricValueFloat,
+                spread,
+            )
+
+    reached, floor, spread = asyncio.run(run())
+    assert reached == STREAMS
+    assert floor == 4.0
+    measured(f"intent change to all {STREAMS} streams", spread)
+    # The cancelled streams leave no waiter behind.
+    assert wait_for(lambda: not scaler.cache._async_waiters, 10)
+
+
+def test_request_text_is_escaped_in_logs(member0, scaler, caplog):
+    member0.lease()
+    forged = "llama\n2026-12-03 INFO forged line\x1b[31m"
+    stream = scaler.stub.StreamIsActive(pb.ScaledObjectRef(name=forged, namespace="ml\rteam"))
+    with caplog.at_level("INFO", logger="modelplane.scaler"):
+        assert next(iter(stream)).result is False
+        stream.cancel()
+    lines = [r.getMessage() for r in caplog.records if r.name == "modelplane.scaler"]
+    assert any("forged line" in line for line in lines)
+    for line in lines:
+        assert not {"\n", "\r", "\x1b"} & set(line)

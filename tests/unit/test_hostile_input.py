@@ -39,6 +39,7 @@ from functions.compose_model_deployment.fn import (
 from functions.compose_model_deployment.model import InputError, read_cluster, read_deployment
 from functions.compose_model_replica.model import InvalidReplica
 from functions.compose_model_replica.model import parse as parse_replica
+from functions.compose_serving_stack import fn as stack_fn
 from functions.compose_serving_stack.compose import InvalidCluster
 from functions.compose_serving_stack.compose import parse_cluster as parse_stack_cluster
 from functions.compose_telemetry.fn import FunctionRunner as TelemetryRunner
@@ -390,3 +391,219 @@ def test_a_deployment_whose_selectors_together_are_over_budget_is_refused():
     member["nodeSelector"]["devices"] = devices
     with pytest.raises(InputError, match="the device selectors together"):
         check_selectors(read_deployment(xr))
+
+
+# --- Names both functions agree on; a stack that does not change ---------------------
+
+
+@pytest.mark.parametrize("name", ["us.east.1", "c" * 64, "US-EAST-1"])
+def test_both_functions_refuse_the_same_cluster_names(name):
+    """compose-model-deployment never places on a cluster compose-serving-stack would
+    refuse to install: it reports the cluster and places on the others."""
+    odd, eu = _cluster("us-east-1"), _cluster("eu-west-1")
+    odd["metadata"]["name"] = name
+    with pytest.raises(InvalidCluster, match=r"metadata\.name: .*must be a DNS label"):
+        parse_stack_cluster(odd)
+    rsp = _run(_request([odd, eu], {}))
+    assert not _severities(rsp, fnv1.SEVERITY_FATAL)
+    placed = [
+        resource.struct_to_dict(r.resource)["spec"]["cluster"]["name"]
+        for r in rsp.desired.resources.values()
+        if resource.struct_to_dict(r.resource).get("kind") == contracts.KIND_MODEL_REPLICA
+    ]
+    assert placed == ["eu-west-1"]
+    with pytest.raises(InputError, match=r"metadata\.name.*must be a DNS label"):
+        read_cluster(odd)
+
+
+def _stack_request(stack: str, observed_keys: list[str]) -> fnv1.RunFunctionRequest:
+    xr = _cluster("us-east-1")
+    xr["spec"]["stack"] = stack
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    for key in observed_keys:
+        req.observed.resources[key].resource.update({"apiVersion": "v1", "kind": "X"})
+    for name in (
+        stack_fn.REQUIRED_MAPPINGS,
+        stack_fn.REQUIRED_DESTINATIONS,
+        stack_fn.REQUIRED_CLUSTERS,
+        stack_fn.REQUIRED_REPLICAS,
+    ):
+        req.required_resources[name].SetInParent()
+    return req
+
+
+@pytest.mark.parametrize(
+    ("installed", "asked"),
+    [
+        ("leaderworkerset", contracts.STACK_DYNAMO),
+        ("grove", contracts.STACK_STANDARD),
+    ],
+)
+def test_the_stack_of_an_installed_cluster_cannot_change(installed, asked):
+    rsp = asyncio.run(stack_fn.FunctionRunner().RunFunction(_stack_request(asked, [installed])))
+    (fatal,) = _severities(rsp, fnv1.SEVERITY_FATAL)
+    assert "spec.stack is immutable" in fatal
+    assert f"not {asked}" in fatal
+
+
+def test_the_same_stack_composes_as_before():
+    req = _stack_request(contracts.STACK_STANDARD, ["leaderworkerset"])
+    rsp = asyncio.run(stack_fn.FunctionRunner().RunFunction(req))
+    assert not _severities(rsp, fnv1.SEVERITY_FATAL)
+    assert "leaderworkerset" in rsp.desired.resources
+
+
+# --- A composed object over an API limit is refused, naming what to shrink -------------
+
+
+def max_size_mapping(i: int) -> dict:
+    """A MetricMapping at the XRD's bounds: 64 metrics of 8 `from` names of up to 200
+    characters, 32 labels."""
+    return {
+        "apiVersion": contracts.API_GROUP_VERSION,
+        "kind": contracts.KIND_METRIC_MAPPING,
+        "metadata": {"name": f"engine-{i}"},
+        "spec": {
+            "engine": f"engine-{i}",
+            "metrics": [
+                {
+                    "to": f"modelplane_custom_{m}",
+                    "custom": True,
+                    "from": [f"e{i}_m{m}_f{f}_" + "x" * 180 for f in range(8)],
+                }
+                for m in range(64)
+            ],
+            "labels": [{"from": f"l{j}" + "y" * 90, "to": f"t{j}"} for j in range(32)],
+        },
+    }
+
+
+def _stack_with_mappings(mappings: list[dict]) -> fnv1.RunFunctionResponse:
+    req = _stack_request(contracts.STACK_STANDARD, [])
+    destination = yaml.safe_load((REPO / "examples/telemetrydestinations/fleet.yaml").read_text())
+    req.observed.composite.resource.update(_cluster("us-east-1"))
+    for name, items in (
+        (stack_fn.REQUIRED_MAPPINGS, mappings),
+        (stack_fn.REQUIRED_DESTINATIONS, [destination]),
+    ):
+        for item in items:
+            req.required_resources[name].items.add().resource.update(item)
+    return asyncio.run(stack_fn.FunctionRunner().RunFunction(req))
+
+
+def test_a_collector_config_over_the_configmap_limit_is_refused_naming_the_mappings():
+    one = _stack_with_mappings([max_size_mapping(0)])
+    assert not _severities(one, fnv1.SEVERITY_FATAL)
+    assert "collector-config" in one.desired.resources
+    many = _stack_with_mappings([max_size_mapping(i) for i in range(3)])
+    (fatal,) = _severities(many, fnv1.SEVERITY_FATAL)
+    assert "ConfigMap modelplane-collector" in fatal
+    assert "over the limit of 1,048,576" in fatal
+    assert "shrink the MetricMappings in effect" in fatal
+
+
+# --- What the InferenceCluster and ModelReplica XRDs check, checked again ---------------
+
+CLUSTER_BOUNDS = {
+    "nodes_past_the_xrd_maximum": (
+        lambda ic: ic["spec"]["nodePools"][0].update(nodes=10001),
+        r"spec\.nodePools\[0\]\.nodes: 10001 is outside 0-10000",
+    ),
+    "negative_max_nodes": (
+        lambda ic: ic["spec"]["nodePools"][0].update(maxNodes=-1),
+        r"spec\.nodePools\[0\]\.maxNodes: -1 is outside 0-10000",
+    ),
+    "devices_per_node_past_64": (
+        lambda ic: ic["spec"]["nodePools"][0]["devices"].update(perNode=65),
+        r"devices\.perNode: 65 is outside 1-64",
+    ),
+    "nodes_as_a_bool": (
+        lambda ic: ic["spec"]["nodePools"][0].update(nodes=True),
+        r"nodes: must be an integer",
+    ),
+    "thirty_three_pools": (
+        lambda ic: ic["spec"].update(nodePools=ic["spec"]["nodePools"][:1] * 33),
+        r"spec\.nodePools: has 33 entries; at most 32",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("break_it", "message"), CLUSTER_BOUNDS.values(), ids=CLUSTER_BOUNDS.keys()
+)
+def test_placement_rechecks_the_cluster_bounds(break_it, message):
+    ic = _cluster("us-east-1")
+    break_it(ic)
+    with pytest.raises(InputError, match=message):
+        read_cluster(ic)
+
+
+def test_a_node_tier_written_as_a_string_is_refused_not_turned_on():
+    ic = _cluster("us-east-1")
+    ic["spec"]["telemetry"] = {"nodeTier": "false"}
+    with pytest.raises(InvalidCluster, match=r"spec\.telemetry\.nodeTier: must be true or false"):
+        parse_stack_cluster(ic)
+
+
+REPLICA_BOUNDS = {
+    "replicas_past_1000": (lambda spec: spec.update(replicas=1001), "spec.replicas"),
+    "replicas_as_a_string": (lambda spec: spec.update(replicas="3"), "spec.replicas"),
+    "replicas_as_a_bool": (lambda spec: spec.update(replicas=True), "spec.replicas"),
+    "a_port_past_65535": (lambda spec: spec["engines"][0].update(port=70000), "port"),
+    "worker_nodes_past_63": (
+        lambda spec: spec["engines"][0]["members"][0].update(workerNodes=64),
+        "workerNodes",
+    ),
+    "five_members": (
+        lambda spec: spec["engines"][0].update(members=spec["engines"][0]["members"] * 5),
+        "members",
+    ),
+}
+
+
+@pytest.mark.parametrize(("break_it", "field"), REPLICA_BOUNDS.values(), ids=REPLICA_BOUNDS.keys())
+def test_the_replica_function_rechecks_the_replica_bounds(break_it, field):
+    xr = yaml.safe_load(next(iter(sorted(REPLICA_INPUTS.glob("*.yaml")))).read_text())
+    parse_replica(xr)  # valid as it is
+    break_it(xr["spec"])
+    with pytest.raises(InvalidReplica) as refused:
+        parse_replica(xr)
+    assert field in refused.value.path
+
+
+def test_a_whole_float_is_still_an_integer():
+    """Numbers arrive from a protobuf Struct as floats: 2.0 is the integer 2."""
+    xr = yaml.safe_load(next(iter(sorted(REPLICA_INPUTS.glob("*.yaml")))).read_text())
+    xr["spec"]["replicas"] = 2.0
+    assert parse_replica(xr).replicas == 2
+
+
+REPLICA_TEXT = {
+    "a_deployment_that_is_a_url": (
+        lambda spec: spec.update(deployment="https://admin:hunter2@evil.example.com/v1"),
+        "spec.deployment",
+    ),
+    "a_driver_with_a_password": (
+        lambda spec: spec["nodePool"].update(driver="https://admin:hunter2@evil.example.com"),
+        "spec.nodePool.driver",
+    ),
+    "a_node_selector_value_that_is_no_label_value": (
+        lambda spec: spec["nodePool"].update(nodeSelector={"pool": "x" * 64}),
+        "spec.nodePool.nodeSelector[pool]",
+    ),
+    "a_dotted_cluster_name": (
+        lambda spec: spec["cluster"].update(name="us.east.1"),
+        "spec.cluster.name",
+    ),
+}
+
+
+@pytest.mark.parametrize(("break_it", "path"), REPLICA_TEXT.values(), ids=REPLICA_TEXT.keys())
+def test_replica_text_that_would_reach_the_member_is_refused_without_echo(break_it, path):
+    xr = yaml.safe_load(next(iter(sorted(REPLICA_INPUTS.glob("*.yaml")))).read_text())
+    break_it(xr["spec"])
+    with pytest.raises(InvalidReplica) as refused:
+        parse_replica(xr)
+    assert refused.value.path == path
+    assert "hunter2" not in str(refused.value)

@@ -318,6 +318,11 @@ def test_autoscaling_leaves_the_replica_count_to_keda():
     (trigger,) = scaled["triggers"]
     assert trigger["type"] == "external-push"
     assert trigger["metadata"]["scalerAddress"].startswith("modelplane-scaler.modelplane-system")
+    # Client certificates: the ClusterTriggerAuthentication compose-serving-stack composes.
+    assert trigger["authenticationRef"] == {
+        "name": "modelplane-scaler",
+        "kind": "ClusterTriggerAuthentication",
+    }
 
 
 def test_adaptive_policy_spec_is_identical_on_every_member():

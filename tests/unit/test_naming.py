@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from functions.common.naming import dns_label, resource_key, stable_hash
+from functions.common.naming import (
+    cluster_name_problem,
+    dns_label,
+    label_value,
+    resource_key,
+    service_name,
+    stable_hash,
+)
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
@@ -45,3 +52,49 @@ def test_dns_label_is_always_valid_and_deterministic(parts):
     assert re.match(DNS_LABEL, label), label
     assert len(label) <= 63
     assert label == dns_label(*parts)
+
+
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# A valid namespaced object name can be any DNS subdomain of up to 253 characters.
+SUBDOMAINS = st.from_regex(r"\A[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+
+
+@given(SUBDOMAINS)
+def test_label_values_are_valid_for_any_valid_object_name(name):
+    value = label_value(name)
+    assert len(value) <= 63
+    assert re.fullmatch(LABEL_VALUE, value)
+    if len(name) <= 63:
+        assert value == name  # a name that already fits is used whole
+
+
+def test_label_values_keep_long_names_apart():
+    assert label_value("a" * 100 + "x") != label_value("a" * 100 + "y")
+
+
+@given(SUBDOMAINS)
+def test_service_names_start_with_a_letter_and_fit(name):
+    assert re.fullmatch(DNS_1035, service_name(name))
+    assert len(service_name(name, "epp")) <= 63
+
+
+def test_service_names_that_are_valid_stay_as_they_are():
+    assert service_name("llama") == "llama"
+    assert service_name("8b-model").startswith("svc-8b-model")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["us-east-1", "a" * 63],
+)
+def test_a_dns_label_is_a_valid_cluster_name(name):
+    assert cluster_name_problem(name) is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["us.east.1", "a" * 64, "US-EAST", "us-east-1\n", "", None, 7],
+)
+def test_other_cluster_names_are_refused_with_the_rule(name):
+    assert cluster_name_problem(name)

@@ -242,6 +242,54 @@ def test_the_runtime_uses_the_shared_names():
         )
 
 
+def test_keda_reaches_the_scaler_with_a_client_certificate():
+    """The scaler serves TLS requiring client certificates from a Secret copied from the
+    control plane, and KEDA's ClusterTriggerAuthentication hands it the client side under
+    the auth parameter names KEDA v2.21's external scaler reads."""
+    composed = runtime_hosting.runtime_hosting(Target("us-east-1", "us-east-1"), "img", [])
+    objects = [c.resource["spec"] for c in composed]
+    manifests = [o["forProvider"]["manifest"] for o in objects]
+    scaler = next(
+        m
+        for m in manifests
+        if m["kind"] == "Deployment" and m["metadata"]["name"] == contracts.SCALER_SERVICE_NAME
+    )
+    pod = scaler["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    mount = args[args.index("--tls-cert-dir") + 1]
+    assert {"name": contracts.SCALER_TLS_SECRET, "mountPath": mount, "readOnly": True} in pod[
+        "containers"
+    ][0]["volumeMounts"]
+    assert {
+        "name": contracts.SCALER_TLS_SECRET,
+        "secret": {"secretName": contracts.SCALER_TLS_SECRET},
+    } in pod["volumes"]
+
+    def copied(name: str, namespace: str) -> dict[str, str]:
+        (spec,) = [
+            o
+            for o in objects
+            if o["forProvider"]["manifest"]["kind"] == "Secret"
+            and o["forProvider"]["manifest"]["metadata"]["name"] == name
+            and o["forProvider"]["manifest"]["metadata"]["namespace"] == namespace
+        ]
+        assert "data" not in spec["forProvider"]["manifest"]  # no credential in the manifest
+        return {r["toFieldPath"]: r["patchesFrom"]["name"] for r in spec["references"]}
+
+    keys = ("data[ca.crt]", "data[tls.crt]", "data[tls.key]")
+    server = copied(contracts.SCALER_TLS_SECRET, contracts.SYSTEM_NAMESPACE)
+    assert server == dict.fromkeys(keys, "modelplane-scaler-tls-us-east-1")
+    client = copied(contracts.SCALER_CLIENT_SECRET, contracts.KEDA_NAMESPACE)
+    assert client == dict.fromkeys(keys, "modelplane-scaler-client-us-east-1")
+    auth = next(m for m in manifests if m["kind"] == "ClusterTriggerAuthentication")
+    assert auth["metadata"]["name"] == contracts.SCALER_TRIGGER_AUTHENTICATION
+    assert {(r["parameter"], r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]} == {
+        ("caCert", contracts.SCALER_CLIENT_SECRET, "ca.crt"),
+        ("tlsClientCert", contracts.SCALER_CLIENT_SECRET, "tls.crt"),
+        ("tlsClientKey", contracts.SCALER_CLIENT_SECRET, "tls.key"),
+    }
+
+
 def _grants(rules: list[dict], group: str, resource: str, verb: str) -> bool:
     return any(
         group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from functions.common.contracts import (
-    LABEL_DEPLOYMENT,
     LABEL_ROLE,
     LABEL_SERVING,
     ROLE_STANDALONE,
@@ -20,14 +19,14 @@ def deployment(
 ) -> dict:
     # The selector is immutable; serving + role is unique per pod set and never changes
     # for the life of the ModelReplica.
-    selector = {LABEL_SERVING: replica.name, LABEL_ROLE: member.role}
+    selector = {LABEL_SERVING: replica.serving_label, LABEL_ROLE: member.role}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
             "name": name,
             "namespace": replica.namespace,
-            "labels": {LABEL_SERVING: replica.name, LABEL_DEPLOYMENT: replica.deployment},
+            "labels": replica.labels(),
         },
         "spec": {
             **replica_count(replica),

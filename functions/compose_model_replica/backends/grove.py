@@ -19,8 +19,6 @@ from __future__ import annotations
 from functions.common.contracts import (
     KAI_QUEUE,
     KAI_QUEUE_LABEL,
-    LABEL_DEPLOYMENT,
-    LABEL_SERVING,
     ROLE_LEADER,
     ROLE_STANDALONE,
     ROLE_WORKER,
@@ -142,11 +140,7 @@ def pod_clique_set(replica: ModelReplica) -> Workload:
         "metadata": {
             "name": workload_name(replica),
             "namespace": replica.namespace,
-            "labels": {
-                LABEL_SERVING: replica.name,
-                LABEL_DEPLOYMENT: replica.deployment,
-                KAI_QUEUE_LABEL: KAI_QUEUE,
-            },
+            "labels": {**replica.labels(), KAI_QUEUE_LABEL: KAI_QUEUE},
         },
         "spec": {
             **replica_count(replica),

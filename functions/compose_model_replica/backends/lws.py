@@ -10,8 +10,6 @@ backend fills) and are identical on both stacks.
 from __future__ import annotations
 
 from functions.common.contracts import (
-    LABEL_DEPLOYMENT,
-    LABEL_SERVING,
     ROLE_LEADER,
     ROLE_WORKER,
 )
@@ -52,7 +50,7 @@ def leader_worker_set(replica: ModelReplica) -> Workload:
         "metadata": {
             "name": workload_name(replica),
             "namespace": replica.namespace,
-            "labels": {LABEL_SERVING: replica.name, LABEL_DEPLOYMENT: replica.deployment},
+            "labels": replica.labels(),
         },
         "spec": {
             **replica_count(replica),
