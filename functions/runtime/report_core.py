@@ -173,6 +173,18 @@ class MemberInputs:
 # --- outputs ------------------------------------------------------------------------------
 
 
+# The keys of status.report that are left out when unknown (a failed signal, no region):
+# whoever merge-patches a report must clear these, or the last known value would stay.
+REPORT_OPTIONAL_KEYS: Final = (
+    "safePressure",
+    "demand",
+    "pressure",
+    "latency",
+    "errorRate",
+    "region",
+)
+
+
 @dataclass(frozen=True)
 class Report:
     """`status.report` of one member's copy; also what the hub reads back."""
@@ -213,7 +225,7 @@ class Report:
             "staticRoom": self.static_room,
             "nodePoolHeadroom": self.node_pool_headroom,
         }
-        optional = {
+        optional = {  # REPORT_OPTIONAL_KEYS
             "safePressure": self.safe_pressure,
             "demand": self.demand,
             "pressure": self.pressure,

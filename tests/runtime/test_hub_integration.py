@@ -858,8 +858,9 @@ def test_a_signal_whose_source_disappears_turns_ready_false_and_is_not_used(runn
     report = running.status(member)["report"]
     assert "demand" not in report, report
     assert "pressure" not in report, report
-    # The other members keep theirs.
-    assert all("demand" in running.status(n)["report"] for n in names if n != member)
+    # The other members keep theirs (a loaded machine may miss one of their reports).
+    others = [n for n in names if n != member]
+    assert wait_for(lambda: all("demand" in running.status(n)["report"] for n in others), 20)
 
 
 def test_the_health_record_counts_start_failures_from_real_pods(fleet):
