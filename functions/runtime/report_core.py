@@ -181,6 +181,7 @@ REPORT_OPTIONAL_KEYS: Final = (
     "pressure",
     "latency",
     "errorRate",
+    "unobservedSignals",
     "region",
 )
 
@@ -205,6 +206,8 @@ class Report:
     # clusters[].region, else the one region its nodes are labelled with (shared cloud
     # capacity: the hub looks for NodePool headroom in other regions first).
     region: str | None = None
+    # `name: why` for each signal the policy uses that could not be computed.
+    unobserved_signals: tuple[str, ...] = ()
 
     def signal(self, name: str) -> float | None:
         return {
@@ -232,6 +235,7 @@ class Report:
             "latency": self.latency,
             "errorRate": self.error_rate,
             "region": self.region,
+            "unobservedSignals": list(self.unobserved_signals) or None,
         }
         status.update({k: v for k, v in optional.items() if v is not None})
         return status
@@ -257,6 +261,7 @@ class Report:
             latency=number("latency"),
             error_rate=number("errorRate"),
             region=status.get("region") or None,
+            unobserved_signals=tuple(status.get("unobservedSignals") or ()),
         )
 
 
@@ -361,10 +366,12 @@ def compute_report(
 
     values: dict[str, float] = {}
     failures: list[str] = list(inputs.read_errors)
+    unobserved: list[str] = []
     for name in sorted(spec.effective_signals):
         value, error = inputs.signals.get(name, SignalResult(error="not queried")).single()
         if error:
             failures.append(f"signals.{name}: {error}")
+            unobserved.append(f"{name}: {error}"[:1024])
         else:
             values[name] = value
 
@@ -409,6 +416,7 @@ def compute_report(
         latency=values.get("latency"),
         error_rate=values.get("errorRate"),
         region=entry.region or (regions[0] if len(regions) == 1 else None),
+        unobserved_signals=tuple(unobserved),
     )
     if failures:
         condition = Condition(

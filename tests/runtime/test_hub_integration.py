@@ -858,6 +858,7 @@ def test_a_signal_whose_source_disappears_turns_ready_false_and_is_not_used(runn
     report = running.status(member)["report"]
     assert "demand" not in report, report
     assert "pressure" not in report, report
+    assert sorted(u.split(":")[0] for u in report["unobservedSignals"]) == ["demand", "pressure"]
     # The other members keep theirs (a loaded machine may miss one of their reports).
     others = [n for n in names if n != member]
     assert wait_for(lambda: all("demand" in running.status(n)["report"] for n in others), 20)
