@@ -52,6 +52,7 @@ from functions.runtime.report import read_collector_page, read_member_inputs
 from functions.runtime.report_core import (
     CONDITION_READY,
     REASON_OBSERVATION_FAILED,
+    REPORT_OPTIONAL_KEYS,
     Report,
     compute_report,
 )
@@ -289,7 +290,10 @@ class Agent:
                 )
             }
             if report_status is not None:
-                new_status["report"] = report_status
+                # A merge patch keeps what it does not name: a signal this report left
+                # out (it failed) must go, not stay at its last value for the hub.
+                cleared = {k: None for k in REPORT_OPTIONAL_KEYS if k not in report_status}
+                new_status["report"] = {**report_status, **cleared}
             try:
                 self._patch_status(self.local, path, new_status)
             except ApiException as err:

@@ -175,6 +175,21 @@ class MemberInputs:
 # --- outputs ------------------------------------------------------------------------------
 
 
+# The keys of status.report that are left out when unknown (a failed signal, no region):
+# whoever merge-patches a report must clear these, or the last known value would stay.
+REPORT_OPTIONAL_KEYS: Final = (
+    "safePressure",
+    "demand",
+    "pressure",
+    "latency",
+    "errorRate",
+    "saturation",
+    "extra",
+    "unobservedSignals",
+    "region",
+)
+
+
 @dataclass(frozen=True)
 class Report:
     """`status.report` of one member's copy; also what the hub reads back."""
@@ -198,6 +213,8 @@ class Report:
     # clusters[].region, else the one region its nodes are labelled with (shared cloud
     # capacity: the hub looks for NodePool headroom in other regions first).
     region: str | None = None
+    # `name: why` for each signal the policy uses that could not be computed.
+    unobserved_signals: tuple[str, ...] = ()
 
     def signal(self, name: str) -> float | None:
         return {
@@ -219,7 +236,7 @@ class Report:
             "staticRoom": self.static_room,
             "nodePoolHeadroom": self.node_pool_headroom,
         }
-        optional = {
+        optional = {  # REPORT_OPTIONAL_KEYS
             "safePressure": self.safe_pressure,
             "demand": self.demand,
             "pressure": self.pressure,
@@ -228,6 +245,7 @@ class Report:
             "saturation": self.saturation,
             "extra": dict(sorted(self.extra.items())) or None,
             "region": self.region,
+            "unobservedSignals": list(self.unobserved_signals) or None,
         }
         status.update({k: v for k, v in optional.items() if v is not None})
         return status
@@ -259,6 +277,7 @@ class Report:
                 if isinstance(v, int | float)
             },
             region=status.get("region") or None,
+            unobserved_signals=tuple(status.get("unobservedSignals") or ()),
         )
 
 
@@ -363,10 +382,12 @@ def compute_report(
 
     values: dict[str, float] = {}
     failures: list[str] = list(inputs.read_errors)
+    unobserved: list[str] = []
     for name in sorted(spec.effective_signals):
         value, error = inputs.signals.get(name, SignalResult(error="not queried")).single()
         if error:
             failures.append(f"signals.{name}: {error}")
+            unobserved.append(f"{name}: {error}"[:1024])
         else:
             values[name] = value
     extra: dict[str, float] = {}
@@ -375,6 +396,7 @@ def compute_report(
         value, error = inputs.signals.get(key, SignalResult(error="not queried")).single()
         if error:
             failures.append(f"signals.extra[{name}]: {error}")
+            unobserved.append(f"{key}: {error}"[:1024])
         else:
             extra[name] = value
 
@@ -422,6 +444,7 @@ def compute_report(
         saturation=values.get("saturation"),
         extra=extra,
         region=entry.region or (regions[0] if len(regions) == 1 else None),
+        unobserved_signals=tuple(unobserved),
     )
     if failures:
         condition = Condition(

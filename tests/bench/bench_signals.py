@@ -88,8 +88,18 @@ class Load:
 
 
 def _pods(count: int, deployments: int) -> list[engines.Pod]:
+    """`count` pods spread over `deployments`, one ModelReplica (serving) each, as on a
+    cluster: the collector merges a replica's pods into one series per metric."""
     return [
-        engines.Pod(f"p{i}", f"uid-{i}", NAMESPACE, "vllm", f"d{i % deployments}", f"s{i}", "")
+        engines.Pod(
+            f"p{i}",
+            f"uid-{i}",
+            NAMESPACE,
+            "vllm",
+            f"d{i % deployments}",
+            f"d{i % deployments}-bench",
+            "",
+        )
         for i in range(count)
     ]
 
@@ -149,7 +159,11 @@ def agent_cost(pods_count: int, deployments: int, samples: int, folder: Path, ot
                 url = harness.signals_url(overlay)
                 deadline = time.monotonic() + 90
                 while time.monotonic() < deadline:
-                    text = urllib.request.urlopen(url, timeout=5).read().decode()
+                    try:
+                        text = urllib.request.urlopen(url, timeout=5).read().decode()
+                    except OSError:  # the collector is still starting
+                        time.sleep(1)
+                        continue
                     seen = {
                         line.split('modelplane_deployment="')[1].split('"')[0]
                         for line in text.splitlines()

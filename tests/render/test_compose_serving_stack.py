@@ -26,7 +26,7 @@ from functions.compose_serving_stack import (
     collector,
     collector_objects,
 )
-from functions.compose_serving_stack.status import MODE_DISABLED, MODE_PUSH
+from functions.compose_serving_stack.status import MODE_DISABLED, MODE_LOCAL, MODE_PUSH
 from tests.conftest import require_tool
 from tests.schemas.test_composed_manifests import core_schemas, validate_objects
 
@@ -43,6 +43,12 @@ CASES = {
     # case: (xr, required files). No MetricMapping is applied in most cases: the
     # built-ins are in effect on a fresh install with nothing applied by hand.
     "without-destination": (US_EAST, [INPUTS / "peer-cluster.yaml"]),
+    # No destination, but a replica autoscaled from vocabulary signals: a collector
+    # that serves only the agent's signals page.
+    "signals-without-destination": (
+        US_EAST,
+        [INPUTS / "peer-cluster.yaml", INPUTS / "replica-autoscaled.yaml"],
+    ),
     "with-destination": (
         US_EAST,
         [DESTINATION, INPUTS / "peer-cluster.yaml", INPUTS / "replica-llamacpp.yaml"],
@@ -122,6 +128,21 @@ def test_whole_output_matches_the_golden_file(rendered, case):
         golden.write_text(text)
     assert golden.exists(), f"no golden file {golden}: run with UPDATE_GOLDEN=1"
     assert list(yaml.safe_load_all(golden.read_text())) == list(yaml.safe_load_all(text))
+
+
+def test_an_autoscaled_replica_without_a_destination_gets_a_local_collector(rendered):
+    documents = rendered["signals-without-destination"]
+    telemetry = documents[0]["status"]["telemetry"]
+    assert telemetry["mode"] == MODE_LOCAL
+    assert telemetry["signalsFor"] == ["ml-team/llama-3-1-8b-us-east-1"]
+    manifests = {
+        (m["kind"], m["metadata"]["name"])
+        for m in (_manifest(c) for c in _composed(documents).values() if c["kind"] == "Object")
+    }
+    assert ("Deployment", collector_objects.COLLECTOR) in manifests
+    assert ("Service", collector_objects.COLLECTOR) in manifests
+    assert ("NetworkPolicy", collector_objects.COLLECTOR) in manifests
+    assert ("Secret", contracts.TELEMETRY_TOKEN_SECRET_NAME) not in manifests
 
 
 def test_no_destination_means_no_collector_and_says_why(rendered):
@@ -279,7 +300,8 @@ def test_every_member_gets_the_runtime_and_a_profile_per_peer(rendered):
         "us-east-1=in-cluster",
         "--member",
         "eu-west-1=/etc/modelplane/peers/eu-west-1/kubeconfig",
-        # No spec.runtime.prometheusURL in the example: signals come from the collector.
+        # No --prometheus-url: the example names no PromQL endpoint, and vocabulary
+        # signals come from the collector in-cluster (the agent's default --signals-url).
     ]
     assert agent["volumes"] == [
         {"name": "modelplane-peer-eu-west-1", "secret": {"secretName": "modelplane-peer-eu-west-1"}}

@@ -643,8 +643,10 @@ def test_a_burst_borrows_capacity_and_traffic_and_calm_returns_them(running):
     raised_after = measured(
         "burst to the helper's scaler serving a floor", helper_served_at() - burst_at
     )
-    # Within after + cooldown, plus a report, a scrape, a hub step and a world tick.
-    assert raised_after <= 3 + 2 + 5, why()
+    # Within after + cooldown, plus a report, a hub step and a world tick (5 s), plus
+    # the signal's own lag: the collector's scrape and batch (1 s each) and the 3 s
+    # window over which the demand's rate climbs to the new load.
+    assert raised_after <= 3 + 2 + 5 + 5, why()
     assert not any(f > 0 for t, f in world.served["member-2"] if t > burst_at)  # no room
 
     assert wait_for(lambda: world.weights()["member-1"] > 0, 30), why()
@@ -858,8 +860,10 @@ def test_a_signal_whose_source_disappears_turns_ready_false_and_is_not_used(runn
     report = running.status(member)["report"]
     assert "demand" not in report, report
     assert "pressure" not in report, report
-    # The other members keep theirs.
-    assert all("demand" in running.status(n)["report"] for n in names if n != member)
+    assert sorted(u.split(":")[0] for u in report["unobservedSignals"]) == ["demand", "pressure"]
+    # The other members keep theirs (a loaded machine may miss one of their reports).
+    others = [n for n in names if n != member]
+    assert wait_for(lambda: all("demand" in running.status(n)["report"] for n in others), 20)
 
 
 def test_the_health_record_counts_start_failures_from_real_pods(fleet):

@@ -370,7 +370,7 @@ def test_an_oci_digest_is_not_mistaken_for_a_credential():
 
 def test_a_prometheus_url_with_a_password_is_refused_without_echoing_it():
     ic = _cluster("us-east-1")
-    ic["spec"].setdefault("runtime", {})["prometheusURL"] = "http://admin:hunter2@prometheus:9090"
+    ic["spec"]["runtime"] = {"prometheusURL": "http://admin:hunter2@prometheus:9090"}
     with pytest.raises(InvalidCluster, match="must not carry credentials") as refused:
         parse_stack_cluster(ic)
     assert "hunter2" not in str(refused.value)

@@ -245,9 +245,12 @@ def test_a_policy_naming_no_signal_reports_the_default_signals_and_names_a_missi
     result = compute_report(inputs(signals=answers), spec(), "east", None, NOW)
     assert result.condition.status == "False"
     assert result.condition.message == "signals.latency: no observations (ignored in this report)"
-    # Ignored, not read as zero.
+    # Ignored, not read as zero; the report says which and why.
     assert result.report.latency is None
     assert result.report.demand == 4.0
+    status = result.report.to_status()
+    assert "latency" not in status
+    assert status["unobservedSignals"] == ["latency: no observations"]
 
 
 def test_a_cluster_not_in_the_policy_is_not_a_member():

@@ -314,3 +314,28 @@ def test_a_merged_point_that_briefly_dips_is_not_read_as_a_restart():
         (NOW, page(NOW, requests=1200)),
     )
     assert value(DEMAND, kept)[0] == pytest.approx(200 / 20 * 1.1)
+
+
+def test_the_crd_and_xrd_offer_exactly_the_vocabulary_and_the_functions():
+    """The schemas repeat the vocabulary's names and the functions as enums (what the API
+    server checks on apply); this keeps them the same lists as the code's."""
+    from pathlib import Path  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    from functions.common import vocabulary  # noqa: PLC0415
+    from functions.runtime.policy import SIGNAL_FUNCTIONS  # noqa: PLC0415
+
+    repo = Path(__file__).resolve().parents[2]
+    crd = yaml.safe_load((repo / "apis/adaptivepolicies/definition.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    xrd = yaml.safe_load((repo / "apis/modeldeployments/definition.yaml").read_text())
+    md = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    for signals in (
+        spec["properties"]["signals"],
+        md["properties"]["autoscaling"]["properties"]["signals"],
+    ):
+        for name in ("demand", "pressure", "latency", "errorRate"):
+            fields = signals["properties"][name]["properties"]
+            assert fields["metric"]["enum"] == [m.name for m in vocabulary.VOCABULARY]
+            assert fields["function"]["enum"] == list(SIGNAL_FUNCTIONS)
