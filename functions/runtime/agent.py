@@ -7,6 +7,7 @@ Every step is per policy and independent: a policy whose workload cannot be read
 a missing report for the hub (and a step error), never a crash of the loop.
 """
 
+import json
 import logging
 import threading
 import time
@@ -153,6 +154,7 @@ class Agent:
         # Per policy, the replicas its floors wait for on each member (auto mode only):
         # two policies on one member never count the same free room.
         self._reserved: dict[str, dict[str, int]] = {}
+        self._policies: dict[tuple[str, str], tuple[str, Policy]] = {}
         # For the probes: the loop's last turn, and the last time it read its own member.
         self.ticked_at: float | None = None
         self.reported_at: float | None = None
@@ -308,7 +310,7 @@ class Agent:
         stepped: set[str] = set()
         for anchor, obj in self._copies():
             try:
-                policy = Policy.from_object(obj)
+                policy = self._parsed(obj)
             except ValidationError:
                 continue  # its Ready condition says why
             if policy.spec.mode == MODE_OFF:
@@ -322,6 +324,8 @@ class Agent:
                 log.warning("hub step for %s failed: %s %s", policy.key, err.status, err.reason)
         for gone in set(self._reserved) - stepped:  # deleted or off: reserves nothing
             del self._reserved[gone]
+        for gone in [k for k in self._policies if f"{k[0]}/{k[1]}" not in stepped]:
+            del self._policies[gone]
 
     def _read_fleet(
         self, policy: Policy, anchor: str
@@ -348,6 +352,17 @@ class Agent:
                 )
         fleet, fleet_raw = max(fleets, key=lambda f: f[0].time or 0.0, default=(FleetStatus(), {}))
         return reports, fleet, fleet_raw
+
+    def _parsed(self, obj: dict) -> Policy:
+        """The policy, parsed again only when its object changed: a parsed spec keeps its
+        members' spec hashes (`PolicySpec.member_hash`), the costliest part of a step."""
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        text = json.dumps(obj.get("spec") or {}, sort_keys=True)
+        cached = self._policies.get(key)
+        if cached is None or cached[0] != text:
+            cached = self._policies[key] = (text, Policy.from_object(obj))
+        return cached[1]
 
     def _reserved_by_others(self, policy: Policy) -> dict[str, int]:
         """Per member, the replicas the other policies' floors still wait for there."""

@@ -89,10 +89,12 @@ def missing_replicas(step: Step) -> tuple[list[str], int]:
         if report is None:
             continue
         if report.needed <= 0:
-            step.clusters[name] = replace(c, short_since=None)
+            if c.short_since is not None:
+                step.clusters[name] = replace(c, short_since=None)
             continue
         since = c.short_since if c.short_since is not None else step.now
-        step.clusters[name] = replace(c, short_since=since)
+        if c.short_since is None:
+            step.clusters[name] = replace(c, short_since=since)
         # LocalFirst: a member whose own NodePools can launch waits `after` for them.
         # StaticFirst: idle nodes elsewhere go before launching new ones at home.
         early = report.node_pool_headroom <= 0

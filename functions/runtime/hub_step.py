@@ -18,7 +18,7 @@ from functions.runtime.hub_decision import (
     HubState,
 )
 from functions.runtime.hub_fleet import ClusterFleet, FleetStatus
-from functions.runtime.policy import REPORT_STALE_SECONDS, PolicySpec, spec_hash
+from functions.runtime.policy import REPORT_STALE_SECONDS, PolicySpec
 from functions.runtime.report_core import Report
 
 
@@ -34,10 +34,13 @@ def fit_weights(weights: dict[str, int], spec: PolicySpec) -> dict[str, int]:
     """The nearest weights summing to 100 with each within its minWeight/maxWeight:
     clamped, then the difference taken from (or given to) the members with most slack,
     names breaking ties. The spec guarantees the bounds admit a sum of 100."""
-    lo = {n: spec.cluster(n).min_weight for n in weights}
-    hi = {n: spec.cluster(n).max_weight for n in weights}
+    entries = spec.by_name
+    lo = {n: entries[n].min_weight for n in weights}
+    hi = {n: entries[n].max_weight for n in weights}
     out = {n: min(hi[n], max(lo[n], w)) for n, w in weights.items()}
     gap = 100 - sum(out.values())
+    if not gap:
+        return out
     while gap:
         if gap > 0:
             slack = {n: hi[n] - out[n] for n in out if out[n] < hi[n]}
@@ -92,7 +95,7 @@ class Step:
             report = self.state.reports.get(name)
             if report is None or self.now - report.time > REPORT_STALE_SECONDS:
                 self.usable[name] = None
-            elif report.spec_hash != spec_hash(self.spec, name):
+            elif report.spec_hash != self.spec.member_hash(name):
                 self.usable[name] = None
                 self.out_of_sync.append(name)
             else:
