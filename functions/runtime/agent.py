@@ -7,6 +7,7 @@ Every step is per policy and independent: a policy whose workload cannot be read
 a missing report for the hub (and a step error), never a crash of the loop.
 """
 
+import base64
 import json
 import logging
 import threading
@@ -22,10 +23,11 @@ from pydantic import ValidationError
 from functions.common.conditions import Condition, is_ready
 from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP, LABEL_SERVING
 from functions.runtime.acting import Actor, NotHub, policy_path, route_path
+from functions.runtime.advisor import ChatAdvisor
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
 from functions.runtime.hub import plan
-from functions.runtime.hub_decision import SOURCE_RULE, Decision, HubState, reservations
+from functions.runtime.hub_decision import Decision, HubState, Ranking, reservations
 from functions.runtime.hub_fleet import PHASE_ESCALATED, FleetStatus
 from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.policy import (
@@ -155,6 +157,7 @@ class Agent:
         # two policies on one member never count the same free room.
         self._reserved: dict[str, dict[str, int]] = {}
         self._policies: dict[tuple[str, str], tuple[str, Policy]] = {}
+        self._advisors: dict[str, tuple[object, ChatAdvisor]] = {}
         # For the probes: the loop's last turn, and the last time it read its own member.
         self.ticked_at: float | None = None
         self.reported_at: float | None = None
@@ -364,6 +367,31 @@ class Agent:
             cached = self._policies[key] = (text, Policy.from_object(obj))
         return cached[1]
 
+    def _ranker(self, policy: Policy):
+        """experimental.model's ranking for this policy, or None (off by default). One
+        client per policy and configuration, so its breaker outlives the step."""
+        config = policy.spec.experimental.model
+        if config is None:
+            self._advisors.pop(policy.key, None)
+            return None
+        cached = self._advisors.get(policy.key)
+        if cached is None or cached[0] != config:
+            try:
+                key = self._secret(policy.namespace, config.api_key_secret_ref)
+            except (ApiException, KeyError, ValueError) as err:
+                reason = f"API key Secret not read: {getattr(err, 'reason', err)}"
+                return lambda names, context: Ranking({}, reason)
+            cached = (config, ChatAdvisor(config, key, self.metrics.model_request))
+            self._advisors[policy.key] = cached
+        return cached[1].rank
+
+    def _secret(self, namespace: str, ref) -> str | None:
+        """The API key from a Secret on this member (never from the policy itself)."""
+        if ref is None:
+            return None
+        secret = CoreV1Api(self.local).read_namespaced_secret(ref.name, namespace)
+        return base64.b64decode((secret.data or {})[ref.key]).decode()
+
     def _reserved_by_others(self, policy: Policy) -> dict[str, int]:
         """Per member, the replicas the other policies' floors still wait for there."""
         total: dict[str, int] = {}
@@ -385,7 +413,12 @@ class Agent:
         if policy.spec.manages_traffic and not remembered >= set(policy.spec.cluster_names):
             route_weights = self._route_weights(policy)
         state = HubState(
-            self.role.identity, reports, fleet, route_weights, self._reserved_by_others(policy)
+            self.role.identity,
+            reports,
+            fleet,
+            route_weights,
+            self._reserved_by_others(policy),
+            ranker=self._ranker(policy),
         )
         decision = plan(state, policy.spec, now).stamped(policy.key)
         self._reserved[policy.key] = reservations(decision) if policy.spec.mode == MODE_AUTO else {}
@@ -435,12 +468,12 @@ class Agent:
                 self.decision_log.record(
                     decision, policy.key, policy.spec.mode, False, error, follow=False
                 )
-                self.metrics.decision(policy.key, decision.action, SOURCE_RULE, False)
+                self.metrics.decision(policy.key, decision.action, decision.source, False)
             return
         self._written[policy.key] = (decision.fleet.time, decision.fleet.hub)
         self.decision_log.flush()
         if decision.changed:
-            self.metrics.decision(policy.key, decision.action, SOURCE_RULE, applied)
+            self.metrics.decision(policy.key, decision.action, decision.source, applied)
         for observation in seen:
             self.metrics.time_to_ready(observation.policy, observation.seconds)
         self.metrics.hub_view(

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import IO, Final
 
-from functions.runtime.hub_decision import SOURCE_RULE, Decision, per_cluster
+from functions.runtime.hub_decision import Decision, per_cluster
 from functions.runtime.hub_fleet import FleetStatus
 from functions.runtime.policy import parse_time, rfc3339
 from functions.runtime.report_core import Report
@@ -179,13 +179,14 @@ class DecisionLog:
                 "after": per_cluster(decision.fleet),
                 "phase": decision.fleet.phase,
                 "action": decision.action,
-                "source": SOURCE_RULE,
+                "source": decision.source,
                 "message": decision.message,
                 "outOfSync": list(decision.fleet.out_of_sync),
                 "held": list(decision.fleet.held),
                 "applied": applied,
                 "error": error,
             }
+            | ({"model": decision.model} if decision.model is not None else {})
         )
         if not follow:
             return decision_id

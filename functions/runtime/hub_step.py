@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from functions.runtime.hub_decision import (
     EVENT_MEMBERS_OUT_OF_SYNC,
+    SOURCE_RULE,
     Change,
     Decision,
     HubEvent,
@@ -88,6 +89,8 @@ class Step:
         self.out_of_sync: list[str] = []
         self.held: list[str] = []
         self.usable: dict[str, Report | None] = {}
+        self.model: dict | None = None
+        self.source = SOURCE_RULE
 
     def read_reports(self) -> None:
         """Phase 1: keep the reports the hub may use; name the members out of sync."""
@@ -169,4 +172,6 @@ class Step:
             events=tuple(self.events),
             reports=dict(sorted(self.usable.items())),
             notes=tuple(self.notes),
+            model=self.model,
+            source=self.source,
         )

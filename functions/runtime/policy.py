@@ -197,6 +197,50 @@ class Traffic(_Spec):
     routes: tuple[Route, ...] = Field(default=(), max_length=16)
 
 
+class SecretKeyRef(_Spec):
+    name: str
+    key: str = "apiKey"
+
+
+class ChatEndpoint(_Spec):
+    """An OpenAI-compatible Chat Completions endpoint (the official `openai` client)."""
+
+    endpoint: str
+    model: str
+    # A Secret in the policy's namespace on the hub's member; unset: no API key.
+    api_key_secret_ref: SecretKeyRef | None = Field(default=None, alias="apiKeySecretRef")
+    timeout: float = 5.0
+    response_format: Literal["json_schema", "json_object"] = Field(
+        default="json_schema", alias="responseFormat"
+    )
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value) if isinstance(value, str) else float(value)
+
+
+class RankingModel(ChatEndpoint):
+    """experimental.model: ranks candidate clusters within a tier."""
+
+    mode: Literal["shadow", "apply"] = "shadow"
+    confidence_threshold_percent: int = Field(
+        default=70, alias="confidenceThresholdPercent", ge=0, le=100
+    )
+
+
+class Adaptive(_Spec):
+    """experimental.adaptive: a planner proposing up to three plans a step."""
+
+    planner: ChatEndpoint
+    mode: Literal["shadow", "apply"] = "shadow"
+
+
+class Experimental(_Spec):
+    model: RankingModel | None = None
+    adaptive: Adaptive | None = None
+
+
 class PolicySpec(_Spec):
     mode: Literal["off", "shadow", "auto"] = MODE_SHADOW
     workload: Workload
@@ -212,6 +256,7 @@ class PolicySpec(_Spec):
     placement: Literal["LocalFirst", "StaticFirst"] = PLACEMENT_LOCAL_FIRST
     escalation: Escalation = Field(default_factory=Escalation)
     traffic: Traffic = Field(default_factory=Traffic)
+    experimental: Experimental = Field(default_factory=Experimental)
 
     @model_validator(mode="after")
     def _weights(self) -> "PolicySpec":
