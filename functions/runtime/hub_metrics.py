@@ -39,6 +39,7 @@ HUB_METRICS: Final = (
     MODEL_REQUEST_DURATION,
     PLANNER_REQUEST_DURATION,
 )
+HUB_HISTOGRAMS: Final = (DECISION_TIME_TO_READY, MODEL_REQUEST_DURATION, PLANNER_REQUEST_DURATION)
 # Seconds a ranking or planner call took (the timeout bounds it).
 REQUEST_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 
