@@ -172,3 +172,15 @@ class ChatAdvisor:
             self.breaker.failure(self._clock())
             return Ranking({}, f"answer names clusters that are not candidates: {unknown}")
         return Ranking(dict(sorted(probabilities.items())))
+
+    def propose(
+        self, system: str, context: dict, schema: dict
+    ) -> tuple[list[dict], str | None, float]:
+        """The planner's plans (schema-valid, not yet checked against the limits), the
+        error when there are none, and how long the call took."""
+        start = self._clock()
+        try:
+            answer = self.ask(system, context, "plans", schema)
+        except AdvisorError as err:
+            return [], str(err), self._clock() - start
+        return list(answer["plans"]), None, self._clock() - start

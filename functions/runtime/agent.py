@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from kubernetes.client import ApiClient, CoreV1Api
@@ -22,13 +22,14 @@ from pydantic import ValidationError
 
 from functions.common.conditions import Condition, is_ready
 from functions.common.contracts import API_VERSION, AUTOSCALING_GROUP, LABEL_SERVING
+from functions.runtime import planner
 from functions.runtime.acting import Actor, NotHub, policy_path, route_path
 from functions.runtime.advisor import ChatAdvisor
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
 from functions.runtime.hub import plan
 from functions.runtime.hub_decision import Decision, HubState, Ranking, reservations
-from functions.runtime.hub_fleet import PHASE_ESCALATED, FleetStatus
+from functions.runtime.hub_fleet import PHASE_ESCALATED, PHASE_STEADY, FleetStatus
 from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.policy import (
     HUB_STEP_SECONDS,
@@ -158,6 +159,9 @@ class Agent:
         self._reserved: dict[str, dict[str, int]] = {}
         self._policies: dict[tuple[str, str], tuple[str, Policy]] = {}
         self._advisors: dict[str, tuple[object, ChatAdvisor]] = {}
+        self._planners: dict[str, tuple[object, ChatAdvisor]] = {}
+        self._planned_at: dict[str, float] = {}
+        self._proposals: list[tuple] = []  # written with the step's lines
         # For the probes: the loop's last turn, and the last time it read its own member.
         self.ticked_at: float | None = None
         self.reported_at: float | None = None
@@ -385,6 +389,39 @@ class Agent:
             self._advisors[policy.key] = cached
         return cached[1].rank
 
+    def _adaptive(self, policy: Policy, state: HubState, rules: Decision, now: float) -> Decision:
+        """experimental.adaptive: ask the planner (when the rules changed something, or
+        once per cooldown while not Steady), check its plans, choose; the proposal line
+        waits with the step's other lines."""
+        config = policy.spec.experimental.adaptive
+        if config is None:
+            self._planners.pop(policy.key, None)
+            return rules
+        last = self._planned_at.get(policy.key, -1e18)
+        due = rules.changed or (
+            rules.fleet.phase != PHASE_STEADY and now - last >= policy.spec.escalation.cooldown
+        )
+        if not due:
+            return rules
+        cached = self._planners.get(policy.key)
+        if cached is None or cached[0] != config:
+            try:
+                key = self._secret(policy.namespace, config.planner.api_key_secret_ref)
+            except (ApiException, KeyError, ValueError) as err:
+                log.warning("planner for %s: API key Secret not read: %s", policy.key, err)
+                return rules
+            cached = (config, ChatAdvisor(config.planner, key, self.metrics.planner_request))
+            self._planners[policy.key] = cached
+        self._planned_at[policy.key] = now
+        plans, error, seconds = cached[1].propose(
+            planner.PLANNER_PROMPT, planner.context(state, policy.spec, rules), planner.PLAN_SCHEMA
+        )
+        self._proposals.append((now, policy.key, seconds, plans, error))
+        decision, adaptive = planner.choose(
+            plans, state, policy.spec, rules, apply=config.mode == "apply"
+        )
+        return replace(decision, adaptive=adaptive)
+
     def _secret(self, namespace: str, ref) -> str | None:
         """The API key from a Secret on this member (never from the policy itself)."""
         if ref is None:
@@ -420,7 +457,8 @@ class Agent:
             self._reserved_by_others(policy),
             ranker=self._ranker(policy),
         )
-        decision = plan(state, policy.spec, now).stamped(policy.key)
+        decision = plan(state, policy.spec, now)
+        decision = self._adaptive(policy, state, decision, now).stamped(policy.key)
         self._reserved[policy.key] = reservations(decision) if policy.spec.mode == MODE_AUTO else {}
 
         applied, error = False, None
@@ -449,6 +487,9 @@ class Agent:
         # The step's lines wait for the memory that records them (status.fleet): written
         # together, or the lines are left to whichever hub continues from that memory.
         self.decision_log.hold()
+        for proposal in self._proposals:
+            self.decision_log.proposal(*proposal)
+        self._proposals.clear()
         if decision.changed:
             self.decision_log.record(decision, policy.key, policy.spec.mode, applied, error)
         seen = self.decision_log.observe(policy.key, now, decision.reports, decision.fleet)

@@ -37,6 +37,7 @@ RECENT_MAX: Final = 10
 FOLLOWED_BY_MAX: Final = 16
 KIND_DECISION: Final = "decision"
 KIND_OUTCOME: Final = "outcome"
+KIND_PROPOSAL: Final = "proposal"
 
 
 @dataclass
@@ -153,6 +154,26 @@ class DecisionLog:
         self._pending += [_Pending.from_status(policy, e) for e in fleet.get("following") or []]
         self._recent[policy] = list(fleet.get("recent") or [])[-RECENT_MAX:]
 
+    def proposal(
+        self,
+        time: float,
+        policy: str,
+        seconds: float,
+        plans: list[dict],
+        error: str | None,
+    ) -> None:
+        """The planner's answer as it came (`kind: proposal`), valid or not."""
+        self._write(
+            {
+                "kind": KIND_PROPOSAL,
+                "time": rfc3339(time),
+                "policy": policy,
+                "seconds": round(seconds, 3),
+                "error": error,
+                "candidates": plans,
+            }
+        )
+
     def record(
         self,
         decision: Decision,
@@ -187,6 +208,7 @@ class DecisionLog:
                 "error": error,
             }
             | ({"model": decision.model} if decision.model is not None else {})
+            | ({"adaptive": decision.adaptive} if decision.adaptive is not None else {})
         )
         if not follow:
             return decision_id

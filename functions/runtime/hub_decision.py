@@ -90,6 +90,8 @@ class Decision:
     # The ranking model's say, when it was asked: probabilities, accepted, shadow, error.
     model: dict | None = None
     source: str = SOURCE_RULE  # "model" when its ranking reordered the helpers
+    # experimental.adaptive: candidates, rejections, chooser, chosen, executed.
+    adaptive: dict | None = None
 
     @property
     def changed(self) -> bool:
