@@ -8,16 +8,12 @@ import json
 import subprocess
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 
 from functions.runtime import planner
 from functions.runtime.advisor import ChatAdvisor
-from functions.runtime.agent import Agent, AgentConfig, FixedRole
-from functions.runtime.decision_log import DecisionLog
 from functions.runtime.hub import plan
 from functions.runtime.hub_decision import HubState
 from functions.runtime.hub_fleet import ClusterFleet, FleetStatus
-from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.policy import ChatEndpoint, spec_hash
 from functions.runtime.report_core import Report
 from tests.unit import test_hub_acting as acting
@@ -136,15 +132,7 @@ def run_agent(monkeypatch, server, mode):
     )
     home, helper = acting.fleet("auto")
     stream = io.StringIO()
-    agent = Agent(
-        AgentConfig(cluster="home"),
-        {"home": home, "helper": helper},
-        FixedRole("home/agent-0", True, "t1"),
-        HubMetrics(MeterProvider().get_meter("test")),
-        DecisionLog(stream),
-        clock=lambda: acting.NOW,
-    )
-    agent.hub_step(acting.NOW)
+    acting.hub_agent(home, helper, stream).hub_step(acting.NOW)
     return home, helper, stream.getvalue()
 
 
