@@ -196,6 +196,14 @@ class Traffic(_Spec):
     # gets the same weights.
     routes: tuple[Route, ...] = Field(default=(), max_length=16)
 
+    @model_validator(mode="after")
+    def _unique(self) -> "Traffic":
+        # Not a CEL rule: the API server's cost estimate refuses a pairwise one here.
+        keys = [(r.name, r.namespace or "") for r in self.routes]
+        if len(set(keys)) != len(keys):
+            raise ValueError("traffic.routes[] must be unique")
+        return self
+
 
 class SecretKeyRef(_Spec):
     name: str
