@@ -21,6 +21,7 @@ POLICY_FIELDS: Final = (
     "saturationThreshold",
     "escalation",
     "traffic",
+    "experimental",
 )
 
 # Fields a deployment's `autoscaling` does not pass through: compose-model-deployment

@@ -8,11 +8,13 @@ Every step is per policy and independent: a policy whose workload cannot be read
 a missing report for the hub (and a step error), never a crash of the loop.
 """
 
+import base64
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from kubernetes.client import ApiClient, CoreV1Api
@@ -26,12 +28,14 @@ from functions.common.contracts import (
     COLLECTOR_SIGNALS_URL,
     LABEL_SERVING,
 )
+from functions.runtime import planner
 from functions.runtime.acting import Actor, NotHub, policy_path, route_path
+from functions.runtime.advisor import ChatAdvisor
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
 from functions.runtime.hub import plan
-from functions.runtime.hub_decision import SOURCE_RULE, Decision, HubState, reservations
-from functions.runtime.hub_fleet import PHASE_ESCALATED, FleetStatus
+from functions.runtime.hub_decision import Decision, HubState, Ranking, reservations
+from functions.runtime.hub_fleet import PHASE_ESCALATED, PHASE_STEADY, FleetStatus
 from functions.runtime.hub_metrics import HubMetrics
 from functions.runtime.inventory import (
     InventoryAgent,
@@ -183,6 +187,11 @@ class Agent:
         # Per policy, the replicas its floors wait for on each member (auto mode only):
         # two policies on one member never count the same free room.
         self._reserved: dict[str, dict[str, int]] = {}
+        self._policies: dict[tuple[str, str], tuple[str, Policy]] = {}
+        self._advisors: dict[str, tuple[object, ChatAdvisor]] = {}
+        self._planners: dict[str, tuple[object, ChatAdvisor]] = {}
+        self._planned_at: dict[str, float] = {}
+        self._proposals: list[tuple] = []  # written with the step's lines
         # For the probes: the loop's last turn, and the last time it read its own member.
         self.ticked_at: float | None = None
         self.reported_at: float | None = None
@@ -368,7 +377,7 @@ class Agent:
         stepped: set[str] = set()
         for anchor, obj in self._copies():
             try:
-                policy = Policy.from_object(obj)
+                policy = self._parsed(obj)
             except ValidationError:
                 continue  # its Ready condition says why
             if policy.spec.mode == MODE_OFF:
@@ -382,6 +391,8 @@ class Agent:
                 log.warning("hub step for %s failed: %s %s", policy.key, err.status, err.reason)
         for gone in set(self._reserved) - stepped:  # deleted or off: reserves nothing
             del self._reserved[gone]
+        for gone in [k for k in self._policies if f"{k[0]}/{k[1]}" not in stepped]:
+            del self._policies[gone]
 
     def _read_fleet(
         self, policy: Policy, anchor: str
@@ -409,6 +420,75 @@ class Agent:
         fleet, fleet_raw = max(fleets, key=lambda f: f[0].time or 0.0, default=(FleetStatus(), {}))
         return reports, fleet, fleet_raw
 
+    def _parsed(self, obj: dict) -> Policy:
+        """The policy, parsed again only when its object changed: a parsed spec keeps its
+        members' spec hashes (`PolicySpec.member_hash`), the costliest part of a step."""
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        text = json.dumps(obj.get("spec") or {}, sort_keys=True)
+        cached = self._policies.get(key)
+        if cached is None or cached[0] != text:
+            cached = self._policies[key] = (text, Policy.from_object(obj))
+        return cached[1]
+
+    def _ranker(self, policy: Policy):
+        """experimental.model's ranking for this policy, or None (off by default). One
+        client per policy and configuration, so its breaker outlives the step."""
+        config = policy.spec.experimental.model
+        if config is None:
+            self._advisors.pop(policy.key, None)
+            return None
+        cached = self._advisors.get(policy.key)
+        if cached is None or cached[0] != config:
+            try:
+                key = self._secret(policy.namespace, config.api_key_secret_ref)
+            except (ApiException, KeyError, ValueError) as err:
+                reason = f"API key Secret not read: {getattr(err, 'reason', err)}"
+                return lambda names, context: Ranking({}, reason)
+            cached = (config, ChatAdvisor(config, key, self.metrics.model_request))
+            self._advisors[policy.key] = cached
+        return cached[1].rank
+
+    def _adaptive(self, policy: Policy, state: HubState, rules: Decision, now: float) -> Decision:
+        """experimental.adaptive: ask the planner (when the rules changed something, or
+        once per cooldown while not Steady), check its plans, choose; the proposal line
+        waits with the step's other lines."""
+        config = policy.spec.experimental.adaptive
+        if config is None:
+            self._planners.pop(policy.key, None)
+            return rules
+        last = self._planned_at.get(policy.key, -1e18)
+        due = rules.changed or (
+            rules.fleet.phase != PHASE_STEADY and now - last >= policy.spec.escalation.cooldown
+        )
+        if not due:
+            return rules
+        cached = self._planners.get(policy.key)
+        if cached is None or cached[0] != config:
+            try:
+                key = self._secret(policy.namespace, config.planner.api_key_secret_ref)
+            except (ApiException, KeyError, ValueError) as err:
+                log.warning("planner for %s: API key Secret not read: %s", policy.key, err)
+                return rules
+            cached = (config, ChatAdvisor(config.planner, key, self.metrics.planner_request))
+            self._planners[policy.key] = cached
+        self._planned_at[policy.key] = now
+        plans, error, seconds = cached[1].propose(
+            planner.PLANNER_PROMPT, planner.context(state, policy.spec, rules), planner.PLAN_SCHEMA
+        )
+        self._proposals.append((now, policy.key, seconds, plans, error))
+        decision, adaptive = planner.choose(
+            plans, state, policy.spec, rules, apply=config.mode == "apply"
+        )
+        return replace(decision, adaptive=adaptive)
+
+    def _secret(self, namespace: str, ref) -> str | None:
+        """The API key from a Secret on this member (never from the policy itself)."""
+        if ref is None:
+            return None
+        secret = CoreV1Api(self.local).read_namespaced_secret(ref.name, namespace)
+        return base64.b64decode((secret.data or {})[ref.key]).decode()
+
     def _reserved_by_others(self, policy: Policy) -> dict[str, int]:
         """Per member, the replicas the other policies' floors still wait for there."""
         total: dict[str, int] = {}
@@ -430,9 +510,15 @@ class Agent:
         if policy.spec.manages_traffic and not remembered >= set(policy.spec.cluster_names):
             route_weights = self._route_weights(policy)
         state = HubState(
-            self.role.identity, reports, fleet, route_weights, self._reserved_by_others(policy)
+            self.role.identity,
+            reports,
+            fleet,
+            route_weights,
+            self._reserved_by_others(policy),
+            ranker=self._ranker(policy),
         )
-        decision = plan(state, policy.spec, now).stamped(policy.key)
+        decision = plan(state, policy.spec, now)
+        decision = self._adaptive(policy, state, decision, now).stamped(policy.key)
         self._reserved[policy.key] = reservations(decision) if policy.spec.mode == MODE_AUTO else {}
 
         applied, error = False, None
@@ -461,6 +547,9 @@ class Agent:
         # The step's lines wait for the memory that records them (status.fleet): written
         # together, or the lines are left to whichever hub continues from that memory.
         self.decision_log.hold()
+        for proposal in self._proposals:
+            self.decision_log.proposal(*proposal)
+        self._proposals.clear()
         if decision.changed:
             self.decision_log.record(decision, policy.key, policy.spec.mode, applied, error)
         seen = self.decision_log.observe(policy.key, now, decision.reports, decision.fleet)
@@ -480,12 +569,12 @@ class Agent:
                 self.decision_log.record(
                     decision, policy.key, policy.spec.mode, False, error, follow=False
                 )
-                self.metrics.decision(policy.key, decision.action, SOURCE_RULE, False)
+                self.metrics.decision(policy.key, decision.action, decision.source, False)
             return
         self._written[policy.key] = (decision.fleet.time, decision.fleet.hub)
         self.decision_log.flush()
         if decision.changed:
-            self.metrics.decision(policy.key, decision.action, SOURCE_RULE, applied)
+            self.metrics.decision(policy.key, decision.action, decision.source, applied)
         for observation in seen:
             self.metrics.time_to_ready(observation.policy, observation.seconds)
         self.metrics.hub_view(

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import IO, Final
 
-from functions.runtime.hub_decision import SOURCE_RULE, Decision, per_cluster
+from functions.runtime.hub_decision import Decision, per_cluster
 from functions.runtime.hub_fleet import FleetStatus
 from functions.runtime.policy import parse_time, rfc3339
 from functions.runtime.report_core import Report
@@ -37,6 +37,7 @@ RECENT_MAX: Final = 10
 FOLLOWED_BY_MAX: Final = 16
 KIND_DECISION: Final = "decision"
 KIND_OUTCOME: Final = "outcome"
+KIND_PROPOSAL: Final = "proposal"
 
 
 @dataclass
@@ -153,6 +154,26 @@ class DecisionLog:
         self._pending += [_Pending.from_status(policy, e) for e in fleet.get("following") or []]
         self._recent[policy] = list(fleet.get("recent") or [])[-RECENT_MAX:]
 
+    def proposal(
+        self,
+        time: float,
+        policy: str,
+        seconds: float,
+        plans: list[dict],
+        error: str | None,
+    ) -> None:
+        """The planner's answer as it came (`kind: proposal`), valid or not."""
+        self._write(
+            {
+                "kind": KIND_PROPOSAL,
+                "time": rfc3339(time),
+                "policy": policy,
+                "seconds": round(seconds, 3),
+                "error": error,
+                "candidates": plans,
+            }
+        )
+
     def record(
         self,
         decision: Decision,
@@ -179,13 +200,15 @@ class DecisionLog:
                 "after": per_cluster(decision.fleet),
                 "phase": decision.fleet.phase,
                 "action": decision.action,
-                "source": SOURCE_RULE,
+                "source": decision.source,
                 "message": decision.message,
                 "outOfSync": list(decision.fleet.out_of_sync),
                 "held": list(decision.fleet.held),
                 "applied": applied,
                 "error": error,
             }
+            | ({"model": decision.model} if decision.model is not None else {})
+            | ({"adaptive": decision.adaptive} if decision.adaptive is not None else {})
         )
         if not follow:
             return decision_id

@@ -23,6 +23,7 @@ from functions.runtime.hub_decision import (
     ADD_CAPACITY,
     EVENT_REPLICAS_NOT_READY,
     RELEASE_CAPACITY,
+    SOURCE_MODEL,
     Change,
     HubEvent,
 )
@@ -89,10 +90,12 @@ def missing_replicas(step: Step) -> tuple[list[str], int]:
         if report is None:
             continue
         if report.needed <= 0:
-            step.clusters[name] = replace(c, short_since=None)
+            if c.short_since is not None:
+                step.clusters[name] = replace(c, short_since=None)
             continue
         since = c.short_since if c.short_since is not None else step.now
-        step.clusters[name] = replace(c, short_since=since)
+        if c.short_since is None:
+            step.clusters[name] = replace(c, short_since=since)
         # LocalFirst: a member whose own NodePools can launch waits `after` for them.
         # StaticFirst: idle nodes elsewhere go before launching new ones at home.
         early = report.node_pool_headroom <= 0
@@ -128,7 +131,50 @@ def candidates(step: Step, due: list[str]) -> list[str]:
         found.append(
             ((0, cost, -static) if static > 0 else (1, int(same_region), cost, -total), name)
         )
-    return [name for _, name in sorted(found)]
+    found.sort()
+    ordered = [name for _, name in found]
+    if step.state.ranker is None or step.spec.experimental.model is None or len(ordered) < 2:
+        return ordered
+    tier = {name: key[0] for key, name in found}  # 0: static room, 1: NodePool headroom
+    return _ranked(step, due, ordered, tier)
+
+
+def _ranked(step: Step, due: list[str], ordered: list[str], tier: dict[str, int]) -> list[str]:
+    """The ranking model's order within each tier, when its top pick clears the
+    confidence threshold and the model is in apply mode; recorded either way."""
+    config = step.spec.experimental.model
+    context = {
+        "short": {n: step.usable[n].needed for n in due},
+        "clusters": {
+            n: {
+                "tier": "static" if tier[n] == 0 else "nodePool",
+                "room": step.room(n)[1],
+                "region": step.usable[n].region,
+                "costRank": step.spec.cluster(n).cost_rank,
+                "pressure": step.usable[n].pressure,
+                "ready": step.usable[n].ready,
+            }
+            for n in ordered
+        },
+    }
+    ranking = step.state.ranker(tuple(ordered), context)
+    probabilities = ranking.probabilities if ranking.error is None else {}
+    top = max(probabilities.values(), default=0.0)
+    accepted = bool(probabilities) and top * 100 >= config.confidence_threshold_percent
+    shadow = config.mode == "shadow"
+    step.model = {
+        "probabilities": probabilities,
+        "accepted": accepted,
+        "shadow": shadow,
+        "error": ranking.error,
+    }
+    if not accepted or shadow:
+        return ordered
+    position = {n: i for i, n in enumerate(ordered)}
+    reordered = sorted(ordered, key=lambda n: (tier[n], -probabilities.get(n, 0.0), position[n]))
+    if reordered != ordered:
+        step.source = SOURCE_MODEL
+    return reordered
 
 
 def allocate(step: Step, due: list[str], missing: int) -> None:

@@ -6,6 +6,7 @@ reads), the events to raise, the reports the hub used and notes on why nothing m
 The agent acts on it, the decision log writes it, the metrics count it.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -34,6 +35,19 @@ EVENT_MEMBERS_OUT_OF_SYNC: Final = "MembersOutOfSync"
 EVENT_REPLICAS_NOT_READY: Final = "ReplicasNotReady"
 
 SOURCE_RULE: Final = "rule"
+SOURCE_MODEL: Final = "model"
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The ranking model's answer: a probability per candidate, or why there is none."""
+
+    probabilities: dict[str, float]
+    error: str | None = None
+
+
+# Candidates (in the rules' order) and what the hub knows of them -> the model's ranking.
+Ranker = Callable[[tuple[str, ...], dict], Ranking]
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,8 @@ class HubState:
     # Per member, replicas other policies' floors have claimed there but that are not on
     # a node yet: free room they will take, which this policy must not count again.
     reserved: dict[str, int] = field(default_factory=dict)
+    # experimental.model: asked when two or more clusters are candidates for a shortage.
+    ranker: Ranker | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,11 @@ class Decision:
     events: tuple[HubEvent, ...]
     reports: dict[str, Report | None]  # what the hub used: None for ignored members
     notes: tuple[str, ...] = ()  # why nothing moved, when a step was blocked
+    # The ranking model's say, when it was asked: probabilities, accepted, shadow, error.
+    model: dict | None = None
+    source: str = SOURCE_RULE  # "model" when its ranking reordered the helpers
+    # experimental.adaptive: candidates, rejections, chooser, chosen, executed.
+    adaptive: dict | None = None
 
     @property
     def changed(self) -> bool:

@@ -23,6 +23,8 @@ MEMBER_NEEDED_REPLICAS: Final = "plumb_member_needed_replicas"
 MEMBER_STATIC_ROOM_REPLICAS: Final = "plumb_member_static_room_replicas"
 MODEL_START_FAILURES: Final = "modelplane_model_consecutive_start_failures"
 MODEL_READY_REPLICAS: Final = "modelplane_model_ready_replicas"
+MODEL_REQUEST_DURATION: Final = "plumb_model_request_duration_seconds"
+PLANNER_REQUEST_DURATION: Final = "plumb_planner_request_duration_seconds"
 
 HUB_METRICS: Final = (
     FLEET_ESCALATED,
@@ -34,7 +36,12 @@ HUB_METRICS: Final = (
     MEMBER_STATIC_ROOM_REPLICAS,
     MODEL_START_FAILURES,
     MODEL_READY_REPLICAS,
+    MODEL_REQUEST_DURATION,
+    PLANNER_REQUEST_DURATION,
 )
+HUB_HISTOGRAMS: Final = (DECISION_TIME_TO_READY, MODEL_REQUEST_DURATION, PLANNER_REQUEST_DURATION)
+# Seconds a ranking or planner call took (the timeout bounds it).
+REQUEST_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 
 # Seconds from a raised floor to ready replicas: node launch plus model load.
 TIME_TO_READY_BUCKETS: Final = (5, 15, 30, 60, 120, 180, 300, 450, 600, 900, 1200, 1800, 3600)
@@ -95,6 +102,18 @@ class HubMetrics:
             " ready replicas",
             explicit_bucket_boundaries_advisory=list(TIME_TO_READY_BUCKETS),
         )
+        self._model_requests = meter.create_histogram(
+            MODEL_REQUEST_DURATION,
+            unit="s",
+            description="Model ranking calls (ok, error)",
+            explicit_bucket_boundaries_advisory=list(REQUEST_BUCKETS),
+        )
+        self._planner_requests = meter.create_histogram(
+            PLANNER_REQUEST_DURATION,
+            unit="s",
+            description="Experimental planner calls (ok, error)",
+            explicit_bucket_boundaries_advisory=list(REQUEST_BUCKETS),
+        )
 
     @staticmethod
     def _policy_gauge(values: dict[str, int]):
@@ -148,6 +167,12 @@ class HubMetrics:
 
     def step_error(self, policy: str) -> None:
         self._step_errors.add(1, {"policy": policy})
+
+    def model_request(self, seconds: float, result: str) -> None:
+        self._model_requests.record(seconds, {"result": result})
+
+    def planner_request(self, seconds: float, result: str) -> None:
+        self._planner_requests.record(seconds, {"result": result})
 
     def time_to_ready(self, policy: str, seconds: float) -> None:
         self._time_to_ready.record(seconds, {"policy": policy})

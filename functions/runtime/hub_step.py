@@ -12,13 +12,14 @@ from dataclasses import replace
 
 from functions.runtime.hub_decision import (
     EVENT_MEMBERS_OUT_OF_SYNC,
+    SOURCE_RULE,
     Change,
     Decision,
     HubEvent,
     HubState,
 )
 from functions.runtime.hub_fleet import ClusterFleet, FleetStatus
-from functions.runtime.policy import REPORT_STALE_SECONDS, PolicySpec, spec_hash
+from functions.runtime.policy import REPORT_STALE_SECONDS, PolicySpec
 from functions.runtime.report_core import Report
 
 
@@ -34,10 +35,13 @@ def fit_weights(weights: dict[str, int], spec: PolicySpec) -> dict[str, int]:
     """The nearest weights summing to 100 with each within its minWeight/maxWeight:
     clamped, then the difference taken from (or given to) the members with most slack,
     names breaking ties. The spec guarantees the bounds admit a sum of 100."""
-    lo = {n: spec.cluster(n).min_weight for n in weights}
-    hi = {n: spec.cluster(n).max_weight for n in weights}
+    entries = spec.by_name
+    lo = {n: entries[n].min_weight for n in weights}
+    hi = {n: entries[n].max_weight for n in weights}
     out = {n: min(hi[n], max(lo[n], w)) for n, w in weights.items()}
     gap = 100 - sum(out.values())
+    if not gap:
+        return out
     while gap:
         if gap > 0:
             slack = {n: hi[n] - out[n] for n in out if out[n] < hi[n]}
@@ -85,6 +89,8 @@ class Step:
         self.out_of_sync: list[str] = []
         self.held: list[str] = []
         self.usable: dict[str, Report | None] = {}
+        self.model: dict | None = None
+        self.source = SOURCE_RULE
 
     def read_reports(self) -> None:
         """Phase 1: keep the reports the hub may use; name the members out of sync."""
@@ -92,7 +98,7 @@ class Step:
             report = self.state.reports.get(name)
             if report is None or self.now - report.time > REPORT_STALE_SECONDS:
                 self.usable[name] = None
-            elif report.spec_hash != spec_hash(self.spec, name):
+            elif report.spec_hash != self.spec.member_hash(name):
                 self.usable[name] = None
                 self.out_of_sync.append(name)
             else:
@@ -166,4 +172,6 @@ class Step:
             events=tuple(self.events),
             reports=dict(sorted(self.usable.items())),
             notes=tuple(self.notes),
+            model=self.model,
+            source=self.source,
         )

@@ -16,7 +16,7 @@ import yaml
 
 from functions.runtime import metrics as election_metrics
 from functions.runtime.cert_expiry import CERTIFICATE_EXPIRY
-from functions.runtime.hub_metrics import HUB_METRICS
+from functions.runtime.hub_metrics import HUB_HISTOGRAMS, HUB_METRICS
 from functions.runtime.model_health import MODEL_HEALTH_METRICS
 from tests.conftest import REPO, require_tool
 
@@ -50,7 +50,7 @@ def test_every_rule_parses(promtool, rule_file):
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 10 rules found" in done.stdout
+    assert "SUCCESS: 12 rules found" in done.stdout
 
 
 def test_rules_name_only_metrics_the_runtime_exports():
@@ -60,6 +60,8 @@ def test_rules_name_only_metrics_the_runtime_exports():
         | {election_metrics.HUB_LEADING, election_metrics.FLEET_MEMBERS}
         | {CERTIFICATE_EXPIRY}
     )
+    # A histogram is exported as its _count, _sum and _bucket series.
+    exported |= {f"{m}_{s}" for m in HUB_HISTOGRAMS for s in ("count", "sum", "bucket")}
     rule = yaml.safe_load(RULE.read_text())
     named = set()
     for group in rule["spec"]["groups"]:
@@ -202,6 +204,63 @@ ALERT_TESTS = {
                     "eval_time": "35m",
                     "alertname": "PlumbEscalatedTooLong",
                     "exp_alerts": [{"exp_labels": {"severity": "warning", "policy": "ml/llm"}}],
+                },
+            ],
+        },
+        {
+            # A ranking error every minute: pending for 15 minutes, then firing.
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": 'plumb_model_request_duration_seconds_count{result="error"}',
+                    "values": "0+1x40",
+                },
+                {
+                    "series": 'plumb_model_request_duration_seconds_count{result="ok"}',
+                    "values": "0+5x40",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "10m", "alertname": "PlumbModelErrors", "exp_alerts": []},
+                {
+                    "eval_time": "20m",
+                    "alertname": "PlumbModelErrors",
+                    "exp_alerts": [{"exp_labels": {"severity": "warning"}}],
+                },
+            ],
+        },
+        {
+            # Successful ranking calls only: quiet.
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": 'plumb_model_request_duration_seconds_count{result="ok"}',
+                    "values": "0+5x40",
+                },
+                {
+                    "series": 'plumb_model_request_duration_seconds_count{result="error"}',
+                    "values": "0x40",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "30m", "alertname": "PlumbModelErrors", "exp_alerts": []}
+            ],
+        },
+        {
+            # 3 planner errors in 30 minutes is within bounds; the 4th fires.
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": 'plumb_planner_request_duration_seconds_count{result="error"}',
+                    "values": "0 1 1 2 2 3x10 4x20",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "10m", "alertname": "PlumbPlannerErrors", "exp_alerts": []},
+                {
+                    "eval_time": "16m",
+                    "alertname": "PlumbPlannerErrors",
+                    "exp_alerts": [{"exp_labels": {"severity": "warning"}}],
                 },
             ],
         },

@@ -67,6 +67,8 @@ class World:
     last: Decision | None = None  # the latest step, changed or not
 
     initial_weights: dict[str, int] | None = None
+    # Per member, replicas other policies' floors wait for there (HubState.reserved).
+    reserved: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for m in self.members.values():
@@ -151,6 +153,7 @@ class World:
             hub="home/agent-0",
             reports={n: self.last_reports.get(n) for n in self.members},
             fleet=self.fleet,
+            reserved=dict(self.reserved),
         )
         self.states.append((state, self.now))
         decision = plan(state, self.spec, self.now)

@@ -183,6 +183,18 @@ def run_hub_step(mode: str, reader: InMemoryMetricReader | None = None, **lease_
     return home, helper, [json.loads(x) for x in stream.getvalue().splitlines()]
 
 
+def hub_agent(home: FakeApi, helper: FakeApi, stream) -> Agent:
+    """The hub's agent on `home` (leading, term t1), its decision log into `stream`."""
+    return Agent(
+        AgentConfig(cluster="home"),
+        {"home": home, "helper": helper},
+        FixedRole("home/agent-0", True, "t1"),
+        HubMetrics(MeterProvider().get_meter("test")),
+        DecisionLog(stream),
+        clock=lambda: NOW,
+    )
+
+
 def step_errors(reader: InMemoryMetricReader) -> int:
     data = reader.get_metrics_data()
     return int(
@@ -413,14 +425,7 @@ def test_a_new_hub_writes_the_outcome_lines_its_predecessor_still_owed():
 def test_a_hub_whose_memory_write_is_refused_writes_no_outcome_line():
     home, helper = fleet("shadow")
     stream = io.StringIO()
-    agent = Agent(
-        AgentConfig(cluster="home"),
-        {"home": home, "helper": helper},
-        FixedRole("home/agent-0", True, "t1"),
-        HubMetrics(MeterProvider().get_meter("test")),
-        DecisionLog(stream),
-        clock=lambda: NOW,
-    )
+    agent = hub_agent(home, helper, stream)
     agent.hub_step(NOW)
     _keep_written_fleet(home)
     home.objects[LEASE_PATH] = lease("helper/agent-0", "t2")  # deposed meanwhile
@@ -458,14 +463,7 @@ def test_weights_are_written_on_every_route_of_traffic_routes(monkeypatch):
     home, helper = fleet("auto")
     for api in (home, helper):
         api.objects[second] = ROUTE
-    agent = Agent(
-        AgentConfig(cluster="home"),
-        {"home": home, "helper": helper},
-        FixedRole("home/agent-0", True, "t1"),
-        HubMetrics(MeterProvider().get_meter("test")),
-        DecisionLog(io.StringIO()),
-        clock=lambda: NOW,
-    )
+    agent = hub_agent(home, helper, io.StringIO())
     agent.hub_step(NOW)
     for api in (home, helper):
         written = {p: b for m, p, b, _ in api.writes if p in (ROUTE_PATH, second)}

@@ -272,3 +272,11 @@ def test_a_deployments_weights_are_shares_of_the_clusters_it_uses():
         {"name": "b", "weight": 10, "maxWeight": 60},
     ]
     assert all("weight" not in e for e in fit_cluster_weights(clash))
+
+
+def test_a_route_named_twice_is_refused_naming_the_rule():
+    with pytest.raises(ValidationError, match=r"traffic.routes\[\] must be unique"):
+        make_spec(traffic={"routes": [{"name": "r"}, {"name": "r", "namespace": None}]})
+    # The same name in another namespace is another route.
+    spec = make_spec(traffic={"routes": [{"name": "r"}, {"name": "r", "namespace": "gw"}]})
+    assert [(r.name, r.namespace) for r in spec.routes] == [("llm", None), ("r", None), ("r", "gw")]

@@ -10,10 +10,16 @@ changes (its memory goes through the `status.fleet` codec, as a new hub reads it
 fleet ends with a calm tail without faults, long enough for traffic to return and every
 floor to go.
 
+The policy's optional fields are drawn too: `placement`, `costRank`, weight bounds around
+the Steady weights (and the Steady weights as `clusters[].weight`), a `saturation`
+signal that follows load, several routes; and another policy's floors reserving room on
+a member now and then (`HubState.reserved`).
+
 Invariants, every step:
 - no floor above the member's maxReplicas;
-- weights within 0..100 and summing to 100;
-- no member over its latency SLO gains traffic;
+- weights within each member's minWeight..maxWeight and summing to 100;
+- no member over its latency SLO or saturated gains traffic;
+- a helper never gets more replicas than its room less what other policies reserved;
 - a floor goes down only on a member whose report the hub could use;
 - nothing stays escalated while a helper with static room stands idle for 30 minutes;
 and at the end of the calm tail: Steady, no floor, weights back where they started.
@@ -60,14 +66,28 @@ class Totals:
 TOTALS = Totals()
 
 
-def random_spec(rng: random.Random, names: list[str], maxima: dict[str, int]) -> PolicySpec:
+def random_spec(
+    rng: random.Random, names: list[str], maxima: dict[str, int], steady: dict[str, int]
+) -> PolicySpec:
     regions = ["us-east-1", "eu-west-1", "ap-south-1"]
+    clusters = []
+    bounded = rng.random() < 0.4
+    configured = rng.random() < 0.3
+    for n in names:
+        entry = {"name": n, "region": rng.choice(regions), "maxReplicas": maxima[n]}
+        if rng.random() < 0.5:
+            entry["costRank"] = rng.randint(0, 3)
+        if bounded:  # around the Steady weight, so the calm tail can bring it back
+            entry["minWeight"] = rng.randint(0, steady[n])
+            entry["maxWeight"] = rng.randint(steady[n], 100)
+        if configured:
+            entry["weight"] = steady[n]
+        clusters.append(entry)
     raw = {
         "mode": "auto",
         "workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
-        "clusters": [
-            {"name": n, "region": rng.choice(regions), "maxReplicas": maxima[n]} for n in names
-        ],
+        "clusters": clusters,
+        "placement": rng.choice(["LocalFirst", "StaticFirst"]),
         "signals": {"demand": "d", "pressure": "p", "latency": "l"},
         "capacity": {"replicaCapacity": REPLICA_CAPACITY},
         "route": {"name": "llm"},
@@ -83,6 +103,11 @@ def random_spec(rng: random.Random, names: list[str], maxima: dict[str, int]) ->
     }
     if rng.random() < 0.6:
         raw["latencySLO"] = 1.0
+    if rng.random() < 0.4:
+        raw["signals"]["saturation"] = "s"
+        raw["saturationThreshold"] = rng.choice([0.8, 0.9, 1.0])
+    if rng.random() < 0.3:
+        raw["traffic"]["routes"] = [{"name": "llm-internal", "namespace": "gw"}]
     return PolicySpec.model_validate(raw)
 
 
@@ -103,7 +128,7 @@ def random_world(seed: int) -> tuple[World, random.Random, dict[str, float]]:
             safe_pressure=rng.choice([None, 8.0, 9.0]),
         )
         maxima[n] = own + rng.randint(0, 6)
-    spec = random_spec(rng, names, maxima)
+    spec = random_spec(rng, names, maxima, _by_capacity(members))
     # Bursty demand per member: piecewise constant, each piece 5 to 40 minutes.
     base = {n: 0.5 * m.own * REPLICA_CAPACITY for n, m in members.items()}
     pieces: dict[str, list[tuple[float, float]]] = {}
@@ -144,12 +169,19 @@ def _by_capacity(members: dict[str, Member]) -> dict[str, int]:
 
 def _over_slo(spec: PolicySpec, decision: Decision, name: str) -> bool:
     report = decision.reports.get(name)
-    return (
+    if report is None:
+        return False
+    saturated = (
+        spec.signals.saturation is not None
+        and report.saturation is not None
+        and report.saturation >= spec.saturation_threshold
+    )
+    slow = (
         spec.latency_slo is not None
-        and report is not None
         and report.latency is not None
         and report.latency > spec.latency_slo
     )
+    return saturated or slow
 
 
 def check_step(world: World, decision: Decision, seed: int, idle_since: dict) -> list[str]:
@@ -164,8 +196,11 @@ def check_step(world: World, decision: Decision, seed: int, idle_since: dict) ->
             breaks.append(f"{where}: {c.name} floor {c.floor} > maxReplicas {entry.max_replicas}")
         if c.weight is not None:
             weights[c.name] = c.weight
-            if not 0 <= c.weight <= 100:
-                breaks.append(f"{where}: {c.name} weight {c.weight} outside 0..100")
+            if not entry.min_weight <= c.weight <= entry.max_weight:
+                breaks.append(
+                    f"{where}: {c.name} weight {c.weight} outside"
+                    f" {entry.min_weight}..{entry.max_weight}"
+                )
         was = before.get(c.name)
         if was is not None and c.floor < was.floor and decision.reports.get(c.name) is None:
             breaks.append(f"{where}: {c.name} floor {was.floor}->{c.floor} without a usable report")
@@ -175,6 +210,17 @@ def check_step(world: World, decision: Decision, seed: int, idle_since: dict) ->
             and _over_slo(spec, decision, c.name)
         ):
             breaks.append(f"{where}: {c.name} over its SLO gained traffic")
+        report = decision.reports.get(c.name)
+        if was is not None and c.tier is not None and c.tier > 0 and c.floor > was.floor:
+            # Room a helper had for this policy: its own, less its pending replicas and
+            # what other policies' floors reserved there.
+            assert report is not None
+            pending = max(0, was.floor - report.scheduled) if was.floor else 0
+            room = report.static_room + report.node_pool_headroom
+            room -= pending + world.reserved.get(c.name, 0)
+            grown = c.floor - max(was.floor, report.desired)
+            if grown > max(0, room):
+                breaks.append(f"{where}: {c.name} +{grown} with room {room} after reservations")
     if weights and sum(weights.values()) != 100:
         breaks.append(f"{where}: weights {weights} sum to {sum(weights.values())}")
     # Escalated while a usable helper with static room, below its maxReplicas, is idle.
@@ -248,11 +294,16 @@ def _faults(world: World, rng: random.Random, until: dict[str, float]) -> None:
         ends = until.get(name)
         if ends is not None and world.now >= ends:
             _heal_member(m)
+            world.reserved.pop(name, None)
             del until[name]
         if name in until or rng.random() > 0.002:
             continue
-        kind = rng.choice(["stale", "out-of-sync", "launch", "not-ready", "slow"])
-        if kind == "stale":
+        kind = rng.choice(
+            ["stale", "out-of-sync", "launch", "not-ready", "slow", "reserved", "reserved"]
+        )
+        if kind == "reserved":  # another model's floor waits for this member's room
+            world.reserved[name] = rng.randint(1, 6)
+        elif kind == "stale":
             m.reports = False
         elif kind == "out-of-sync":
             m.spec_hash = "diverged"
@@ -269,11 +320,12 @@ def _latency_follows_load(world: World, faults: dict[str, float]) -> None:
     """An overloaded member answers slowly: over the SLO while its replicas serve more
     than they can (unless a fault already made it slow)."""
     for name, m in world.members.items():
+        ready = sum(1 for r in m.replicas if r.ready(world.now))
+        load = world.served(name) / (REPLICA_CAPACITY * max(ready, 1))
+        m.saturation = min(1.0, load)
         if name in faults and m.latency is not None:
             continue
-        ready = sum(1 for r in m.replicas if r.ready(world.now))
-        overloaded = world.served(name) > 1.2 * REPLICA_CAPACITY * max(ready, 1)
-        m.latency = 2.0 if overloaded else 0.5
+        m.latency = 2.0 if load > 1.2 else 0.5
 
 
 def _heal_member(m: Member) -> None:
@@ -293,6 +345,7 @@ def _heal_member(m: Member) -> None:
 def _heal(world: World) -> None:
     for m in world.members.values():
         _heal_member(m)
+    world.reserved.clear()
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
