@@ -37,11 +37,12 @@ from functions.common.contracts import (
     ROLE_STANDALONE,
 )
 from functions.common.naming import dns_label
+from functions.common.served_name import container_served_names
 from functions.compose_model_replica.backends.prefill_decode import (
     PD_ROLE_VALUES,
     ROUTING_PORT_NAME,
 )
-from functions.compose_model_replica.model import ModelReplica, Shape
+from functions.compose_model_replica.model import ModelReplica, Shape, engine_container_index
 
 EPP_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.3.0"
 PD_EPP_IMAGE = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.5.0"
@@ -70,6 +71,22 @@ def serving_role(replica: ModelReplica) -> str:
         Shape.LEADER_WORKER: ROLE_LEADER,
         Shape.PREFILL_DECODE: ROLE_DECODE,
     }[replica.shape]
+
+
+def served_names(replica: ModelReplica) -> tuple[str, ...]:
+    """The model names clients send: the user's `--served-model-name` on the serving
+    engine, else the deployment's name (which the engine is then told to serve as)."""
+    for engine in replica.engines:
+        member = engine.member(serving_role(replica))
+        if member is None:
+            continue
+        containers = (member.template.get("spec") or {}).get("containers") or []
+        if containers:
+            container = containers[engine_container_index(containers)]
+            names = container_served_names(engine.type, container)
+            if names:
+                return names
+    return (replica.deployment,)
 
 
 def _serving_port(replica: ModelReplica) -> int:
@@ -310,14 +327,15 @@ def unavailable_filter(replica: ModelReplica) -> dict:
 
 
 def route(replica: ModelReplica) -> dict:
+    # The body-based router sets the header from the request's `"model"`; one match per
+    # name the engine answers to.
     rule: dict = {
         "matches": [
             {
                 "path": {"type": "PathPrefix", "value": "/"},
-                "headers": [
-                    {"type": "Exact", "name": HEADER_MODEL_NAME, "value": replica.deployment}
-                ],
+                "headers": [{"type": "Exact", "name": HEADER_MODEL_NAME, "value": name}],
             }
+            for name in served_names(replica)
         ],
     }
     if replica.unavailable is not None:

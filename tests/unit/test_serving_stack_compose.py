@@ -229,3 +229,35 @@ def test_a_prometheus_url_that_could_break_out_of_an_argument_is_refused():
     with pytest.raises(InvalidCluster) as refused:
         parse_cluster(_cluster_xr(prometheusURL='http://x" --kubeconfig=/etc/evil'))
     assert refused.value.field == "spec.runtime.prometheusURL"
+
+
+def _manifest(composed) -> dict:
+    spec = composed.resource["spec"]
+    return spec["forProvider"].get("manifest") or spec["forProvider"]
+
+
+def test_requests_are_routed_by_the_model_name_in_their_body():
+    """The body-based router runs in the Gateway's namespace and every request through
+    the Gateway goes to it first, so the header each model's route matches is set."""
+    by_key = {c.key: c for c in _plan(DestinationState()).composed}
+    chart = _manifest(by_key["body-based-router"])
+    assert chart["chart"]["name"] == "body-based-routing"
+    assert chart["chart"]["version"] == "v1.3.0"
+    assert chart["namespace"] == contracts.INFERENCE_GATEWAY_NAMESPACE
+    service = chart["values"]["bbr"]["name"]
+    backend = _manifest(by_key["body-based-router-backend"])
+    (endpoint,) = backend["spec"]["endpoints"]
+    assert endpoint["fqdn"]["hostname"] == (
+        f"{service}.{contracts.INFERENCE_GATEWAY_NAMESPACE}.svc.cluster.local"
+    )
+    policy = _manifest(by_key["body-based-router-policy"])
+    assert policy["metadata"]["namespace"] == contracts.INFERENCE_GATEWAY_NAMESPACE
+    (target,) = policy["spec"]["targetRefs"]
+    assert (target["kind"], target["name"]) == ("Gateway", contracts.INFERENCE_GATEWAY_NAME)
+    (ext_proc,) = policy["spec"]["extProc"]
+    (ref,) = ext_proc["backendRefs"]
+    assert (ref["kind"], ref["name"], ref["port"]) == (
+        "Backend",
+        backend["metadata"]["name"],
+        endpoint["fqdn"]["port"],
+    )
