@@ -165,6 +165,8 @@ class FunctionRunner(GuardedRunner):
         # 3. Desired resources.
         for composed in decided.composed:
             resource.update(rsp.desired.resources[composed.key], composed.resource)
+        for key in decided.always_ready:
+            rsp.desired.resources[key].ready = fnv1.Ready.READY_TRUE
         if decided.keep_observed_collector:
             keep_observed(rsp, observed, replaced={c.key for c in decided.composed})
 
