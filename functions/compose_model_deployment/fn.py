@@ -35,6 +35,7 @@ from functions.common.sdk import (
     required,
     set_conditions,
 )
+from functions.common.served_name import served_name_mismatch
 from functions.compose_model_deployment import manifests, parking, status, targets
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.model import (
@@ -78,6 +79,24 @@ def _memo_key(struct: struct_pb2.Struct) -> object:
         if uid and isinstance(uid, str) and isinstance(version, str):
             return (uid, version)
     return struct.SerializeToString(deterministic=True)
+
+
+# The members whose engine answers requests (its name is the one clients send).
+SERVING_ROLES: Final = (contracts.ROLE_STANDALONE, contracts.ROLE_LEADER, contracts.ROLE_DECODE)
+
+
+def _warn_served_name_mismatch(
+    rsp: fnv1.RunFunctionResponse, name: str, deployment: Deployment
+) -> None:
+    """A user's --served-model-name other than the deployment's name changes the name
+    clients must send; say so rather than let requests for the deployment's name 404."""
+    for engine in deployment.engines:
+        for member in engine.members:
+            if member.role not in SERVING_ROLES:
+                continue
+            mismatch = served_name_mismatch(engine.type, member.template, deployment.name)
+            if mismatch:
+                response.warning(rsp, f"{name}: {member.path}: {mismatch}")
 
 
 class _Memo(Generic[T]):
@@ -228,6 +247,7 @@ class FunctionRunner(GuardedRunner):
             response.normal(rsp, f"{name} unparked: {decision.why_unparked}")
         if unplaceable.warn:
             response.warning(rsp, f"{name}: {plan.unplaceable} replicas fit nowhere: {plan.reason}")
+        _warn_served_name_mismatch(rsp, name, deployment)
         set_conditions(
             rsp,
             *status.derive_conditions(

@@ -394,9 +394,12 @@ class _Planner:
         # Ties go to a cluster the deployment is already on (its ModelReplica stays
         # rather than one being deleted and another created), then to the cheaper and
         # tighter pool, and only then by name.
+        # Spreading comes first, so a cluster's share of what is left is what its pool
+        # must hold (and all a best-fit check needs to count).
+        share = -(-need // max(1, len(candidates)))
         heap = []
         for name, (cluster, pools) in candidates.items():
-            preference = self.preference(cluster, pools, need)
+            preference = self.preference(cluster, pools, share)
             if preference is not None:
                 heap.append((placed.get(name, 0), name not in placed, *preference, name))
         heapq.heapify(heap)
@@ -407,12 +410,12 @@ class _Planner:
                 self.capped = True
                 continue  # an autoscaled deployment's member list is full
             cluster, pools = candidates[name]
-            if not self.take_one(cluster, pools, need):
+            if not self.take_one(cluster, pools, share):
                 continue  # full: the cluster leaves the heap
             in_use.add(name)
             placed[name] = count + 1
             need -= 1
-            preference = self.preference(cluster, pools, need)
+            preference = self.preference(cluster, pools, share)
             if preference is not None:
                 heapq.heappush(heap, (count + 1, False, *preference, name))
         return need
@@ -420,9 +423,9 @@ class _Planner:
     def usable_pools(self, cluster: Cluster, pools: list[Pool], need: int) -> list[Pool]:
         """The pools one more replica could go to on this cluster, best first: the
         deployment's pool there once it has one. Else by cost rank, then best fit: the
-        smallest pool that holds all `need` replicas still to place (one pool per cluster
-        per deployment, so a pool that fits only the first would cap the rest), else the
-        one that holds the most."""
+        smallest pool that holds this cluster's share (`need`) of the replicas still to
+        place (one pool per cluster per deployment, so a pool that fits only the first
+        would cap the rest), else the one that holds the most."""
         chosen = self.placed_pool.get(cluster.name)
         if chosen is not None:
             pools = [p for p in pools if p.name == chosen]
@@ -439,6 +442,10 @@ class _Planner:
 
     def preference(self, cluster: Cluster, pools: list[Pool], need: int) -> tuple[int, int] | None:
         """(cost rank, free devices) of the pool the next replica would use; None: full."""
+        chosen = cluster.pool(self.placed_pool.get(cluster.name, ""))
+        if chosen is not None:
+            # Decided already: no trial take (a full pool fails its take and leaves then).
+            return chosen.cost_rank, self.room(cluster, chosen).free_devices()
         usable = self.usable_pools(cluster, pools, need)
         if not usable:
             return None

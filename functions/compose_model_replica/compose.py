@@ -19,7 +19,7 @@ from functions.common.health import (
 from functions.compose_model_replica import autoscaling, serving
 from functions.compose_model_replica.backends import workloads
 from functions.compose_model_replica.backends.base import Workload
-from functions.compose_model_replica.model import ModelReplica, Shape
+from functions.compose_model_replica.model import ModelReplica
 from functions.compose_model_replica.objects import (
     KEEP_ON_DELETE,
     OBSERVE_ONLY,
@@ -90,10 +90,9 @@ def compose(replica: ModelReplica) -> Plan:
         )
 
     composed.append(envelope(replica, "service", serving.service(replica)))
-    if replica.shape is not Shape.PREFILL_DECODE:
-        composed.append(envelope(replica, "inferencepool", serving.inference_pool(replica)))
-        for key, manifest in serving.endpoint_picker(replica).items():
-            composed.append(envelope(replica, key, manifest))
+    composed.append(envelope(replica, "inferencepool", serving.inference_pool(replica)))
+    for key, manifest in serving.endpoint_picker(replica).items():
+        composed.append(envelope(replica, key, manifest))
     composed.append(envelope(replica, "route", serving.route(replica)))
     if replica.unavailable is not None:
         composed.append(envelope(replica, "route-unavailable", serving.unavailable_filter(replica)))

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from functions.common.contracts import ENV_LEADER_ADDRESS, ENV_NODE_COUNT, ENV_NODE_RANK
+from functions.common.served_name import SERVED_NAME_FLAG
 
 if TYPE_CHECKING:
     from functions.compose_model_replica.pods import Wiring
 
 PORT_FLAG = {"vllm": "--port", "sglang": "--port", "trtllm": "--port"}
-SERVED_NAME_FLAG = {"vllm": "--served-model-name", "sglang": "--served-model-name"}
 # Engines that serve /metrics only when asked (SGLang docs, "Production Metrics"). Always
 # on, not only while a collector runs: the engine does not know, and switching it when a
 # TelemetryDestination appears would change the pod template and restart every model.

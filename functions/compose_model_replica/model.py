@@ -40,6 +40,7 @@ from functions.common.naming import (
     label_value,
 )
 from functions.common.redact import url_credentials
+from functions.common.served_name import engine_container_index
 
 
 class InvalidReplica(ValueError):
@@ -395,14 +396,3 @@ def _check_template(path: str, template: dict, *, serves: bool) -> None:
                     f"'{PORT_NAME_HTTP}' is the serving port, and a Worker does not serve "
                     "(its Leader does); remove it or name it otherwise",
                 )
-
-
-ENGINE_CONTAINER_NAME = "engine"
-
-
-def engine_container_index(containers: list[dict]) -> int:
-    """The engine container: the one named `engine`, else the first."""
-    for i, container in enumerate(containers):
-        if container.get("name") == ENGINE_CONTAINER_NAME:
-            return i
-    return 0

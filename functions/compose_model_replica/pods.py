@@ -228,7 +228,7 @@ def _pin_to_fabrics(spec: dict, replica: ModelReplica, gang_label: str) -> None:
     )
     pod_terms.append(
         {
-            "labelSelector": {"matchLabels": {LABEL_SERVING: replica.name}},
+            "labelSelector": {"matchLabels": {LABEL_SERVING: replica.serving_label}},
             "matchLabelKeys": [gang_label],
             "topologyKey": label,
         }

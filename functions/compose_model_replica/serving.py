@@ -1,10 +1,15 @@
 """The serving endpoint: a Service, an InferencePool with its endpoint picker, and the
 route that either sends requests to them or answers at once why it cannot.
 
-Unified serving routes through an InferencePool (Gateway API Inference Extension), so
+Every shape routes through an InferencePool (Gateway API Inference Extension v1.3.0), so
 the endpoint picker balances on each engine's queue and KV-cache; it needs its own
-picker Deployment, Service and read-only RBAC, composed here per model. PrefillDecode
-routes to the Service in front of the routing sidecars.
+picker Deployment, Service and read-only RBAC, composed here per model. Unified uses the
+extension's own picker. PrefillDecode uses llm-d's (llm-d-inference-scheduler v0.5.0,
+built on the same extension release) configured for prefill/decode: its pool holds both
+roles, a prefill profile and a decode profile pick one pod each, and the request goes to
+the decode pod with the prefill pod in `x-prefiller-host-port` for the routing sidecar
+(see backends/prefill_decode.py). Both pickers serve metrics on 9090, port `metrics`,
+which the cluster collector's picker job scrapes.
 
 A parked or unplaceable model has no pods. Rather than let the Gateway return "no
 healthy upstream" (which clients retry forever), the route drops its backends and
@@ -27,13 +32,21 @@ from functions.common.contracts import (
     PORT_SERVING,
     ROLE_DECODE,
     ROLE_LEADER,
+    ROLE_PREFILL,
     ROLE_STANDALONE,
 )
 from functions.common.naming import dns_label, service_name
-from functions.compose_model_replica.backends.prefill_decode import ROUTING_PORT_NAME
-from functions.compose_model_replica.model import ModelReplica, Shape
+from functions.common.served_name import container_served_names
+from functions.compose_model_replica.backends.prefill_decode import (
+    PD_ROLE_VALUES,
+    ROUTING_PORT_NAME,
+)
+from functions.compose_model_replica.model import ModelReplica, Shape, engine_container_index
 
 EPP_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.3.0"
+PD_EPP_IMAGE = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.5.0"
+PD_EPP_CONFIG_DIR = "/etc/epp"
+PD_EPP_CONFIG_FILE = "epp-config.yaml"
 EPP_GRPC_PORT = 9002
 EPP_HEALTH_PORT = 9003
 EPP_METRICS_PORT = 9090
@@ -57,6 +70,22 @@ def serving_role(replica: ModelReplica) -> str:
         Shape.LEADER_WORKER: ROLE_LEADER,
         Shape.PREFILL_DECODE: ROLE_DECODE,
     }[replica.shape]
+
+
+def served_names(replica: ModelReplica) -> tuple[str, ...]:
+    """The model names clients send: the user's `--served-model-name` on the serving
+    engine, else the deployment's name (which the engine is then told to serve as)."""
+    for engine in replica.engines:
+        member = engine.member(serving_role(replica))
+        if member is None:
+            continue
+        containers = (member.template.get("spec") or {}).get("containers") or []
+        if containers:
+            container = containers[engine_container_index(containers)]
+            names = container_served_names(engine.type, container)
+            if names:
+                return names
+    return (replica.deployment,)
 
 
 def _serving_port(replica: ModelReplica) -> int:
@@ -97,19 +126,23 @@ def epp_name(replica: ModelReplica) -> str:
     return service_name(replica.deployment, "epp")
 
 
+def _pool_selector(replica: ModelReplica) -> dict[str, str]:
+    if replica.shape is Shape.PREFILL_DECODE:
+        # Both roles: the picker chooses a prefill pod and a decode pod from one pool.
+        return {LABEL_SERVING: replica.serving_label}
+    return {LABEL_SERVING: replica.serving_label, LABEL_ROLE: serving_role(replica)}
+
+
 def inference_pool(replica: ModelReplica) -> dict:
+    # PrefillDecode: prefill engines and decode sidecars both listen on 8000.
+    port = PORT_SERVING if replica.shape is Shape.PREFILL_DECODE else _serving_port(replica)
     return {
         "apiVersion": f"{POOL_GROUP}/v1",
         "kind": "InferencePool",
         "metadata": _meta(replica, endpoint_name(replica)),
         "spec": {
-            "selector": {
-                "matchLabels": {
-                    LABEL_SERVING: replica.serving_label,
-                    LABEL_ROLE: serving_role(replica),
-                }
-            },
-            "targetPorts": [{"number": _serving_port(replica)}],
+            "selector": {"matchLabels": _pool_selector(replica)},
+            "targetPorts": [{"number": port}],
             "endpointPickerRef": {
                 "kind": "Service",
                 "name": epp_name(replica),
@@ -121,13 +154,69 @@ def inference_pool(replica: ModelReplica) -> dict:
     }
 
 
+def pd_picker_config() -> str:
+    """llm-d's EndpointPickerConfig for prefill/decode: always disaggregate (threshold
+    0), each profile filtered to its role and scored on prefix-cache hits."""
+    plugins = [
+        {"type": "prefill-header-handler"},
+        {"type": "prefix-cache-scorer"},
+        {"type": "prefill-filter"},
+        {"type": "decode-filter"},
+        {"type": "max-score-picker"},
+        {"type": "pd-profile-handler", "parameters": {"threshold": 0}},
+    ]
+    profiles = [
+        {
+            "name": PD_ROLE_VALUES[role],
+            "plugins": [
+                {"pluginRef": f"{PD_ROLE_VALUES[role]}-filter"},
+                {"pluginRef": "max-score-picker"},
+                {"pluginRef": "prefix-cache-scorer", "weight": 2},
+            ],
+        }
+        for role in (ROLE_PREFILL, ROLE_DECODE)
+    ]
+    config = {
+        "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": plugins,
+        "schedulingProfiles": profiles,
+    }
+    return json.dumps(config, indent=2, sort_keys=False) + "\n"
+
+
 def endpoint_picker(replica: ModelReplica) -> dict[str, dict]:
     """The picker for this model's pool: ServiceAccount, Role, RoleBinding, Deployment,
-    Service, by resource key."""
+    Service (and for PrefillDecode its config), by resource key."""
     name = epp_name(replica)
     selector = {"app.kubernetes.io/name": name}
     meta = _meta(replica, name)
-    return {
+    pd = replica.shape is Shape.PREFILL_DECODE
+    args = [
+        "--pool-name",
+        endpoint_name(replica),
+        "--pool-namespace",
+        replica.namespace,
+        "--zap-encoder",
+        "json",
+    ]
+    container: dict = {"name": "epp", "image": PD_EPP_IMAGE if pd else EPP_IMAGE}
+    pod_extra: dict = {}
+    extra: dict[str, dict] = {}
+    if pd:
+        args += ["--config-file", f"{PD_EPP_CONFIG_DIR}/{PD_EPP_CONFIG_FILE}"]
+        container["volumeMounts"] = [
+            {"name": "config", "mountPath": PD_EPP_CONFIG_DIR, "readOnly": True}
+        ]
+        pod_extra["volumes"] = [{"name": "config", "configMap": {"name": name}}]
+        extra["epp-config"] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta,
+            "data": {PD_EPP_CONFIG_FILE: pd_picker_config()},
+        }
+    container["args"] = args
+    return extra | {
         "epp-serviceaccount": {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         "epp-role": {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -167,18 +256,10 @@ def endpoint_picker(replica: ModelReplica) -> dict[str, dict]:
                     "metadata": {"labels": dict(selector)},
                     "spec": {
                         "serviceAccountName": name,
+                        **pod_extra,
                         "containers": [
                             {
-                                "name": "epp",
-                                "image": EPP_IMAGE,
-                                "args": [
-                                    "--pool-name",
-                                    endpoint_name(replica),
-                                    "--pool-namespace",
-                                    replica.namespace,
-                                    "--zap-encoder",
-                                    "json",
-                                ],
+                                **container,
                                 "ports": [
                                     {"name": "grpc", "containerPort": EPP_GRPC_PORT},
                                     {"name": "grpc-health", "containerPort": EPP_HEALTH_PORT},
@@ -248,14 +329,15 @@ def unavailable_filter(replica: ModelReplica) -> dict:
 
 
 def route(replica: ModelReplica) -> dict:
+    # The body-based router sets the header from the request's `"model"`; one match per
+    # name the engine answers to.
     rule: dict = {
         "matches": [
             {
                 "path": {"type": "PathPrefix", "value": "/"},
-                "headers": [
-                    {"type": "Exact", "name": HEADER_MODEL_NAME, "value": replica.deployment}
-                ],
+                "headers": [{"type": "Exact", "name": HEADER_MODEL_NAME, "value": name}],
             }
+            for name in served_names(replica)
         ],
     }
     if replica.unavailable is not None:
@@ -268,10 +350,6 @@ def route(replica: ModelReplica) -> dict:
                     "name": unavailable_filter_name(replica),
                 },
             }
-        ]
-    elif replica.shape is Shape.PREFILL_DECODE:
-        rule["backendRefs"] = [
-            {"kind": "Service", "name": endpoint_name(replica), "port": PORT_SERVING}
         ]
     else:
         rule["backendRefs"] = [

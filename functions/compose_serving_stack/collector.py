@@ -119,7 +119,10 @@ KEPT_RESOURCE_ATTRIBUTES: Final = (
 
 ENGINES_JOB: Final = "modelplane-engines"
 ENDPOINT_PICKERS_JOB: Final = "modelplane-endpoint-pickers"
-ENDPOINT_PICKER_IMAGE: Final = r".*/gateway-api-inference-extension/epp(@|:).*"
+# The extension's own picker (Unified) and llm-d's (PrefillDecode), by image.
+ENDPOINT_PICKER_IMAGE: Final = (
+    r".*/(gateway-api-inference-extension/epp|llm-d-inference-scheduler)(@|:).*"
+)
 
 _OTTL_SAFE = re.compile(r"^[A-Za-z0-9_:./-]+$")
 _UNIT = re.compile(r"^[A-Za-z0-9{}/_.]+$")

@@ -22,7 +22,13 @@ from functions.common import contracts
 from functions.common.metricmapping import ResolvedMappings
 from functions.common.naming import cluster_name_problem
 from functions.common.redact import url_credentials
-from functions.compose_serving_stack import collector, collector_objects, runtime_hosting, substrate
+from functions.compose_serving_stack import (
+    access,
+    collector,
+    collector_objects,
+    runtime_hosting,
+    substrate,
+)
 from functions.compose_serving_stack.envelope import Composed, Target
 from functions.compose_serving_stack.status import (
     MODE_DISABLED,
@@ -52,6 +58,7 @@ class Cluster:
     target: Target
     node_tier: bool = False
     prometheus_url: str = ""
+    kubeconfig: access.KubeconfigSecret | None = None
 
 
 def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
@@ -65,12 +72,15 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
     if stack not in _STACKS:
         raise InvalidCluster("spec.stack", f"{stack!r} is not one of {', '.join(_STACKS)}")
     ref = spec.get("providerConfigRef") or {}
-    provider_config = ref.get("name")
+    kubeconfig = _kubeconfig(spec.get("kubeconfigSecretRef"), has_ref=bool(ref))
+    # With a kubeconfig the provider configs are ours, named after the cluster.
+    provider_config = name if kubeconfig else ref.get("name")
     if not isinstance(provider_config, str) or not provider_config:
         raise InvalidCluster(
-            "spec.providerConfigRef.name", "is required: it is how the cluster is reached"
+            "spec.providerConfigRef.name",
+            "is required unless spec.kubeconfigSecretRef is set: it is how the cluster is reached",
         )
-    kind = ref.get("kind") or "ClusterProviderConfig"
+    kind = (None if kubeconfig else ref.get("kind")) or "ClusterProviderConfig"
     if kind not in _PROVIDER_CONFIG_KINDS:
         raise InvalidCluster(
             "spec.providerConfigRef.kind",
@@ -103,7 +113,25 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
         target=Target(name, provider_config, kind),
         node_tier=node_tier,
         prometheus_url=prometheus_url,
+        kubeconfig=kubeconfig,
     )
+
+
+def _kubeconfig(raw: Any, *, has_ref: bool) -> access.KubeconfigSecret | None:
+    if not raw:
+        return None
+    if has_ref:
+        raise InvalidCluster(
+            "spec.kubeconfigSecretRef",
+            "set either providerConfigRef or kubeconfigSecretRef, not both",
+        )
+    secret = access.KubeconfigSecret(
+        str(raw.get("namespace") or ""), str(raw.get("name") or ""), str(raw.get("key") or "")
+    )
+    for field_name in ("namespace", "name", "key"):
+        if not getattr(secret, field_name):
+            raise InvalidCluster(f"spec.kubeconfigSecretRef.{field_name}", "is required")
+    return secret
 
 
 @dataclass(frozen=True)
@@ -137,6 +165,8 @@ class Plan:
     collector_keys: list[str] = field(default_factory=list)
     # An invalid destination: keep whatever collector resources were observed.
     keep_observed_collector: bool = False
+    # Composed resources with no readiness of their own (provider configs).
+    always_ready: list[str] = field(default_factory=list)
 
 
 def plan(
@@ -153,6 +183,9 @@ def plan(
     stack += runtime_hosting.runtime_hosting(
         cluster.target, runtime_image, peers, prometheus_url=cluster.prometheus_url
     )
+    # Provider configs report no readiness of their own; they are not part of the
+    # stack's (the Objects sent through them are).
+    reach = access.provider_configs(cluster.name, cluster.kubeconfig) if cluster.kubeconfig else []
     unmapped_types = tuple(sorted(set(unmapped)))
     in_use = mappings.in_use
     readers = tuple(sorted(set(signals_for)))
@@ -165,7 +198,13 @@ def plan(
             mappings=in_use,
             signals_for=readers,
         )
-        return Plan(stack, telemetry, [c.key for c in stack], keep_observed_collector=True)
+        return Plan(
+            reach + stack,
+            telemetry,
+            [c.key for c in stack],
+            keep_observed_collector=True,
+            always_ready=[c.key for c in reach],
+        )
     active = destination.active
     if active is None and not readers:
         telemetry = Telemetry(
@@ -175,7 +214,9 @@ def plan(
             unmapped_engine_types=unmapped_types,
             mappings=in_use,
         )
-        return Plan(stack, telemetry, [c.key for c in stack])
+        return Plan(
+            reach + stack, telemetry, [c.key for c in stack], always_ready=[c.key for c in reach]
+        )
 
     collector_cluster = collector.CollectorCluster(cluster.name, cluster.stack)
     gateway = collector.CollectorDestination(active.endpoint) if active is not None else None
@@ -214,8 +255,9 @@ def plan(
             signals_for=readers,
         )
     return Plan(
-        stack + telemetry_resources,
+        reach + stack + telemetry_resources,
         telemetry,
         [c.key for c in stack],
         [c.key for c in telemetry_resources],
+        always_ready=[c.key for c in reach],
     )

@@ -208,6 +208,8 @@ class FunctionRunner(GuardedRunner):
             resource.update(rsp.desired.resources[composed.key], composed.resource)
         # The observed inventory record never gates the cluster's readiness.
         rsp.desired.resources[runtime_hosting.INVENTORY_KEY].ready = fnv1.Ready.READY_TRUE
+        for key in decided.always_ready:
+            rsp.desired.resources[key].ready = fnv1.Ready.READY_TRUE
         if decided.keep_observed_collector:
             keep_observed(rsp, observed, replaced={c.key for c in decided.composed})
 

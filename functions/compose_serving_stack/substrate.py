@@ -7,6 +7,15 @@ cluster adds LeaderWorkerSet; a Dynamo cluster adds Grove, the KAI scheduler wit
 `modelplane-root` / `modelplane` queues its PodCliqueSets are gang-scheduled from, and
 ModelExpress.
 
+Requests name their model in the body (OpenAI's `"model"`), so every cluster also runs
+the Inference Extension's Body-Based Router (its `body-based-routing` chart, v1.3.0): an
+ext-proc server that copies the body's `model` into the `X-Gateway-Model-Name` header and
+clears the route cache, so each model's HTTPRoute (which matches that header) is chosen
+by the name in the request. The chart wires itself into GKE and Istio only; for Envoy
+Gateway an EnvoyExtensionPolicy on the Gateway sends every request through it, via a
+Backend that accepts its self-signed certificate (the router always serves TLS), in
+full-duplex streamed body mode (the chart always starts it with `--streaming`).
+
 Charts are provider-helm Releases pinned to one version each, so an upgrade is a change
 here that a reviewer sees. The Inference Extension publishes its CRDs only as a release
 manifest, not a chart, so a Job applies that pinned manifest; the queues and the Gateway
@@ -31,6 +40,13 @@ NVIDIA_DRA_DRIVER: Final = Chart(
 GROVE: Final = Chart("oci://ghcr.io/ai-dynamo/grove", "grove-charts", "v0.1.0-alpha.3")
 KAI_SCHEDULER: Final = Chart("oci://ghcr.io/nvidia/kai-scheduler", "kai-scheduler", "v0.9.2")
 MODEL_EXPRESS: Final = Chart("oci://ghcr.io/ai-dynamo/modelexpress", "modelexpress", "0.2.0")
+
+BODY_BASED_ROUTER: Final = Chart(
+    "oci://registry.k8s.io/gateway-api-inference-extension/charts", "body-based-routing", "v1.3.0"
+)
+BODY_BASED_ROUTER_NAME: Final = "body-based-router"  # the chart's bbr.name: its Service
+BODY_BASED_ROUTER_PORT: Final = 9004
+ENVOY_GATEWAY_API: Final = "gateway.envoyproxy.io/v1alpha1"
 
 INFERENCE_EXTENSION_VERSION: Final = "v1.0.1"
 INFERENCE_EXTENSION_MANIFEST: Final = (
@@ -189,6 +205,75 @@ def _gateway(target: Target) -> list[Composed]:
     ]
 
 
+def _body_based_routing(target: Target) -> list[Composed]:
+    namespace = contracts.INFERENCE_GATEWAY_NAMESPACE
+    return [
+        release(
+            target,
+            "body-based-router",
+            BODY_BASED_ROUTER,
+            namespace,
+            {"provider": {"name": "none"}, "bbr": {"name": BODY_BASED_ROUTER_NAME}},
+        ),
+        object_(
+            target,
+            "body-based-router-backend",
+            {
+                "apiVersion": ENVOY_GATEWAY_API,
+                "kind": "Backend",
+                "metadata": {"name": BODY_BASED_ROUTER_NAME, "namespace": namespace},
+                "spec": {
+                    "endpoints": [
+                        {
+                            "fqdn": {
+                                "hostname": (
+                                    f"{BODY_BASED_ROUTER_NAME}.{namespace}.svc.cluster.local"
+                                ),
+                                "port": BODY_BASED_ROUTER_PORT,
+                            }
+                        }
+                    ],
+                    # In-cluster, to a server whose certificate is generated at start.
+                    "tls": {"insecureSkipVerify": True},
+                },
+            },
+        ),
+        object_(
+            target,
+            "body-based-router-policy",
+            {
+                "apiVersion": ENVOY_GATEWAY_API,
+                "kind": "EnvoyExtensionPolicy",
+                "metadata": {"name": BODY_BASED_ROUTER_NAME, "namespace": namespace},
+                "spec": {
+                    "targetRefs": [
+                        {
+                            "group": "gateway.networking.k8s.io",
+                            "kind": "Gateway",
+                            "name": contracts.INFERENCE_GATEWAY_NAME,
+                        }
+                    ],
+                    "extProc": [
+                        {
+                            "backendRefs": [
+                                {
+                                    "group": "gateway.envoyproxy.io",
+                                    "kind": "Backend",
+                                    "name": BODY_BASED_ROUTER_NAME,
+                                    "port": BODY_BASED_ROUTER_PORT,
+                                }
+                            ],
+                            "processingMode": {"request": {"body": "FullDuplexStreamed"}},
+                            # Without the model name no route matches: fail closed.
+                            "failOpen": False,
+                        }
+                    ],
+                },
+            },
+        ),
+    ]
+
+
 def _kai_queues(target: Target) -> list[Composed]:
     unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
     resources = {"gpu": unlimited, "cpu": unlimited, "memory": unlimited}
@@ -245,6 +330,7 @@ def substrate(target: Target, stack: str) -> list[Composed]:
         ),
         *_inference_extension_crds(target),
         *_gateway(target),
+        *_body_based_routing(target),
         release(
             target,
             "nvidia-dra-driver",

@@ -38,6 +38,8 @@ _schemas_sources() {
     "$SCHEMAS_GATEWAY_API" config/crd/standard \
     "$SCHEMAS_INFERENCE_EXTENSION" config/crd/bases \
     "$SCHEMAS_ENVOY_GATEWAY" charts/gateway-helm/crds/generated/gateway.envoyproxy.io_httproutefilters.yaml \
+    "$SCHEMAS_ENVOY_GATEWAY" charts/gateway-helm/crds/generated/gateway.envoyproxy.io_backends.yaml \
+    "$SCHEMAS_ENVOY_GATEWAY" charts/gateway-helm/crds/generated/gateway.envoyproxy.io_envoyextensionpolicies.yaml \
     "$SCHEMAS_PROVIDER_KUBERNETES" package/crds
 }
 

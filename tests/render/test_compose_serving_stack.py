@@ -35,6 +35,7 @@ TESTDATA = Path(__file__).parent / "testdata" / "serving_stack"
 INPUTS = TESTDATA / "inputs"
 US_EAST = REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml"
 EU_WEST = REPO / "examples" / "inferenceclusters" / "eu-west-b200.yaml"
+FROM_KUBECONFIG = REPO / "examples" / "inferenceclusters" / "kubeconfig" / "ap-south-1.yaml"
 DESTINATION = REPO / "examples" / "telemetrydestinations" / "fleet.yaml"
 BUILTIN = sorted((REPO / "functions" / "common" / "builtin_mappings").glob("*.yaml"))
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -56,6 +57,7 @@ CASES = {
     "unsafe-mapping": (US_EAST, [DESTINATION, INPUTS / "mapping-unsafe.yaml"]),
     "dynamo-with-destination": (EU_WEST, [DESTINATION]),
     "mapping-replaces-builtin": (US_EAST, [DESTINATION, INPUTS / "mapping-vllm-fork.yaml"]),
+    "kubeconfig": (FROM_KUBECONFIG, [INPUTS / "peer-cluster.yaml"]),
 }
 
 
@@ -369,6 +371,8 @@ def test_each_stack_gets_its_substrate(rendered):
     }
     for documents in rendered.values():
         for c in _composed(documents).values():
+            if c["kind"] == "ClusterProviderConfig":
+                continue  # cluster-scoped, as the XR is
             # A cluster-scoped XR composing namespaced resources must name a namespace.
             assert c["metadata"].get("namespace"), c["metadata"]["name"]
 
@@ -476,3 +480,18 @@ def test_the_agents_inventory_record_reaches_the_cluster_status(function_servers
         result.documents[0]["status"]["inventory"],
         schema["properties"]["status"]["properties"]["inventory"],
     )
+
+
+def test_a_cluster_from_a_kubeconfig_is_reached_through_provider_configs_it_composes(rendered):
+    composed = _composed(rendered["kubeconfig"])
+    configs = {k: c for k, c in composed.items() if c["kind"] == "ClusterProviderConfig"}
+    assert sorted(configs) == ["providerconfig-helm", "providerconfig-kubernetes"]
+    for config in configs.values():
+        assert config["metadata"]["name"] == "ap-south-1"
+        assert config["spec"]["credentials"]["secretRef"]["name"] == "ap-south-1-kubeconfig"
+    others = [c for k, c in composed.items() if k not in configs]
+    assert others
+    assert {
+        (c["spec"]["providerConfigRef"]["kind"], c["spec"]["providerConfigRef"]["name"])
+        for c in others
+    } == {("ClusterProviderConfig", "ap-south-1")}

@@ -10,6 +10,7 @@ golden file, and tests/collector/test_live_pipeline.py runs one in the real coll
 """
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import yaml
 
 from functions.common import contracts, vocabulary
 from functions.common import metricmapping as mappings
+from functions.compose_model_replica.serving import EPP_IMAGE, PD_EPP_IMAGE
 from functions.compose_serving_stack import collector
 
 REPO = Path(__file__).resolve().parents[2]
@@ -229,3 +231,9 @@ def test_a_mapping_that_skipped_parsing_still_cannot_inject():
         collector.render_cluster_collector_config(
             collector.CollectorCluster("c"), (forged,), DESTINATION
         )
+
+
+def test_the_picker_job_scrapes_both_endpoint_pickers_we_compose():
+    for image in (EPP_IMAGE, PD_EPP_IMAGE):
+        assert re.fullmatch(collector.ENDPOINT_PICKER_IMAGE, image), image
+    assert not re.fullmatch(collector.ENDPOINT_PICKER_IMAGE, "vllm/vllm-openai:v0.11.0")

@@ -305,8 +305,67 @@ def test_prefill_decode_puts_the_sidecar_on_8000_in_front_of_decode():
         decode = pods["Decode"]["spec"]["containers"]
         sidecar = next(c for c in decode if c["name"] == "routing-sidecar")
         assert sidecar["ports"][0]["containerPort"] == PORT_SERVING
-        assert f"-vllm-port={PORT_DECODE_ENGINE}" in sidecar["args"]
+        assert f"--vllm-port={PORT_DECODE_ENGINE}" in sidecar["args"]
+        assert f"--port={PORT_SERVING}" in sidecar["args"]
         assert [c["name"] for c in pods["Prefill"]["spec"]["containers"]] == ["engine"]
+
+
+@pytest.mark.parametrize("shape", ["prefill-decode", "grove-prefill-decode"])
+def test_prefill_decode_routes_through_a_picker_that_finds_both_roles(shape):
+    """The whole path agrees: route -> InferencePool -> llm-d picker whose prefill and
+    decode filters find the pods by llm-d.ai/role, on the port the sidecar and the
+    prefill engine listen on."""
+    xr = load(shape)
+    built = manifests(xr)
+    pool = built["inferencepool"]
+    (rule,) = built["route"]["spec"]["rules"]
+    assert rule["backendRefs"] == [
+        {
+            "group": "inference.networking.k8s.io",
+            "kind": "InferencePool",
+            "name": pool["metadata"]["name"],
+        }
+    ]
+    pods = {p["metadata"]["labels"][LABEL_ROLE]: p for p in workload_pods(xr)}
+    selector = pool["spec"]["selector"]["matchLabels"]
+    for role, value in (("Prefill", "prefill"), ("Decode", "decode")):
+        labels = pods[role]["metadata"]["labels"]
+        assert labels["llm-d.ai/role"] == value
+        assert all(labels[k] == v for k, v in selector.items())  # the pool holds both
+    (target,) = pool["spec"]["targetPorts"]
+    sidecar = next(
+        c for c in pods["Decode"]["spec"]["containers"] if c["name"] == "routing-sidecar"
+    )
+    prefill_engine = pods["Prefill"]["spec"]["containers"][0]
+    assert target["number"] == sidecar["ports"][0]["containerPort"] == PORT_SERVING
+    assert prefill_engine["ports"][0]["containerPort"] == PORT_SERVING
+    assert "--secure-proxy=false" in sidecar["args"]  # the gateway speaks plain HTTP to it
+
+    picker = built["epp-deployment"]["spec"]["template"]["spec"]
+    (epp,) = picker["containers"]
+    assert epp["image"].startswith("ghcr.io/llm-d/llm-d-inference-scheduler:")
+    assert epp["args"][epp["args"].index("--pool-name") + 1] == pool["metadata"]["name"]
+    config_path = epp["args"][epp["args"].index("--config-file") + 1]
+    (mount,) = epp["volumeMounts"]
+    (volume,) = picker["volumes"]
+    config_map = built["epp-config"]
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    assert config_path.startswith(mount["mountPath"] + "/")
+    config = yaml.safe_load(config_map["data"][config_path.rsplit("/", 1)[1]])
+    assert config["kind"] == "EndpointPickerConfig"
+    types = {p["type"] for p in config["plugins"]}
+    assert {
+        "prefill-header-handler",
+        "pd-profile-handler",
+        "prefill-filter",
+        "decode-filter",
+    } <= types
+    profiles = {
+        p["name"]: [r["pluginRef"] for r in p["plugins"]] for p in config["schedulingProfiles"]
+    }
+    assert "prefill-filter" in profiles["prefill"]
+    assert "decode-filter" in profiles["decode"]
+    assert "metrics" in {p["name"] for p in epp["ports"]}  # scraped by the picker job
 
 
 def test_autoscaling_leaves_the_replica_count_to_keda():

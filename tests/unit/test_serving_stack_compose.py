@@ -369,3 +369,84 @@ def test_a_prometheus_url_that_could_break_out_of_an_argument_is_refused():
     with pytest.raises(InvalidCluster) as refused:
         parse_cluster(_cluster_xr(prometheusURL='http://x" --kubeconfig=/etc/evil'))
     assert refused.value.field == "spec.runtime.prometheusURL"
+
+
+def _manifest(composed) -> dict:
+    spec = composed.resource["spec"]
+    return spec["forProvider"].get("manifest") or spec["forProvider"]
+
+
+def test_requests_are_routed_by_the_model_name_in_their_body():
+    """The body-based router runs in the Gateway's namespace and every request through
+    the Gateway goes to it first, so the header each model's route matches is set."""
+    by_key = {c.key: c for c in _plan(DestinationState()).composed}
+    chart = _manifest(by_key["body-based-router"])
+    assert chart["chart"]["name"] == "body-based-routing"
+    assert chart["chart"]["version"] == "v1.3.0"
+    assert chart["namespace"] == contracts.INFERENCE_GATEWAY_NAMESPACE
+    service = chart["values"]["bbr"]["name"]
+    backend = _manifest(by_key["body-based-router-backend"])
+    (endpoint,) = backend["spec"]["endpoints"]
+    assert endpoint["fqdn"]["hostname"] == (
+        f"{service}.{contracts.INFERENCE_GATEWAY_NAMESPACE}.svc.cluster.local"
+    )
+    policy = _manifest(by_key["body-based-router-policy"])
+    assert policy["metadata"]["namespace"] == contracts.INFERENCE_GATEWAY_NAMESPACE
+    (target,) = policy["spec"]["targetRefs"]
+    assert (target["kind"], target["name"]) == ("Gateway", contracts.INFERENCE_GATEWAY_NAME)
+    (ext_proc,) = policy["spec"]["extProc"]
+    (ref,) = ext_proc["backendRefs"]
+    assert (ref["kind"], ref["name"], ref["port"]) == (
+        "Backend",
+        backend["metadata"]["name"],
+        endpoint["fqdn"]["port"],
+    )
+
+
+KUBECONFIG_XR = yaml.safe_load(
+    (REPO / "examples" / "inferenceclusters" / "kubeconfig" / "ap-south-1.yaml").read_text()
+)
+
+
+def test_a_cluster_from_a_kubeconfig_composes_the_provider_configs_everything_uses():
+    cluster = parse_cluster(KUBECONFIG_XR)
+    planned = plan(
+        cluster,
+        ResolvedMappings((), ()),
+        destination=DestinationState(),
+        peers=[],
+        unmapped=[],
+        runtime_image="img:1",
+    )
+    by_key = {c.key: c.resource for c in planned.composed}
+    secret = {
+        "namespace": "crossplane-system",
+        "name": "ap-south-1-kubeconfig",
+        "key": "kubeconfig",
+    }
+    configs = [by_key["providerconfig-kubernetes"], by_key["providerconfig-helm"]]
+    assert {c["apiVersion"] for c in configs} == {
+        "kubernetes.m.crossplane.io/v1alpha1",
+        "helm.m.crossplane.io/v1beta1",
+    }
+    for config in configs:
+        assert config["kind"] == "ClusterProviderConfig"
+        assert config["metadata"]["name"] == "ap-south-1"
+        assert config["spec"]["credentials"] == {"source": "Secret", "secretRef": secret}
+    # Every Object and Release goes through them; they are ready by being there.
+    sent = [c for k, c in by_key.items() if not k.startswith("providerconfig-")]
+    assert {c["spec"]["providerConfigRef"]["name"] for c in sent} == {"ap-south-1"}
+    assert sorted(planned.always_ready) == ["providerconfig-helm", "providerconfig-kubernetes"]
+    assert not set(planned.always_ready) & set(planned.stack_keys)
+
+
+def test_a_hand_made_provider_config_composes_none():
+    planned = _plan(DestinationState())
+    assert not [c for c in planned.composed if c.key.startswith("providerconfig-")]
+    assert planned.always_ready == []
+
+
+def test_a_cluster_may_not_name_both_a_provider_config_and_a_kubeconfig():
+    both = {**KUBECONFIG_XR, "spec": {**KUBECONFIG_XR["spec"], "providerConfigRef": {"name": "x"}}}
+    with pytest.raises(InvalidCluster, match=r"spec\.kubeconfigSecretRef"):
+        parse_cluster(both)

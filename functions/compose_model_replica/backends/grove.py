@@ -78,7 +78,7 @@ def _queued(wiring: Wiring) -> Wiring:
         env=wiring.env,
         multinode=wiring.multinode,
         sidecars=wiring.sidecars,
-        extra_labels={KAI_QUEUE_LABEL: KAI_QUEUE},
+        extra_labels={**wiring.extra_labels, KAI_QUEUE_LABEL: KAI_QUEUE},
         scheduler_name=KAI_SCHEDULER,
         gang_label=wiring.gang_label,
     )

@@ -1,9 +1,15 @@
 """PrefillDecode: prefill pods and decode pods, with the routing sidecar in front of
 decode.
 
-The sidecar listens on 8000 (the Service's port) and forwards each request's decode to
-the decode engine on 8001 in the same pod, after the prefill the request names has run;
-the engines keep the `http` port name, so scraping by name covers both. On the Standard
+The protocol is llm-d's (llm-d-inference-scheduler v0.5.0, which builds on the Gateway
+API Inference Extension v1.3.0 and ships the sidecar as `llm-d-routing-sidecar`): one
+InferencePool holds both roles; its endpoint picker (serving.py) tells them apart by the
+`llm-d.ai/role` pod label (`prefill` / `decode`, its prefill-filter and decode-filter),
+routes the request to a decode pod and names the prefill pod it chose in the
+`x-prefiller-host-port` header (`<ip>:<port>`). The decode pod's sidecar listens on 8000,
+sends the prompt to that prefiller, then hands the decode to the engine on 8001 in its
+own pod over the KV connector (`--connector`: nixlv2 for vLLM, sglang for SGLang). The
+engines keep the `http` port name, so scraping by name covers both. On the Standard
 stack the two roles are two Deployments; on Dynamo they are two cliques of one
 PodCliqueSet (see grove.py) with the same pods.
 """
@@ -16,10 +22,16 @@ from functions.compose_model_replica.backends.deployment import deployment
 from functions.compose_model_replica.model import Engine, Member, ModelReplica
 from functions.compose_model_replica.pods import Wiring
 
-ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.2.0"
+ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.5.0"
 ROUTING_SIDECAR_NAME = "routing-sidecar"
 # Not `http`: that name is the engines' (and scraped as one).
 ROUTING_PORT_NAME = "serving"
+# The picker's filters read this label (llm-d pkg/plugins/filter/pd_role.go).
+PD_ROLE_LABEL = "llm-d.ai/role"
+PD_ROLE_VALUES = {ROLE_PREFILL: "prefill", ROLE_DECODE: "decode"}
+# The sidecar's KV-transfer connectors by engine type; vLLM's NIXL is its default.
+CONNECTORS = {"sglang": "sglang"}
+DEFAULT_CONNECTOR = "nixlv2"
 
 
 def routing_sidecar(replica: ModelReplica, decode: Engine, member: Member) -> dict:
@@ -27,9 +39,12 @@ def routing_sidecar(replica: ModelReplica, decode: Engine, member: Member) -> di
         "name": ROUTING_SIDECAR_NAME,
         "image": ROUTING_SIDECAR_IMAGE,
         "args": [
-            f"-port={PORT_SERVING}",
-            f"-vllm-port={replica.member_port(decode, member)}",
-            "-connector=nixlv2",
+            f"--port={PORT_SERVING}",
+            f"--vllm-port={replica.member_port(decode, member)}",
+            f"--connector={CONNECTORS.get(decode.type, DEFAULT_CONNECTOR)}",
+            # Plain HTTP from the gateway, as to every other engine pod (the sidecar
+            # serves a self-signed TLS endpoint by default since v0.3).
+            "--secure-proxy=false",
         ],
         "ports": [{"name": ROUTING_PORT_NAME, "containerPort": PORT_SERVING, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": ROUTING_PORT_NAME}, "periodSeconds": 5},
@@ -46,9 +61,10 @@ def members(replica: ModelReplica) -> list[tuple[Engine, Member]]:
 
 
 def wiring_for(replica: ModelReplica, engine: Engine, member: Member) -> Wiring:
+    labels = {PD_ROLE_LABEL: PD_ROLE_VALUES[member.role]}
     if member.role == ROLE_DECODE:
-        return Wiring(sidecars=(routing_sidecar(replica, engine, member),))
-    return Wiring()
+        return Wiring(sidecars=(routing_sidecar(replica, engine, member),), extra_labels=labels)
+    return Wiring(extra_labels=labels)
 
 
 def deployments(replica: ModelReplica) -> list[Workload]:
