@@ -15,8 +15,8 @@ What is derived, and from what:
   estimated from whether a node must be launched first (any eligible pool below its
   maxNodes) and how many nodes one replica spans; readyTimeout twice that, at least 10m;
 - cooldown: the signals' lag (the query window plus a report interval);
-- the signals, scoped to this one model by its `deployment` label (the PromQL label
-  value escaped).
+- the signals, named in the metric vocabulary: each member's agent computes them from
+  its cluster collector, scoped to this one model, whatever engine serves it.
 What cannot be derived is marked MEASURE: replicaCapacity and the SLOs are properties of
 the model on your hardware; the values given are placeholders to replace, and the
 comment says how to measure them. A value already set on the deployment is kept.
@@ -41,11 +41,6 @@ LOAD_SECONDS: Final = 120  # image pull and weights load on a node that has neit
 PER_EXTRA_NODE_SECONDS: Final = 60  # each further node a multi-node replica waits for
 MIN_READY_TIMEOUT_SECONDS: Final = 600
 CALM_FOR: Final = "15m"
-
-
-def promql_label_value(value: str) -> str:
-    """A PromQL double-quoted string: backslash, quote and newline escaped."""
-    return json.dumps(value)
 
 
 def _duration(seconds: float) -> str:
@@ -120,8 +115,6 @@ class Knob:
 
 
 def knobs(deployment: Mapping[str, Any], clusters: Iterable[Mapping[str, Any]]) -> list[Knob]:
-    metadata = deployment.get("metadata") or {}
-    name = str(metadata.get("name", ""))
     existing = (deployment.get("spec") or {}).get("autoscaling") or {}
     replicas = _int((deployment.get("spec") or {}).get("replicas"), 1)
     pools = eligible_pools(deployment, clusters)
@@ -136,7 +129,6 @@ def knobs(deployment: Mapping[str, Any], clusters: Iterable[Mapping[str, Any]]) 
     after += PER_EXTRA_NODE_SECONDS * (span - 1)
     ready_timeout = max(MIN_READY_TIMEOUT_SECONDS, 2 * after)
     cooldown = QUERY_WINDOW_SECONDS + REPORT_INTERVAL_SECONDS
-    label = f"deployment={promql_label_value(name)}"
 
     def keep(path: tuple[str, ...], suggested: Any) -> Any:
         value: Any = existing
@@ -174,16 +166,19 @@ def knobs(deployment: Mapping[str, Any], clusters: Iterable[Mapping[str, Any]]) 
             ("signals", "demand"),
             keep(
                 ("signals", "demand"),
-                f"sum(rate(modelplane_requests_total{{{label}}}[{QUERY_WINDOW}]))",
+                {"metric": "modelplane_requests_total", "function": "rate"},
             ),
-            "The load, scoped to this one model (a query over all models makes one "
-            "model's load look like another's) and returning exactly one sample. Unset: "
-            "a shortage is counted from unschedulable replicas, one step at a time while "
-            "saturated.",
+            "The load: requests finished per second over the window, computed by each "
+            "member's agent from its collector and scoped to this model (the same for "
+            "every engine). Without a demand signal a shortage is counted from "
+            "unschedulable replicas only, one step at a time while saturated.",
         ),
         Knob(
             ("signals", "pressure"),
-            keep(("signals", "pressure"), f"avg(modelplane_requests_waiting{{{label}}})"),
+            keep(
+                ("signals", "pressure"),
+                {"metric": "modelplane_requests_waiting", "function": "perReadyReplica"},
+            ),
             "How the hub knows home can take borrowed traffic back (status.report."
             "safePressure). Unset: traffic returns on time alone.",
         ),
@@ -191,8 +186,11 @@ def knobs(deployment: Mapping[str, Any], clusters: Iterable[Mapping[str, Any]]) 
             ("signals", "latency"),
             keep(
                 ("signals", "latency"),
-                "histogram_quantile(0.9, sum by (le) "
-                f"(rate(modelplane_time_to_first_token_bucket{{{label}}}[{QUERY_WINDOW}])))",
+                {
+                    "metric": "modelplane_time_to_first_token",
+                    "function": "quantile",
+                    "quantile": 0.9,
+                },
             ),
             "Compared with latencySLO. Unset: a cluster over its latency still gains traffic.",
         ),

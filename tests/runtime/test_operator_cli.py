@@ -323,7 +323,11 @@ def test_suggest_prints_a_shadow_policy_the_api_server_accepts(kubeconfig, contr
             i for i, text_line in enumerate(lines) if text_line.strip().startswith(f"{path[-1]}:")
         )
         assert lines[at - 1].strip().startswith("#"), path
-    assert f'deployment="{model}"' in autoscaling["signals"]["demand"]
+    # Vocabulary signals: scoped to the model by the agent, the same for every engine.
+    assert autoscaling["signals"]["demand"] == {
+        "metric": "modelplane_requests_total",
+        "function": "rate",
+    }
     # The patch, applied as `kubectl patch --type merge` would, is valid for the real XRD
     # (schema and CEL rules) as the API server serves it: a server-side dry run.
     api = control_plane.client()

@@ -83,7 +83,3 @@ def test_a_growing_pool_adds_a_node_launch_to_escalation_after():
 
     assert after(_with_limit(0)) == "2m"
     assert after(_with_limit(4)) == "7m"
-
-
-def test_the_model_name_is_escaped_in_promql():
-    assert suggest.promql_label_value('a"b\\c') == '"a\\"b\\\\c"'
