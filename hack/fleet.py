@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 
 import fleetbox  # noqa: E402
+import fleetbox_runtime  # noqa: E402
 
 STATE = REPO / "_output" / "fleet"
 PID_FILE = STATE / "supervisor.pid"
@@ -51,8 +52,11 @@ def serve() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     box = fleetbox.FleetBox(root=STATE / "box", gpu=fleetbox.DEFAULT_MEMBERS)
+    runtime = None
     try:
         box.start()
+        # The runtime (agent, scaler, KEDA operator and adapter) on every member.
+        runtime = fleetbox_runtime.Runtime(box, box.members).start()
         READY_FILE.write_text(json.dumps({
             "kubeconfigs": {k: str(v) for k, v in box.kubeconfigs.items()},
             "kubectl": str(box.bin / "kubectl"),
@@ -65,6 +69,8 @@ def serve() -> None:
                     print(f"{process.name} exited; restarting it", flush=True)
                     process.start()
     finally:
+        if runtime is not None:
+            runtime.close()
         box.close()
         with contextlib.suppress(FileNotFoundError):
             READY_FILE.unlink()

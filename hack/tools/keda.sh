@@ -43,6 +43,9 @@ install_keda() {
 }
 
 version_keda() {
-  printf 'keda-operator %s\n' "$("$TOOLS_BIN/keda-operator" --version 2>&1 | head -1)"
-  printf 'keda-adapter %s\n' "$("$TOOLS_BIN/keda-adapter" --version 2>&1 | head -1)"
+  # Neither binary has a version flag; the module version is in their build info.
+  local b
+  for b in keda-operator keda-adapter; do
+    printf '%s %s\n' "$b" "$(go version -m "$TOOLS_BIN/$b" 2>/dev/null | awk -v m="$KEDA_MODULE" '$2 == m {print $3; exit}')"
+  done
 }
