@@ -65,7 +65,11 @@ def test_every_rendered_example_config_validates(otelcol, function_servers, xr, 
         for d in result.documents[1:]
         if d.get("kind") == "Object" and d["spec"]["forProvider"]["manifest"]["kind"] == "ConfigMap"
     ]
-    assert [c["metadata"]["name"] for c in config_maps] == [collector_objects.COLLECTOR]
-    config = yaml.safe_load(config_maps[0]["data"][collector_objects.CONFIG_KEY])
+    # The collector's config, beside the agent's inventory record (observed, never written).
+    collector_configs = [
+        c for c in config_maps if c["metadata"]["name"] == collector_objects.COLLECTOR
+    ]
+    assert len(collector_configs) == 1, [c["metadata"]["name"] for c in config_maps]
+    config = yaml.safe_load(collector_configs[0]["data"][collector_objects.CONFIG_KEY])
     done = harness.validate(otelcol, config, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
