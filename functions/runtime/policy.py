@@ -468,7 +468,8 @@ def spec_hash(spec: PolicySpec, member: str) -> str:
     entry = spec.cluster(member)
     raw = {
         "workload": _dump(spec.workload),
-        "signals": _dump(spec.signals),
+        # No signals at all (the defaults) hashes as {} did before vocabulary signals.
+        "signals": _dump(spec.signals) if spec.signals is not None else {},
         "capacity": _dump(spec.capacity),
         "clusters": [_dump(entry)] if entry is not None else [],
     }
