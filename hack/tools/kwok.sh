@@ -3,8 +3,8 @@
 # pods the real kube-scheduler binds through the Stages we apply (Running and Ready after
 # a short delay, or a kubelet-shaped failure for a "broken model"; hack/fleetbox_gpu.py).
 #
-# v0.8.0: the newest release the Go module proxy serves (sigs.k8s.io/kwok is not in
-# /work/.library/env/packages/go-partial.tsv; the proxy lists v0.6.1, v0.7.0, v0.8.0).
+# v0.8.0: the newest release the Go module proxy serves (it lists v0.6.1, v0.7.0 and
+# v0.8.0 for sigs.k8s.io/kwok).
 # Its go.mod says go 1.26.0 and it builds with the local Go 1.26. It depends on
 # k8s.io/* v0.36.1, not the v0.35.8 of our kube binaries, so it shares only the
 # non-Kubernetes packages of the Go build cache with them; only cmd/kwok is built
