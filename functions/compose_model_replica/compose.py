@@ -94,7 +94,13 @@ def compose(replica: ModelReplica) -> Plan:
     for key, manifest in serving.endpoint_picker(replica).items():
         composed.append(envelope(replica, key, manifest))
     composed.append(envelope(replica, "route", serving.route(replica)))
-    if replica.unavailable is not None:
+    for key, manifest in serving.exported_backend(replica).items():
+        composed.append(envelope(replica, key, manifest))
+    if replica.activator:
+        composed.append(
+            envelope(replica, "route-activator-grant", serving.activator_reference_grant(replica))
+        )
+    elif replica.unavailable is not None:
         composed.append(envelope(replica, "route-unavailable", serving.unavailable_filter(replica)))
 
     if replica.autoscaling is not None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from functions.common.contracts import ENV_LEADER_ADDRESS, ENV_NODE_COUNT, ENV_NODE_RANK
+from functions.common.modelcache import MODEL_FLAG, model_flag_in
 from functions.common.served_name import SERVED_NAME_FLAG
 
 if TYPE_CHECKING:
@@ -41,6 +42,15 @@ PORT_FLAG = {"vllm": "--port", "sglang": "--port", "trtllm": "--port"}
 # on, not only while a collector runs: the engine does not know, and switching it when a
 # TelemetryDestination appears would change the pod template and restart every model.
 METRICS_FLAG = {"sglang": "--enable-metrics"}
+# OTLP traces, where the cluster collector receives them (spec.cluster.tracesEndpoint),
+# checked against the engines' sources: vLLM's `--otlp-traces-endpoint` (gRPC exporter
+# by default, insecure; a URL), SGLang's `--enable-trace --otlp-traces-endpoint
+# host:port` (gRPC). Only on pods that serve the API, where requests are traced.
+TRACES_FLAGS = {
+    "vllm": lambda endpoint: ["--otlp-traces-endpoint", f"http://{endpoint}"],
+    "sglang": lambda endpoint: ["--enable-trace", "--otlp-traces-endpoint", endpoint],
+}
+TRACES_ENDPOINT_FLAG = "--otlp-traces-endpoint"
 SGLANG_DIST_INIT_PORT = 5000
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
 
@@ -132,11 +142,17 @@ def engine_args(
     port: int,
     served_name: str,
     wiring: Wiring,
+    model_path: str = "",
+    traces_endpoint: str = "",
 ) -> list[str]:
     """The arguments to append to the engine container's own."""
     if is_shell_script(command, existing):
         return []
     added: list[str] = []
+    flags = MODEL_FLAG.get(engine_type)
+    if model_path and flags and not model_flag_in(engine_type, [*command, *existing]):
+        # Every rank loads the weights (headless workers too), so every pod gets the path.
+        added += [flags[0], model_path]
     if wiring.serves_http:
         flag = PORT_FLAG.get(engine_type)
         if flag and not _has(existing, (flag,)):
@@ -147,6 +163,9 @@ def engine_args(
         flag = METRICS_FLAG.get(engine_type)
         if flag and not _has(existing, (flag,)):
             added += [flag]
+        traces = TRACES_FLAGS.get(engine_type)
+        if traces_endpoint and traces and not _has(existing, (TRACES_ENDPOINT_FLAG,)):
+            added += traces(traces_endpoint)
     if wiring.multinode is not None:
         for spellings, values in multinode_flags(engine_type, wiring.multinode):
             if not _has(existing, spellings):

@@ -84,6 +84,7 @@ class Cluster(_Spec):
     region: str = ""
     stack: str
     provider_config_ref: ProviderConfigRef = Field(alias="providerConfigRef")
+    traces_endpoint: str = Field(default="", alias="tracesEndpoint")
 
 
 class NodePool(_Spec):
@@ -129,6 +130,14 @@ class Source(_Spec):
     credentials_secret_ref: SecretKeyRef | None = Field(default=None, alias="credentialsSecretRef")
 
 
+class ModelCacheMount(_Spec):
+    """The ModelCache volume on this cluster: engine pods mount it read-only."""
+
+    name: str
+    claim_name: str = Field(alias="claimName")
+    mount_path: str = Field(alias="mountPath")
+
+
 class Unavailable(_Spec):
     reason: str
     message: str
@@ -160,6 +169,10 @@ class ModelReplica(_Spec):
     # not interpreted, except for this member's ceiling.
     autoscaling: dict[str, Any] | None = None
     unavailable: Unavailable | None = None
+    model_cache: ModelCacheMount | None = Field(default=None, alias="modelCache")
+    # An on-demand model with no ready replica here: its route leads to the member's
+    # activator, which asks for a placement attempt and holds the request for it.
+    activator: bool = False
 
     @property
     def serving_label(self) -> str:

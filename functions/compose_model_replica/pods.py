@@ -17,15 +17,20 @@ from functions.common.contracts import (
     ANNOTATION_DEFINITION_HASH,
     LABEL_DEPLOYMENT,
     LABEL_ENGINE,
+    LABEL_PICKER_ENGINE_TYPE,
     LABEL_ROLE,
     LABEL_SERVING,
+    PICKER_ENGINE_TYPES,
     PORT_NAME_HTTP,
 )
+from functions.common.modelcache import ENV_MODEL_PATH
+from functions.common.modelcache import VOLUME_NAME as CACHE_VOLUME
 from functions.common.naming import dns_label, label_value
 from functions.compose_model_replica.engines import MultiNode, engine_args
 from functions.compose_model_replica.model import (
     Engine,
     Member,
+    ModelCacheMount,
     ModelReplica,
     engine_container_index,
 )
@@ -48,12 +53,16 @@ ENV_MODEL_TOKEN = "HF_TOKEN"
 
 
 def pod_labels(replica: ModelReplica, engine: Engine, role: str) -> dict[str, str]:
-    return {
+    labels = {
         LABEL_SERVING: replica.serving_label,
         LABEL_DEPLOYMENT: label_value(replica.deployment),
         LABEL_ENGINE: engine.type,
         LABEL_ROLE: role,
     }
+    picker_type = PICKER_ENGINE_TYPES.get(engine.type)
+    if picker_type is not None:
+        labels[LABEL_PICKER_ENGINE_TYPE] = picker_type
+    return labels
 
 
 def claim_template_name(replica: ModelReplica, engine: Engine, member: Member) -> str:
@@ -148,8 +157,16 @@ def pod_template(
         args = list(container.get("args") or [])
         command = list(container.get("command") or [])
         args += engine_args(
-            engine.type, command, args, port=port, served_name=replica.deployment, wiring=wiring
+            engine.type,
+            command,
+            args,
+            port=port,
+            served_name=replica.deployment,
+            wiring=wiring,
+            model_path=replica.model_cache.mount_path if replica.model_cache else "",
+            traces_endpoint=replica.cluster.traces_endpoint,
         )
+        _mount_cache(container, replica.model_cache)
         if args:
             container["args"] = args
         if wiring.serves_http:
@@ -175,6 +192,7 @@ def pod_template(
             claims = [c for c in resources.get("claims") or [] if c.get("name") != claim]
             resources["claims"] = [{"name": claim}, *claims]
     containers.extend(copy.deepcopy(list(wiring.sidecars)))
+    _add_cache_volume(spec, replica.model_cache)
 
     if member.devices:
         pod_claims = [c for c in spec.get("resourceClaims") or [] if c.get("name") != claim]
@@ -235,6 +253,30 @@ def _pin_to_fabrics(spec: dict, replica: ModelReplica, gang_label: str) -> None:
     )
 
 
+def _add_cache_volume(spec: dict, cache: ModelCacheMount | None) -> None:
+    if cache is None:
+        return
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") != CACHE_VOLUME]
+    spec["volumes"] = [
+        *volumes,
+        {
+            "name": CACHE_VOLUME,
+            "persistentVolumeClaim": {"claimName": cache.claim_name, "readOnly": True},
+        },
+    ]
+
+
+def _mount_cache(container: dict, cache: ModelCacheMount | None) -> None:
+    """The cache's weights, read-only, where the engine's model path points."""
+    if cache is None:
+        return
+    mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != CACHE_VOLUME]
+    container["volumeMounts"] = [
+        *mounts,
+        {"name": CACHE_VOLUME, "mountPath": cache.mount_path, "readOnly": True},
+    ]
+
+
 def _engine_env(replica: ModelReplica, wiring: Wiring) -> list[dict]:
     env: list[dict] = [{"name": ENV_MODEL_URI, "value": replica.source.uri}]
     if replica.source.revision:
@@ -248,5 +290,7 @@ def _engine_env(replica: ModelReplica, wiring: Wiring) -> list[dict]:
                 "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
             }
         )
+    if replica.model_cache is not None:
+        env.append({"name": ENV_MODEL_PATH, "value": replica.model_cache.mount_path})
     env += [{"name": name, "value": value} for name, value in wiring.env]
     return env

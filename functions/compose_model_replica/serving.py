@@ -11,6 +11,20 @@ the decode pod with the prefill pod in `x-prefiller-host-port` for the routing s
 (see backends/prefill_decode.py). Both pickers serve metrics on 9090, port `metrics`,
 which the cluster collector's picker job scrapes.
 
+With managed traffic (the deployment names `autoscaling.traffic.routes`) the route
+carries a backend per cluster that serves the model, so the hub's weights have somewhere
+to land: this member's own InferencePool (its picker keeps balancing the local share),
+and for every other cluster a ServiceImport named `<deployment>-at-<cluster>` — the
+name the policy's `clusters[].backendRef` gives the hub. Each member exports its
+serving pods under that name (a Service and a ServiceExport, Multi-Cluster Services
+API); the ClusterSet's MCS controller imports it into every member. Remote shares
+reach the other cluster's pods directly (the MCS data plane balances them), not its
+gateway: a gateway would split them again by the same weights. Every member's route
+starts from the same weights, the policy's Steady shares (`clusters[].weight`, else
+equal shares, within the bounds): exactly what the hub assumes on its first step, so
+the routes and the hub's memory agree before it ever writes, and a shadow hub leaves
+the declared split in place.
+
 A parked or unplaceable model has no pods. Rather than let the Gateway return "no
 healthy upstream" (which clients retry forever), the route drops its backends and
 applies an Envoy Gateway HTTPRouteFilter whose direct response is a 503 with a JSON
@@ -22,18 +36,30 @@ from __future__ import annotations
 
 import json
 
+from functions.common.adaptivepolicy import cluster_backend_name, manages_traffic, steady_shares
+from functions.common.adaptivepolicy import endpoint_name as model_endpoint_name
 from functions.common.contracts import (
+    ACTIVATOR_PORT,
+    ACTIVATOR_SERVICE_NAME,
+    HEADER_DEPLOYMENT,
     HEADER_MODEL_NAME,
     INFERENCE_GATEWAY_NAME,
     INFERENCE_GATEWAY_NAMESPACE,
+    INFERENCE_POOL_GROUP,
+    KIND_INFERENCE_POOL,
+    KIND_SERVICE_EXPORT,
+    KIND_SERVICE_IMPORT,
     LABEL_ROLE,
     LABEL_SERVING,
+    MULTICLUSTER_GROUP,
+    MULTICLUSTER_VERSION,
     PORT_NAME_HTTP,
     PORT_SERVING,
     ROLE_DECODE,
     ROLE_LEADER,
     ROLE_PREFILL,
     ROLE_STANDALONE,
+    SYSTEM_NAMESPACE,
 )
 from functions.common.naming import dns_label, service_name
 from functions.common.served_name import container_served_names
@@ -50,7 +76,9 @@ PD_EPP_CONFIG_FILE = "epp-config.yaml"
 EPP_GRPC_PORT = 9002
 EPP_HEALTH_PORT = 9003
 EPP_METRICS_PORT = 9090
-POOL_GROUP = "inference.networking.k8s.io"
+# Kubernetes' bootstrap ClusterRole: create TokenReviews and SubjectAccessReviews.
+AUTH_DELEGATOR_ROLE = "system:auth-delegator"
+POOL_GROUP = INFERENCE_POOL_GROUP
 ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
 UNAVAILABLE_STATUS = 503
 
@@ -96,15 +124,15 @@ def _serving_port(replica: ModelReplica) -> int:
 
 
 def endpoint_name(replica: ModelReplica) -> str:
-    return service_name(replica.deployment)
+    return model_endpoint_name(replica.deployment)
 
 
-def service(replica: ModelReplica) -> dict:
+def service(replica: ModelReplica, name: str | None = None) -> dict:
     pd = replica.shape is Shape.PREFILL_DECODE
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(replica, endpoint_name(replica)),
+        "metadata": _meta(replica, name or endpoint_name(replica)),
         "spec": {
             "selector": {
                 LABEL_SERVING: replica.serving_label,
@@ -124,6 +152,11 @@ def service(replica: ModelReplica) -> dict:
 
 def epp_name(replica: ModelReplica) -> str:
     return service_name(replica.deployment, "epp")
+
+
+def epp_auth_binding_name(replica: ModelReplica) -> str:
+    """Cluster-scoped, so the namespace is part of the name."""
+    return dns_label(replica.namespace, replica.deployment, "epp-auth")
 
 
 def _pool_selector(replica: ModelReplica) -> dict[str, str]:
@@ -243,6 +276,25 @@ def endpoint_picker(replica: ModelReplica) -> dict[str, dict]:
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": replica.namespace}],
         },
+        # The picker's /metrics authenticates every scrape (`--metrics-endpoint-auth`,
+        # on by default): it asks the API server to review the caller's token
+        # (TokenReview) and whether it may GET /metrics (SubjectAccessReview). Those are
+        # the built-in auth-delegator role's two rights; the collector's own ClusterRole
+        # grants it the GET.
+        "epp-auth-delegator": {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {
+                "name": epp_auth_binding_name(replica),
+                "labels": replica.labels(),
+            },
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": AUTH_DELEGATOR_ROLE,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": replica.namespace}],
+        },
         "epp-deployment": {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -328,6 +380,51 @@ def unavailable_filter(replica: ModelReplica) -> dict:
     }
 
 
+def traffic_clusters(replica: ModelReplica) -> list[str]:
+    """The clusters whose backends this member's route carries: every member of the
+    policy with managed traffic (placement lists exactly the clusters it uses), else none."""
+    if not manages_traffic(replica.autoscaling):
+        return []
+    return sorted(c["name"] for c in replica.autoscaling.get("clusters") or [])
+
+
+def backend_refs(replica: ModelReplica) -> list[dict]:
+    local: dict = {"group": POOL_GROUP, "kind": KIND_INFERENCE_POOL, "name": endpoint_name(replica)}
+    clusters = traffic_clusters(replica)
+    if not clusters:
+        return [local]
+    shares = steady_shares(replica.autoscaling["clusters"])
+    refs = [{**local, "weight": shares[replica.cluster.name]}]
+    for cluster in clusters:
+        if cluster != replica.cluster.name:
+            refs.append(
+                {
+                    "group": MULTICLUSTER_GROUP,
+                    "kind": KIND_SERVICE_IMPORT,
+                    "name": cluster_backend_name(replica.deployment, cluster),
+                    "port": PORT_SERVING,
+                    "weight": shares[cluster],
+                }
+            )
+    return refs
+
+
+def exported_backend(replica: ModelReplica) -> dict[str, dict]:
+    """This member's backend for the other members' routes (managed traffic only): a
+    Service of its serving pods and the ServiceExport that offers it to the ClusterSet."""
+    if not traffic_clusters(replica):
+        return {}
+    name = cluster_backend_name(replica.deployment, replica.cluster.name)
+    return {
+        "backend-service": service(replica, name),
+        "backend-export": {
+            "apiVersion": f"{MULTICLUSTER_GROUP}/{MULTICLUSTER_VERSION}",
+            "kind": KIND_SERVICE_EXPORT,
+            "metadata": _meta(replica, name),
+        },
+    }
+
+
 def route(replica: ModelReplica) -> dict:
     # The body-based router sets the header from the request's `"model"`; one match per
     # name the engine answers to.
@@ -340,7 +437,32 @@ def route(replica: ModelReplica) -> dict:
             for name in served_names(replica)
         ],
     }
-    if replica.unavailable is not None:
+    if replica.activator:
+        # The activator answers why (parked, fits nowhere) after a fresh attempt, so the
+        # direct response is not used: it would repeat an answer that may be stale.
+        rule["filters"] = [
+            {
+                "type": "RequestHeaderModifier",
+                "requestHeaderModifier": {
+                    "set": [
+                        {
+                            "name": HEADER_DEPLOYMENT,
+                            "value": f"{replica.namespace}/{replica.deployment}",
+                        }
+                    ]
+                },
+            }
+        ]
+        rule["backendRefs"] = [
+            {
+                "group": "",
+                "kind": "Service",
+                "name": ACTIVATOR_SERVICE_NAME,
+                "namespace": SYSTEM_NAMESPACE,
+                "port": ACTIVATOR_PORT,
+            }
+        ]
+    elif replica.unavailable is not None:
         rule["filters"] = [
             {
                 "type": "ExtensionRef",
@@ -352,9 +474,7 @@ def route(replica: ModelReplica) -> dict:
             }
         ]
     else:
-        rule["backendRefs"] = [
-            {"group": POOL_GROUP, "kind": "InferencePool", "name": endpoint_name(replica)}
-        ]
+        rule["backendRefs"] = backend_refs(replica)
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
@@ -369,5 +489,30 @@ def route(replica: ModelReplica) -> dict:
                 }
             ],
             "rules": [rule],
+        },
+    }
+
+
+def activator_reference_grant(replica: ModelReplica) -> dict:
+    """Lets this model's HTTPRoute name the activator's Service in the system namespace
+    (a cross-namespace backendRef needs a ReferenceGrant there); one per model, so no two
+    models share an object."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {
+            "name": dns_label("activator", replica.namespace, replica.deployment),
+            "namespace": SYSTEM_NAMESPACE,
+            "labels": replica.labels(),
+        },
+        "spec": {
+            "from": [
+                {
+                    "group": "gateway.networking.k8s.io",
+                    "kind": "HTTPRoute",
+                    "namespace": replica.namespace,
+                }
+            ],
+            "to": [{"group": "", "kind": "Service", "name": ACTIVATOR_SERVICE_NAME}],
         },
     }
