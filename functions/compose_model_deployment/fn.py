@@ -26,23 +26,37 @@ from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from functions.common import contracts
+from functions.common import conditions, contracts
+from functions.common.conditions import Condition
+from functions.common.modelcache import user_model_flag
+from functions.common.naming import dns_label, label_value
+from functions.common.objects import provider_object
 from functions.common.sdk import (
     GuardedRunner,
+    Required,
     describe_composite,
     keep_observed,
+    kept_manifest,
     not_fetched,
     required,
     set_conditions,
 )
 from functions.common.served_name import served_name_mismatch
-from functions.compose_model_deployment import manifests, parking, status, targets
+from functions.compose_model_deployment import (
+    manifests,
+    modelcache,
+    ondemand,
+    parking,
+    status,
+    targets,
+)
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.model import (
     Cluster,
     Deployment,
     Holding,
     InputError,
+    LabelSelector,
     cluster_name,
     read_cluster,
     read_deployment,
@@ -52,6 +66,7 @@ from functions.compose_model_deployment.placement import PlacementPlan, place
 
 REQUIRED_CLUSTERS: Final = "inference-clusters"
 REQUIRED_REPLICAS: Final = "model-replicas"
+REQUIRED_CACHE: Final = "model-cache"
 # What a waiting result keeps of an observed ModelReplica's metadata (as it always has).
 KEPT_REPLICA_METADATA: Final = ("name", "labels")
 _CACHE_LIMIT: Final = 20000
@@ -99,6 +114,137 @@ def _warn_served_name_mismatch(
                 response.warning(rsp, f"{name}: {member.path}: {mismatch}")
 
 
+def _warnings(rsp, name, deployment, cache, plan) -> None:
+    """What a person should fix in the spec: a served-name mismatch, a cache not used."""
+    _warn_served_name_mismatch(rsp, name, deployment)
+    _warn_cache(rsp, name, deployment, cache, plan)
+
+
+def _write_status(
+    rsp: fnv1.RunFunctionResponse,
+    *,
+    plan: PlacementPlan,
+    own: list[Holding],
+    previous: dict,
+    desired: int,
+    decision: parking.Decision,
+    cache,
+    activity,
+    now,
+) -> tuple[dict[str, int], status.UnplaceableReport]:
+    """The deployment's status from this placement; returns the ready replicas per cluster
+    used and the unplaceable record, which the conditions and events are built from."""
+    used = {p.cluster for p in plan.placements}
+    ready_by_cluster = {h.cluster: h.ready_replicas for h in own if h.cluster in used}
+    # A fresh attempt is decided afresh: the earlier unplaceable record is not reused.
+    unplaceable = status.report_unplaceable(
+        None if activity and activity.fresh_attempt else previous.get("unplaceable"), plan, now
+    )
+    built = status.build_status(
+        desired=desired,
+        plan=plan,
+        ready_by_cluster=ready_by_cluster,
+        unplaceable=unplaceable,
+        parking=decision,
+        cache=cache,
+    )
+    if activity is not None:
+        built["onDemand"] = _on_demand_status(activity, decision, plan, status.format_time(now))
+    resource.update(rsp.desired.composite, {"status": built})
+    return ready_by_cluster, unplaceable
+
+
+def _report(
+    rsp: fnv1.RunFunctionResponse,
+    name: str,
+    plan: PlacementPlan,
+    decision: parking.Decision,
+    unplaceable: status.UnplaceableReport,
+) -> None:
+    """The results a person reads in events: moves, parking transitions, unplaceable."""
+    for moved in plan.dropped:
+        response.warning(
+            rsp,
+            f"moving {moved.replicas} replicas off {moved.cluster}/{moved.pool}: {moved.reason}",
+        )
+    if decision.transition == "parked" and decision.parked:
+        response.warning(rsp, f"{name} {status.parked_message(decision.parked)}")
+    elif decision.transition == "unparked":
+        response.normal(rsp, f"{name} unparked: {decision.why_unparked}")
+    if unplaceable.warn:
+        response.warning(rsp, f"{name}: {plan.unplaceable} replicas fit nowhere: {plan.reason}")
+
+
+def _require_inputs(rsp: fnv1.RunFunctionResponse, deployment: Deployment) -> None:
+    """Every InferenceCluster and ModelReplica, and the referenced ModelCache if any."""
+    response.require_resources(
+        rsp, REQUIRED_CLUSTERS, contracts.API_GROUP_VERSION, contracts.KIND_INFERENCE_CLUSTER
+    )
+    response.require_resources(
+        rsp, REQUIRED_REPLICAS, contracts.API_GROUP_VERSION, contracts.KIND_MODEL_REPLICA
+    )
+    if deployment.model_cache:
+        response.require_resources(
+            rsp,
+            REQUIRED_CACHE,
+            contracts.API_GROUP_VERSION,
+            contracts.KIND_MODEL_CACHE,
+            match_name=deployment.model_cache,
+            namespace=deployment.namespace,
+        )
+
+
+def _resolve_cache(
+    rsp: fnv1.RunFunctionResponse, name: str, deployment: Deployment, asked: Required | None
+) -> modelcache.CacheView | bool | None:
+    """The referenced ModelCache; None without one; False after a fatal result."""
+    if asked is None:
+        return None
+    where = f"ModelCache {deployment.namespace}/{deployment.model_cache}"
+    if not asked.items:
+        response.warning(
+            rsp,
+            f"{name}: spec.modelCacheRef.name: {where} does not exist; create it, or "
+            "remove spec.modelCacheRef",
+        )
+        return modelcache.CacheView(deployment.model_cache, LabelSelector(), {}, exists=False)
+    try:
+        return modelcache.read_cache_view(asked.items[0])
+    except InputError as err:
+        response.fatal(rsp, f"{name}: spec.modelCacheRef: {where}: {err}")
+        return False
+
+
+def _warn_cache(
+    rsp: fnv1.RunFunctionResponse,
+    name: str,
+    deployment: Deployment,
+    cache: modelcache.CacheView | None,
+    plan: PlacementPlan,
+) -> None:
+    """Say where replicas wait on weights that are not there, and where the user's own
+    model flag keeps the engine from reading the cache at all."""
+    if cache is None:
+        return
+    for p in plan.placements:
+        phase = cache.phase(p.cluster)
+        if phase == modelcache.PHASE_FAILED:
+            response.warning(
+                rsp,
+                f"{name}: {p.replicas} replicas on {p.cluster}, where ModelCache {cache.name} "
+                "failed to download; they cannot load the model until it is Ready there",
+            )
+    for engine in deployment.engines:
+        for member in engine.members:
+            flag = user_model_flag(engine.type, member.template)
+            if flag:
+                response.warning(
+                    rsp,
+                    f"{name}: {member.path}: the template sets {flag}, so the engine does not "
+                    f"load ModelCache {cache.name} from {modelcache.mount_path(cache.name)}",
+                )
+
+
 class _Memo(Generic[T]):
     """Parsed values by the exact bytes they were parsed from (bounded)."""
 
@@ -124,6 +270,28 @@ class _Fleet:
     frozen_keys: set[str]  # their composed-resource keys, kept exactly as observed
 
 
+def _activator_at(
+    activity: ondemand.Activity | None, decided: targets.Targets, own: list[Holding]
+) -> set[str] | None:
+    """For an on-demand model, the clusters whose route leads to the member's activator:
+    those with no ready replica. None for any other model."""
+    if activity is None:
+        return None
+    ready = {h.cluster: h.ready_replicas for h in own}
+    return {c.name for c, _, _ in decided.replicas if not ready.get(c.name)}
+
+
+def _on_demand_status(
+    activity: ondemand.Activity, decision: parking.Decision, plan: PlacementPlan, stamp: str
+) -> dict:
+    result = ondemand.attempt_result(
+        parked_message=status.parked_message(decision.parked) if decision.parked else "",
+        unplaceable=plan.unplaceable,
+        reason=plan.reason,
+    )
+    return ondemand.status(activity, result=result, stamp=stamp)
+
+
 class FunctionRunner(GuardedRunner):
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         super().__init__()
@@ -136,6 +304,8 @@ class FunctionRunner(GuardedRunner):
         now = self.clock()
         xr = plain(req.observed.composite.resource)
         name = describe_composite(xr)
+        if xr.get("kind") == contracts.KIND_MODEL_CACHE:
+            return self._run_cache(req, rsp, xr, name)
 
         # 1. Resolve inputs.
         try:
@@ -144,12 +314,7 @@ class FunctionRunner(GuardedRunner):
         except InputError as err:
             response.fatal(rsp, f"{name}: {err}")
             return rsp
-        response.require_resources(
-            rsp, REQUIRED_CLUSTERS, contracts.API_GROUP_VERSION, contracts.KIND_INFERENCE_CLUSTER
-        )
-        response.require_resources(
-            rsp, REQUIRED_REPLICAS, contracts.API_GROUP_VERSION, contracts.KIND_MODEL_REPLICA
-        )
+        _require_inputs(rsp, deployment)
         observed_own = {
             key: r.resource
             for key, r in req.observed.resources.items()
@@ -158,7 +323,10 @@ class FunctionRunner(GuardedRunner):
         # Raw Structs: parsing is memoized on them (see the module docstring).
         asked_clusters = required(req, REQUIRED_CLUSTERS, convert=lambda s: s)
         asked_replicas = required(req, REQUIRED_REPLICAS, convert=lambda s: s)
-        missing = not_fetched(asked_clusters, asked_replicas)
+        asked_cache = required(req, REQUIRED_CACHE) if deployment.model_cache else None
+        missing = not_fetched(
+            asked_clusters, asked_replicas, *([asked_cache] if asked_cache is not None else [])
+        )
         if missing:
             keep_observed(
                 rsp,
@@ -169,6 +337,25 @@ class FunctionRunner(GuardedRunner):
                 rsp,
                 *status.waiting_conditions(
                     f"asked for {' and '.join(missing)}; placing nothing new until they arrive"
+                ),
+            )
+            return rsp
+        cache = _resolve_cache(rsp, name, deployment, asked_cache)
+        if cache is False:
+            return rsp
+        if cache is not None and not cache.exists and observed_own:
+            # A cache that went away is not "no cluster holds the weights" for what runs:
+            # moving or removing replicas on that reading would be a deletion. Keep them.
+            keep_observed(
+                rsp,
+                {key: plain(s) for key, s in observed_own.items()},
+                metadata=KEPT_REPLICA_METADATA,
+            )
+            set_conditions(
+                rsp,
+                *status.waiting_conditions(
+                    f"ModelCache {cache.name} (spec.modelCacheRef.name) does not exist; "
+                    "keeping every ModelReplica as it is and placing nothing new"
                 ),
             )
             return rsp
@@ -183,6 +370,14 @@ class FunctionRunner(GuardedRunner):
         clusters, holdings, frozen = fleet.clusters, fleet.holdings, fleet.frozen
         own = targets.own_holdings(holdings, deployment)
         previous = xr.get("status") or {}
+        activity = self._activity(
+            deployment=deployment,
+            previous=previous,
+            own=own,
+            cluster_items=asked_clusters.items,
+            now=now,
+        )
+        desired = deployment.replicas if activity is None else activity.desired(deployment.replicas)
 
         # 2. Decide: parking first, then placement (a parked model places nothing).
         decision = parking.decide(
@@ -208,50 +403,46 @@ class FunctionRunner(GuardedRunner):
         else:
             frozen_replicas = sum(h.replicas for h in frozen)
             plan = place(
-                deployment, clusters, holdings, max(0, deployment.replicas - frozen_replicas)
+                deployment,
+                clusters,
+                holdings,
+                max(0, desired - frozen_replicas),
+                cache=cache,
             )
 
         # 3. Compose one ModelReplica per cluster used.
+        decided = targets.replica_targets(plan, decision, existing_at, by_name)
+        if activity is not None and not decision.is_parked:
+            decided = targets.on_demand_targets(
+                decided, existing_at, clusters, deployment, idle=desired == 0
+            )
         self._compose(
             rsp,
             deployment,
-            targets.replica_targets(plan, decision, existing_at, by_name),
+            decided,
             fleet.frozen_keys,
+            cache_mount=modelcache.replica_mount(cache) if cache is not None else None,
+            activator_at=_activator_at(activity, decided, own),
         )
 
         # 4. Status, results and conditions.
-        used = {p.cluster for p in plan.placements}
-        ready_by_cluster = {h.cluster: h.ready_replicas for h in own if h.cluster in used}
-        unplaceable = status.report_unplaceable(previous.get("unplaceable"), plan, now)
-        resource.update(
-            rsp.desired.composite,
-            {
-                "status": status.build_status(
-                    desired=deployment.replicas,
-                    plan=plan,
-                    ready_by_cluster=ready_by_cluster,
-                    unplaceable=unplaceable,
-                    parking=decision,
-                )
-            },
+        ready_by_cluster, unplaceable = _write_status(
+            rsp,
+            plan=plan,
+            own=own,
+            previous=previous,
+            desired=desired,
+            decision=decision,
+            cache=cache,
+            activity=activity,
+            now=now,
         )
-        for moved in plan.dropped:
-            response.warning(
-                rsp,
-                f"moving {moved.replicas} replicas off {moved.cluster}/{moved.pool}: "
-                f"{moved.reason}",
-            )
-        if decision.transition == "parked" and decision.parked:
-            response.warning(rsp, f"{name} {status.parked_message(decision.parked)}")
-        elif decision.transition == "unparked":
-            response.normal(rsp, f"{name} unparked: {decision.why_unparked}")
-        if unplaceable.warn:
-            response.warning(rsp, f"{name}: {plan.unplaceable} replicas fit nowhere: {plan.reason}")
-        _warn_served_name_mismatch(rsp, name, deployment)
+        _report(rsp, name, plan, decision, unplaceable)
+        _warnings(rsp, name, deployment, cache, plan)
         set_conditions(
             rsp,
             *status.derive_conditions(
-                desired=deployment.replicas,
+                desired=desired,
                 plan=plan,
                 ready=sum(ready_by_cluster.values()),
                 parking=decision,
@@ -270,6 +461,32 @@ class FunctionRunner(GuardedRunner):
             parked=decision.is_parked,
         )
         return rsp
+
+    @staticmethod
+    def _activity(
+        *,
+        deployment: Deployment,
+        previous: dict,
+        own: list[Holding],
+        cluster_items: tuple[struct_pb2.Struct, ...],
+        now: datetime,
+    ) -> ondemand.Activity | None:
+        """An on-demand model's activity (None for any other model). The clusters' idle
+        records are read only here: converting every cluster's status costs, and only an
+        on-demand model needs them."""
+        if deployment.on_demand is None:
+            return None
+        return ondemand.decide(
+            policy=deployment.on_demand,
+            activate=deployment.activate,
+            previous=previous.get("onDemand") or {},
+            ready_by_cluster={h.cluster: h.ready_replicas for h in own},
+            idle_by_cluster=ondemand.idle_seconds_by_cluster(
+                (plain(item) for item in cluster_items), deployment.namespace, deployment.name
+            ),
+            now=now,
+            stamp=status.format_time(now),
+        )
 
     def _read_fleet(
         self,
@@ -341,7 +558,12 @@ class FunctionRunner(GuardedRunner):
         deployment: Deployment,
         decided: targets.Targets,
         frozen_keys: set[str],
+        *,
+        cache_mount: dict | None,
+        activator_at: set[str] | None,
     ) -> None:
+        """`activator_at`: for an on-demand model, the clusters whose route goes through
+        the member's activator (no ready replica there); None for any other model."""
         autoscaling = manifests.autoscaling_spec(
             deployment, [(c, p) for c, p, _ in decided.replicas]
         )
@@ -362,7 +584,10 @@ class FunctionRunner(GuardedRunner):
                 autoscaling=autoscaling,
                 unavailable=decided.unavailable,
                 fabrics=decided.fabrics.get(cluster.name, ()),
+                model_cache=cache_mount,
             )
+            if activator_at is not None:
+                body["spec"]["activator"] = cluster.name in activator_at
             target = rsp.desired.resources[manifests.replica_key(cluster.name)].resource
             if first is None:
                 target.update(body)
@@ -372,3 +597,121 @@ class FunctionRunner(GuardedRunner):
             for section, fields in manifests.PER_CLUSTER_FIELDS.items():
                 for field in fields:
                     target[section][field] = body[section][field]
+            if activator_at is not None:
+                target["spec"]["activator"] = body["spec"]["activator"]
+
+    # --- ModelCache -------------------------------------------------------------------
+
+    def _run_cache(
+        self, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: dict, name: str
+    ) -> fnv1.RunFunctionResponse:
+        """A ModelCache: per selected cluster its volume and download Job, and the phase
+        each cluster's Job reports. A cluster not fetched yet or not readable is never
+        read as "not selected" (that would delete its weights): its objects are kept."""
+        try:
+            cache = modelcache.read_cache(xr)
+        except InputError as err:
+            response.fatal(rsp, f"{name}: {err}")
+            return rsp
+        response.require_resources(
+            rsp, REQUIRED_CLUSTERS, contracts.API_GROUP_VERSION, contracts.KIND_INFERENCE_CLUSTER
+        )
+        observed = {key: plain(r.resource) for key, r in req.observed.resources.items()}
+        asked = required(req, REQUIRED_CLUSTERS, convert=lambda s: s)
+        if not asked.fetched:
+            keep_observed(rsp, observed)
+            message = f"asked for {REQUIRED_CLUSTERS}; composing nothing new until they arrive"
+            set_conditions(
+                rsp,
+                Condition(modelcache.CACHE_READY, conditions.UNKNOWN, "WaitingForInputs", message),
+            )
+            return rsp
+        clusters = []
+        unreadable: set[str] = set()
+        for item in asked.items:
+            try:
+                clusters.append(self.clusters(item))
+            except InputError as err:
+                unreadable.add(cluster_name(plain(item)))
+                response.warning(
+                    rsp, f"{name}: keeping what is staged on a cluster as it is: {err}"
+                )
+        selected = sorted(
+            (c for c in clusters if cache.cluster_selector.matches(c.labels)), key=lambda c: c.name
+        )
+        phases = []
+        desired: set[str] = set()
+        for cluster in selected:
+            provider = manifests.member_provider_config(cluster)
+            job_key = modelcache.job_key(cache, cluster.name)
+            volume_key = modelcache.volume_key(cluster.name)
+            phase = modelcache.observe_cluster(
+                cluster.name, observed.get(job_key), observed.get(volume_key)
+            )
+            phases.append(phase)
+            for key, manifest, extra in (
+                (
+                    modelcache.namespace_key(cluster.name),
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Namespace",
+                        "metadata": {"name": cache.namespace},
+                    },
+                    {"management_policies": modelcache.KEEP_ON_DELETE},
+                ),
+                (volume_key, modelcache.volume_claim(cache), {}),
+                (job_key, modelcache.download_job(cache), {"ready_cel": modelcache.JOB_READY_CEL}),
+            ):
+                desired.add(key)
+                resource.update(
+                    rsp.desired.resources[key],
+                    provider_object(
+                        name=dns_label("modelcache", cache.name, key),
+                        namespace=cache.namespace,
+                        labels={
+                            contracts.LABEL_MODEL_CACHE: label_value(cache.name),
+                            contracts.LABEL_CLUSTER: label_value(cluster.name),
+                        },
+                        manifest=manifest,
+                        provider_config_ref=provider,
+                        **extra,
+                    ),
+                )
+            if phase.phase == modelcache.PHASE_READY:
+                rsp.desired.resources[job_key].ready = fnv1.Ready.READY_TRUE
+        kept, removed = [], []
+        for key, obj in sorted(observed.items()):
+            if key in desired:
+                continue
+            meta = obj.get("metadata")
+            labels = meta.get("labels") if isinstance(meta, dict) else None
+            owner = labels.get(contracts.LABEL_CLUSTER) if isinstance(labels, dict) else None
+            (kept if owner in unreadable else removed).append(key)
+        for key in kept:
+            resource.update(rsp.desired.resources[key], kept_manifest(observed[key]))
+        if removed:
+            # Deliberate, never silent: a cluster left the selector (or the source changed).
+            response.normal(
+                rsp, f"{name}: removing {', '.join(removed)}: no longer part of this cache"
+            )
+        ready = [p for p in phases if p.phase == modelcache.PHASE_READY]
+        resource.update(
+            rsp.desired.composite,
+            {
+                "status": {
+                    "selectedClusters": len(selected),
+                    "readyClusters": len(ready),
+                    "clusters": [p.to_status(cache) for p in phases],
+                }
+            },
+        )
+        for p in phases:
+            if p.phase == modelcache.PHASE_FAILED:
+                response.warning(rsp, f"{name}: download on {p.cluster} failed: {p.message}")
+        set_conditions(rsp, modelcache.cache_condition(phases))
+        rsp.desired.composite.ready = (
+            fnv1.Ready.READY_TRUE
+            if phases and len(ready) == len(phases)
+            else fnv1.Ready.READY_FALSE
+        )
+        return rsp

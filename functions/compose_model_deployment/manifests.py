@@ -16,7 +16,10 @@ from functions.common import contracts
 from functions.common.adaptivepolicy import (
     CLUSTER_SETTINGS,
     PASSTHROUGH_FIELDS,
+    cluster_backend_name,
+    endpoint_name,
     fit_cluster_weights,
+    manages_traffic,
 )
 from functions.common.naming import dns_label, label_value, resource_key
 from functions.compose_model_deployment.model import Cluster, Deployment, Pool
@@ -37,6 +40,15 @@ def replica_key(cluster: str) -> str:
 
 def replica_name(deployment: Deployment, cluster: str) -> str:
     return dns_label(deployment.name, cluster)
+
+
+def member_provider_config(cluster: Cluster) -> dict:
+    """The provider config that reaches a cluster, as an Object names it."""
+    ref = cluster.provider_config_ref
+    return {
+        "kind": ref.get("kind") or "ClusterProviderConfig",
+        "name": ref.get("name", cluster.name),
+    }
 
 
 def autoscaling_spec(deployment: Deployment, used: list[tuple[Cluster, str]]) -> dict | None:
@@ -61,7 +73,24 @@ def autoscaling_spec(deployment: Deployment, used: list[tuple[Cluster, str]]) ->
             for cluster, pool in sorted(used, key=lambda cp: cp[0].name)
         ]
     )
+    if manages_traffic(deployment.autoscaling):
+        # Each cluster's backend on every member's route is composed under one name
+        # (compose-model-replica); the policy names it so the hub's weights land there.
+        for entry in spec["clusters"]:
+            entry["backendRef"] = cluster_backend_name(deployment.name, entry["name"])
+        spec["traffic"] = {**spec["traffic"], "routes": managed_routes(deployment)}
     return spec
+
+
+def managed_routes(deployment: Deployment) -> list[dict]:
+    """The routes the hub weights: the model's own composed route first (it carries a
+    backend per cluster), then the others the deployment names, once each."""
+    own = {"name": endpoint_name(deployment.name)}
+    listed = [dict(r) for r in deployment.autoscaling["traffic"]["routes"]]
+    same = [r for r in listed if r["name"] == own["name"]]
+    if any(r.get("namespace", deployment.namespace) == deployment.namespace for r in same):
+        return listed
+    return [own, *listed]
 
 
 def model_replica(
@@ -73,6 +102,7 @@ def model_replica(
     autoscaling: dict | None,
     unavailable: dict | None = None,
     fabrics: tuple[str, ...] = (),
+    model_cache: dict | None = None,
 ) -> dict:
     provider = {"name": cluster.provider_config_ref.get("name", cluster.name)}
     if cluster.provider_config_ref.get("kind"):
@@ -84,6 +114,7 @@ def model_replica(
             **({"region": cluster.region} if cluster.region else {}),
             "stack": cluster.stack,
             "providerConfigRef": provider,
+            **({"tracesEndpoint": cluster.traces_endpoint} if cluster.traces_endpoint else {}),
         },
         "nodePool": {
             "name": pool.name,
@@ -140,6 +171,8 @@ def model_replica(
         spec["autoscaling"] = autoscaling
     if unavailable is not None:
         spec["unavailable"] = unavailable
+    if model_cache is not None:
+        spec["modelCache"] = model_cache
     return {
         "apiVersion": contracts.API_GROUP_VERSION,
         "kind": contracts.KIND_MODEL_REPLICA,

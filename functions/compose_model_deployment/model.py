@@ -8,16 +8,18 @@ InputError with the field's path and the rule, which the shell turns into a fata
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from functions.common import contracts
+from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
 from functions.common.naming import cluster_name_problem
 from functions.common.quantity import parse_quantity
 from functions.common.redact import url_credentials
 from functions.common.scheduling import Taint, Toleration
-from functions.compose_model_deployment import parking
+from functions.compose_model_deployment import ondemand, parking
 from functions.compose_model_deployment.cel_env import (
     DeviceProfile,
     Semver,
@@ -139,6 +141,9 @@ class Deployment:
     parking: ParkingPolicy
     retry: str  # the modelplane.ai/retry annotation ("" if unset)
     definition_hash: str
+    model_cache: str = ""  # spec.modelCacheRef.name ("" without a cache)
+    on_demand: ondemand.OnDemand | None = None
+    activate: str = ""  # the modelplane.ai/activate annotation ("" if unset)
 
     def tolerates(self, taint: Taint) -> bool:
         return any(t.tolerates(taint) for t in self.tolerations)
@@ -186,7 +191,7 @@ def _int(value: Any, path: str, default: int | None = None) -> int:
     return int(value)
 
 
-def _selector(raw: dict | None, path: str) -> LabelSelector:
+def read_selector(raw: dict | None, path: str) -> LabelSelector:
     raw = raw or {}
     labels = tuple(sorted((str(k), str(v)) for k, v in (raw.get("matchLabels") or {}).items()))
     requirements = []
@@ -203,15 +208,21 @@ def _selector(raw: dict | None, path: str) -> LabelSelector:
     return LabelSelector(labels, tuple(requirements))
 
 
-def read_deployment(xr: dict) -> Deployment:
-    """The ModelDeployment XR as typed values (the XRD has already validated its shape)."""
-    meta = xr.get("metadata") or {}
+def refuse_system_namespace(meta: dict, what: str) -> None:
+    """A tenant's object in the suite's own namespace would land beside the runtime on
+    every member; refuse it, naming what to do instead."""
     if meta.get("namespace") == contracts.SYSTEM_NAMESPACE:
         raise InputError(
             "metadata.namespace",
             f"{contracts.SYSTEM_NAMESPACE} is the suite's own namespace on every member; "
-            "deploy models in a tenant namespace",
+            f"{what} in a tenant namespace",
         )
+
+
+def read_deployment(xr: dict) -> Deployment:
+    """The ModelDeployment XR as typed values (the XRD has already validated its shape)."""
+    meta = xr.get("metadata") or {}
+    refuse_system_namespace(meta, "deploy models")
     spec = xr.get("spec") or {}
     template = spec.get("template") or {}
     tspec = template.get("spec") or {}
@@ -252,7 +263,7 @@ def read_deployment(xr: dict) -> Deployment:
         source=source,
         profile=profile,
         serving_mode=mode,
-        cluster_selector=_selector(
+        cluster_selector=read_selector(
             tspec.get("clusterSelector"), "spec.template.spec.clusterSelector"
         ),
         tolerations=tolerations,
@@ -275,6 +286,45 @@ def read_deployment(xr: dict) -> Deployment:
         ),
         retry=str((meta.get("annotations") or {}).get(contracts.ANNOTATION_RETRY, "")),
         definition_hash=parking.definition_hash(source, profile, raw_engines),
+        model_cache=str((spec.get("modelCacheRef") or {}).get("name") or ""),
+        on_demand=_read_on_demand(spec.get("onDemand")),
+        activate=str((meta.get("annotations") or {}).get(contracts.ANNOTATION_ACTIVATE, "")),
+    )
+
+
+def _duration(value: Any, path: str, default: float, low: float, high: float) -> float:
+    if value is None:
+        return default
+    try:
+        seconds = parse_duration(value)
+    except ValueError as err:
+        raise InputError(path, str(err)) from None
+    if not low <= seconds <= high:
+        raise InputError(path, f"{value} is outside {low:.0f}s-{high:.0f}s")
+    return seconds
+
+
+def _read_on_demand(raw: Any) -> ondemand.OnDemand | None:
+    """spec.onDemand, its bounds checked again (the XRD's CEL says the same)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InputError("spec.onDemand", "must be an object")
+    return ondemand.OnDemand(
+        idle_after=_duration(
+            raw.get("idleAfter"),
+            "spec.onDemand.idleAfter",
+            ondemand.DEFAULT_IDLE_AFTER,
+            ondemand.DEFAULT_IDLE_AFTER,
+            7 * 24 * 3600,
+        ),
+        activation_timeout=_duration(
+            raw.get("activationTimeout"),
+            "spec.onDemand.activationTimeout",
+            ondemand.DEFAULT_ACTIVATION_TIMEOUT,
+            10,
+            3600,
+        ),
     )
 
 
@@ -385,6 +435,8 @@ class Cluster:
     stack: str
     provider_config_ref: dict
     pools: tuple[Pool, ...]
+    # The collector's OTLP traces receiver (status.telemetry.tracesEndpoint), if any.
+    traces_endpoint: str = ""
     pools_by_name: dict = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -440,6 +492,16 @@ def _device_profile(devices: dict, path: str) -> DeviceProfile:
             raise InputError(f"{path}.capacity.{k}", f"{v!r} is not a resource quantity") from None
         capacity.append((qualify(k, driver), str(v)))
     return DeviceProfile(driver, tuple(attributes), tuple(capacity))
+
+
+_HOST_PORT = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?:[0-9]{1,5}$")
+
+
+def _traces_endpoint(ic: dict) -> str:
+    """compose-serving-stack's status.telemetry.tracesEndpoint; it becomes an engine's
+    argument, so anything but a plain host:port is ignored (no traces, never an odd arg)."""
+    value = ((ic.get("status") or {}).get("telemetry") or {}).get("tracesEndpoint")
+    return value if isinstance(value, str) and _HOST_PORT.fullmatch(value) else ""
 
 
 def _read_cluster(ic: dict) -> Cluster:
@@ -522,6 +584,7 @@ def _read_cluster(ic: dict) -> Cluster:
         stack=str(spec.get("stack") or contracts.STACK_STANDARD),
         provider_config_ref=dict(spec.get("providerConfigRef") or {}),
         pools=tuple(sorted(pools, key=lambda p: p.name)),
+        traces_endpoint=_traces_endpoint(ic),
     )
 
 

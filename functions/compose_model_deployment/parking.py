@@ -13,6 +13,10 @@ failures of the old definition do not count for the new one) or the
 `modelplane.ai/retry` annotation gets a new value. A retry with the same definition
 remembers how many failures had already been counted (the *baseline*), so the failures
 that parked the model do not park it again on the next reconcile; only new ones do.
+Records travel from the member's agent through provider-kubernetes and the ModelReplica,
+so failures observed before the retry may arrive after it: until a record observed
+after the retry arrives, the baseline rises with them (the live tier found a fixed model
+parked again by its own pre-retry crashes).
 
 Only start failures count. A replica lost to node loss or preemption is not one — the
 agent does not report it as such, and nothing here reads ready counts — so a cluster
@@ -25,7 +29,8 @@ status, so the same inputs always give the same decision.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, Final
 
 from functions.common.health import HealthRecord, count_failures
@@ -61,6 +66,7 @@ class Baseline:
     definition_hash: str
     retry: str
     failures: int
+    since: str = ""  # when the retry was taken (RFC 3339, UTC, whole seconds)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ def decide(
     enabled: bool = True,
     now: str,
 ) -> Decision:
+    records = list(records)
     total, last_error = count_failures(records, definition)
 
     # A retry of this definition: failures counted before it are spent.
@@ -97,6 +104,11 @@ def decide(
         # Another definition, or a counter went down (a replica started, or its record
         # went away): the consecutive run the baseline was taken from is over.
         baseline = None
+    if baseline is not None and baseline.since and total > baseline.failures:
+        current = [r for r in records if r.definition_hash == definition]
+        if all(r.observed_at and _at_or_before(r.observed_at, baseline.since) for r in current):
+            # Failures the agents observed before the retry, arriving late: spent too.
+            baseline = replace(baseline, failures=total)
 
     if previous is not None:
         if not enabled:
@@ -118,7 +130,7 @@ def decide(
                 "the definition changed (source, profile or engines)",
             )
         if previous.retry != retry:
-            baseline = Baseline(definition, retry, total)
+            baseline = Baseline(definition, retry, total, now)
             return Decision(
                 None, baseline, 0, last_error, "unparked", f"retry requested (annotation {retry!r})"
             )
@@ -129,6 +141,14 @@ def decide(
         parked = Parked(now, counted, last_error, definition, retry)
         return Decision(parked, baseline, counted, last_error, "parked")
     return Decision(None, baseline, counted, last_error, "")
+
+
+def _at_or_before(stamp: str, limit: str) -> bool:
+    """RFC 3339 times in UTC; a stamp that cannot be read is not before anything."""
+    try:
+        return datetime.fromisoformat(stamp) <= datetime.fromisoformat(limit)
+    except ValueError:
+        return False
 
 
 def _counted(total: int, baseline: Baseline | None) -> int:

@@ -19,6 +19,10 @@ racing for the last node never both give way: the younger one yields.
 - Scale-down takes from the cluster with the most replicas (ties: the last by name).
 - An autoscaled deployment uses at most 100 clusters: each of its ModelReplicas carries
   the AdaptivePolicy member list, which holds no more.
+- A deployment that names a ModelCache goes only to clusters the cache's selector picks
+  (its weights can exist nowhere else), and new replicas go to clusters where the cache
+  is Ready before any other (an engine elsewhere waits for its weights); among those,
+  and then among the rest, the rules below apply.
 - New replicas spread before they pack: each goes to the cluster with the fewest of the
   deployment's replicas that still has room. Ties go to a cluster it is already on, then
   to the lowest declared `costRank` of the pool it would use, then to best fit (the pool
@@ -51,6 +55,7 @@ from functions.compose_model_deployment.model import (
     Pool,
     footprint_of,
 )
+from functions.compose_model_deployment.modelcache import CacheView
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,7 @@ def place(
     desired: int,
     *,
     matches: dict[tuple, ProfileMatch] | None = None,
+    cache: CacheView | None = None,
 ) -> PlacementPlan:
     """Keep what still fits, then fill the rest, spreading before packing.
 
@@ -209,7 +215,7 @@ def place(
     `holdings` every ModelReplica, this deployment's included. `matches` may carry
     device-profile answers across calls for the same deployment.
     """
-    planner = _Planner(deployment, clusters, matches if matches is not None else {})
+    planner = _Planner(deployment, clusters, matches if matches is not None else {}, cache)
     own = [h for h in holdings if planner.owns(h)]
     kept, dropped = planner.keep(own)
     keep_counts = _scale_down({name: h.replicas for name, h in kept.items()}, desired)
@@ -249,14 +255,21 @@ class _Planner:
         deployment: Deployment,
         clusters: list[Cluster],
         matches: dict[tuple, ProfileMatch],
+        cache: CacheView | None = None,
     ) -> None:
         self.deployment = deployment
+        self.cache = cache
         self.footprint = footprint_of(deployment.engines)
         self.matches = matches
         self.clusters = clusters
         self.by_name = {c.name: c for c in clusters}
         self.selected = sorted(
-            (c for c in clusters if deployment.cluster_selector.matches(c.labels)),
+            (
+                c
+                for c in clusters
+                if deployment.cluster_selector.matches(c.labels)
+                and (cache is None or cache.allows(c.labels))
+            ),
             key=lambda c: c.name,
         )
         self.selected_names = {c.name for c in self.selected}
@@ -273,6 +286,10 @@ class _Planner:
     def took(self, cluster: str, room: PoolRoom) -> None:
         """Remember the fabrics one of our replicas just took on `cluster`."""
         self.placed_fabrics.setdefault(cluster, set()).update(f for f in room.last_fabrics if f)
+
+    def uncached(self, cluster: str) -> bool:
+        """Whether the referenced ModelCache is not Ready there (False without a cache)."""
+        return self.cache is not None and cluster not in self.cache.ready
 
     def fabrics_of(self, cluster: str) -> tuple[str, ...]:
         return tuple(sorted(self.placed_fabrics.get(cluster, ())))
@@ -322,8 +339,13 @@ class _Planner:
         cluster = self.by_name.get(h.cluster)
         if cluster is None:
             return f"InferenceCluster {h.cluster} no longer exists"
-        if h.cluster not in self.selected_names:
+        if not self.deployment.cluster_selector.matches(cluster.labels):
             return f"InferenceCluster {h.cluster} no longer matches the clusterSelector"
+        if h.cluster not in self.selected_names and self.cache is not None:
+            return (
+                f"InferenceCluster {h.cluster} is outside ModelCache {self.cache.name}'s "
+                "clusterSelector (its weights are not staged there)"
+            )
         pool = cluster.pool(h.pool)
         where = f"node pool {h.cluster}/{h.pool}"
         if pool is None:
@@ -401,11 +423,19 @@ class _Planner:
         for name, (cluster, pools) in candidates.items():
             preference = self.preference(cluster, pools, share)
             if preference is not None:
-                heap.append((placed.get(name, 0), name not in placed, *preference, name))
+                heap.append(
+                    (
+                        self.uncached(name),
+                        placed.get(name, 0),
+                        name not in placed,
+                        *preference,
+                        name,
+                    )
+                )
         heapq.heapify(heap)
         in_use = {name for name, n in placed.items() if n}
         while need > 0 and heap:
-            count, _fresh, _rank, _free, name = heapq.heappop(heap)
+            uncached, count, _fresh, _rank, _free, name = heapq.heappop(heap)
             if name not in in_use and len(in_use) >= self.max_clusters:
                 self.capped = True
                 continue  # an autoscaled deployment's member list is full
@@ -417,7 +447,7 @@ class _Planner:
             need -= 1
             preference = self.preference(cluster, pools, share)
             if preference is not None:
-                heapq.heappush(heap, (count + 1, False, *preference, name))
+                heapq.heappush(heap, (uncached, count + 1, False, *preference, name))
         return need
 
     def usable_pools(self, cluster: Cluster, pools: list[Pool], need: int) -> list[Pool]:
@@ -490,6 +520,21 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
     if not clusters:
         return "no InferenceClusters exist", None
     if not selected:
+        if planner.cache is not None and not planner.cache.exists:
+            return (
+                f"ModelCache {planner.cache.name} (spec.modelCacheRef.name) does not exist: "
+                "its weights are on no cluster",
+                None,
+            )
+        if planner.cache is not None:
+            by_deployment = sum(deployment.cluster_selector.matches(c.labels) for c in clusters)
+            by_cache = sum(planner.cache.selector.matches(c.labels) for c in clusters)
+            return (
+                f"no InferenceCluster matches both spec.template.spec.clusterSelector "
+                f"({by_deployment} of {len(clusters)} do) and ModelCache "
+                f"{planner.cache.name}'s spec.clusterSelector ({by_cache} do)",
+                None,
+            )
         return (
             f"no InferenceCluster matches spec.template.spec.clusterSelector "
             f"({len(clusters)} exist)",

@@ -15,6 +15,7 @@ from typing import Final
 
 from functions.common import conditions
 from functions.common.conditions import Condition
+from functions.compose_model_deployment.modelcache import CacheView
 from functions.compose_model_deployment.parking import Baseline, Decision, Parked
 from functions.compose_model_deployment.placement import PlacementPlan
 
@@ -92,6 +93,7 @@ def read_baseline(status: dict) -> Baseline | None:
         definition_hash=str(raw["definitionHash"]),
         retry=str(raw.get("annotation", "")),
         failures=int(raw.get("failures") or 0),
+        since=str(raw.get("since", "")),
     )
 
 
@@ -111,6 +113,7 @@ def build_status(
     ready_by_cluster: dict[str, int],
     unplaceable: UnplaceableReport,
     parking: Decision,
+    cache: CacheView | None = None,
 ) -> dict:
     placements = [
         {
@@ -118,6 +121,7 @@ def build_status(
             "nodePool": p.pool,
             "replicas": p.replicas,
             "readyReplicas": ready_by_cluster.get(p.cluster, 0),
+            **({"modelCache": cache.phase(p.cluster)} if cache is not None else {}),
         }
         for p in plan.placements
     ]
@@ -127,6 +131,12 @@ def build_status(
         "readyReplicas": sum(ready_by_cluster.values()),
         "placements": placements,
     }
+    if cache is not None:
+        status["modelCache"] = {
+            "name": cache.name,
+            "readyClusters": sorted(cache.ready),
+            "message": cache_message(cache, plan),
+        }
     if unplaceable.status:
         status["unplaceable"] = unplaceable.status
     if parking.parked:
@@ -143,7 +153,30 @@ def build_status(
             "definitionHash": parking.baseline.definition_hash,
             "failures": parking.baseline.failures,
         }
+        if parking.baseline.since:
+            status["retried"]["since"] = parking.baseline.since
     return status
+
+
+def cache_message(cache: CacheView, plan: PlacementPlan) -> str:
+    """How the referenced cache shaped placement, in one line."""
+    if not cache.exists:
+        return f"ModelCache {cache.name} does not exist; nothing is placed until it does"
+    ready = sorted(cache.ready)
+    waiting = [
+        f"{p.cluster} ({cache.phase(p.cluster)})"
+        for p in plan.placements
+        if p.cluster not in cache.ready
+    ]
+    head = (
+        f"placed only where ModelCache {cache.name}'s clusterSelector allows; clusters where "
+        f"it is Ready come first ({', '.join(ready) if ready else 'none yet'})"
+    )
+    if not plan.placements:
+        return head
+    if waiting:
+        return f"{head}; placed where it is not Ready yet: {', '.join(waiting)}"
+    return f"{head}; every replica is on a cluster where it is Ready"
 
 
 def derive_conditions(

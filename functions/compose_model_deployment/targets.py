@@ -105,3 +105,39 @@ def replica_targets(
 
 def _unavailable(at: list[tuple[Cluster, str, int]], reason: str, message: str) -> Targets:
     return Targets(tuple(at), {"reason": reason, "message": message[:UNAVAILABLE_MESSAGE_LIMIT]})
+
+
+def idle_targets(
+    kept_at: list[tuple[Cluster, str]], clusters: Iterable[Cluster], deployment: Deployment
+) -> Targets:
+    """An idle on-demand model holds nothing but keeps a ModelReplica at 0 where a request
+    can arrive (its route leads to that member's activator): where it ran, else on every
+    selected cluster, in the first pool by name (no pod runs, so the pool only names it)."""
+    if kept_at:
+        return Targets(tuple((c, pool, 0) for c, pool in kept_at))
+    selected = sorted(
+        (c for c in clusters if c.pools and deployment.cluster_selector.matches(c.labels)),
+        key=lambda c: c.name,
+    )
+    return Targets(tuple((c, min(p.name for p in c.pools), 0) for c in selected))
+
+
+def keep_anchors(decided: Targets, kept_at: list[tuple[Cluster, str]]) -> Targets:
+    """An active on-demand model keeps its ModelReplicas at 0 where it runs nothing: a
+    request may arrive at any member its route was on, and must reach an activator."""
+    used = {c.name for c, _, _ in decided.replicas}
+    extra = tuple((c, pool, 0) for c, pool in kept_at if c.name not in used)
+    return replace(decided, replicas=decided.replicas + extra) if extra else decided
+
+
+def on_demand_targets(
+    decided: Targets,
+    kept_at: list[tuple[Cluster, str]],
+    clusters: Iterable[Cluster],
+    deployment: Deployment,
+    *,
+    idle: bool,
+) -> Targets:
+    """An on-demand model's ModelReplicas: at 0 where a request can arrive while idle,
+    and the placements plus those anchors while active."""
+    return idle_targets(kept_at, clusters, deployment) if idle else keep_anchors(decided, kept_at)

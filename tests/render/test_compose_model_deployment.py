@@ -2,10 +2,11 @@
 
 Each scenario under testdata/model_deployment/<name>/ is a ModelDeployment (`xr.yaml`),
 optionally the ModelReplicas it composed before (`observed.yaml`, also listed among the
-required resources, as the API server would list them) and other deployments'
-ModelReplicas (`replicas.yaml`), rendered against the fleet in `clusters.yaml` supplied
-with `-e`. The whole output is compared with `expected.yaml`; timestamps the function
-takes from its clock are replaced by `<now>`. `{definitionHash}` in an input file stands
+required resources, as the API server would list them), other deployments'
+ModelReplicas (`replicas.yaml`) and the ModelCache it names (`cache.yaml`), rendered
+against the fleet in `clusters.yaml` supplied with `-e`. The whole output is compared
+with `expected.yaml`; timestamps the function takes from its clock are replaced by
+`<now>`. `{definitionHash}` in an input file stands
 for the deployment's definition hash.
 
 Regenerate the golden files after an intended change with
@@ -45,7 +46,7 @@ def _inputs(scenario: Path, workdir: Path) -> tuple[Path, Path, Path | None, set
     xr.write_text(fill(xr_text))
     parts = [(TESTDATA / "clusters.yaml").read_text()]
     observed = None
-    for name in ("replicas.yaml", "observed.yaml"):
+    for name in ("replicas.yaml", "observed.yaml", "cache.yaml"):
         if (scenario / name).exists():
             parts.append(fill((scenario / name).read_text()))
     if (scenario / "observed.yaml").exists():
@@ -206,6 +207,71 @@ def test_an_unplaceable_model_says_what_was_missing_where(function_servers, tmp_
     assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
 
 
+def test_an_idle_on_demand_model_runs_nothing_and_routes_to_the_activator(
+    function_servers, tmp_path
+):
+    composite, replicas, _results, conds = _parts(
+        _render(function_servers, "on-demand-idle", tmp_path)
+    )
+    status = composite["status"]
+    assert status["desiredReplicas"] == 0
+    assert status["placedReplicas"] == 0
+    assert status["onDemand"] == {"state": "Idle"}
+    assert conds[conditions.REPLICAS_READY]["status"] == "True"  # 0 desired, 0 ready
+    # A ModelReplica at 0 on each selected cluster, so a request can arrive anywhere.
+    assert {r["spec"]["cluster"]["name"]: r["spec"]["replicas"] for r in replicas.values()} == {
+        "eu-west-1": 0,
+        "us-east-1": 0,
+    }
+    assert all(r["spec"]["activator"] is True for r in replicas.values())
+    assert all("unavailable" not in r["spec"] for r in replicas.values())
+
+
+def test_a_new_activate_value_is_one_fresh_placement_attempt(function_servers, tmp_path):
+    composite, replicas, _results, _conds = _parts(
+        _render(function_servers, "on-demand-activate", tmp_path)
+    )
+    status = composite["status"]
+    assert status["desiredReplicas"] == 1
+    assert status["placedReplicas"] == 1
+    assert status["onDemand"] == {
+        "state": "Active",
+        "activatedAt": "<now>",
+        "attempt": {"id": "us-east-1/3f2a9c", "result": "Placed", "reason": "", "at": "<now>"},
+    }
+    placed = [r for r in replicas.values() if r["spec"]["replicas"]]
+    assert len(placed) == 1
+    # Not ready yet anywhere: every route still leads to the activator.
+    assert all(r["spec"]["activator"] is True for r in replicas.values())
+
+
+def test_an_on_demand_model_that_fits_nowhere_is_answered_afresh_with_why(
+    function_servers, tmp_path
+):
+    composite, replicas, _results, conds = _parts(
+        _render(function_servers, "on-demand-fits-nowhere", tmp_path)
+    )
+    reason = (
+        "needs 2 free whole nodes (16 NVIDIA H100 80GB HBM3) on one fabric; "
+        "largest free block: us-east-1/h100 ib-a 1"
+    )
+    status = composite["status"]
+    assert status["onDemand"]["attempt"] == {
+        "id": "us-east-1/77c1d0",
+        "result": "Unplaceable",
+        "reason": reason,
+        "at": "<now>",
+    }
+    # The earlier answer is not reused: the reason and its since are this attempt's.
+    assert status["unplaceable"]["reason"] == reason
+    assert status["unplaceable"]["since"] == "<now>"
+    assert status["desiredReplicas"] == 1  # asked for and fits nowhere: short, not satisfied
+    assert conds[conditions.REPLICAS_READY]["status"] == "False"
+    (only,) = replicas.values()
+    assert only["spec"]["replicas"] == 0
+    assert only["spec"]["activator"] is True
+
+
 def test_a_model_no_pool_matches_is_not_ready_and_still_answers_why(function_servers, tmp_path):
     documents = _render(function_servers, "no-matching-pool", tmp_path)
     composite, replicas, _results, conds = _parts(documents)
@@ -293,3 +359,78 @@ def _restore(value, timestamps):
     if isinstance(value, list):
         return [_restore(v, timestamps) for v in value]
     return timestamps.get(value, value) if isinstance(value, str) else value
+
+
+def test_a_cached_model_goes_where_its_cache_is_ready_and_never_outside_it(
+    function_servers, tmp_path
+):
+    composite, replicas, _results, _conds = _parts(
+        _render(function_servers, "cache-prefers-ready", tmp_path)
+    )
+    placed = {r["spec"]["cluster"]["name"]: r["spec"]["replicas"] for r in replicas.values()}
+    # dev-1 fits (the deployment selects every cluster) but holds no copy of the weights.
+    assert placed == {"eu-west-1": 3}
+    status = composite["status"]
+    assert status["placements"][0]["modelCache"] == "Ready"
+    assert status["modelCache"]["name"] == "qwen3-8b-weights"
+    assert status["modelCache"]["readyClusters"] == ["eu-west-1"]
+    assert "clusters where it is Ready come first (eu-west-1)" in status["modelCache"]["message"]
+    # Every ModelReplica tells its pods where the cache is.
+    for r in replicas.values():
+        assert r["spec"]["modelCache"] == {
+            "name": "qwen3-8b-weights",
+            "claimName": "modelcache-qwen3-8b-weights",
+            "mountPath": "/models/qwen3-8b-weights",
+        }
+
+
+def test_a_missing_model_cache_places_nothing_and_names_the_field(function_servers):
+    # Its weights exist nowhere: nothing is placed, and the status and a warning say why.
+    result = render.render(
+        function_servers,
+        TESTDATA / "cache-prefers-ready" / "xr.yaml",
+        required=TESTDATA / "clusters.yaml",
+    )
+    assert result.returncode == 0, result.stderr
+    composite = result.documents[0]
+    assert [d for d in result.documents if d["kind"] == contracts.KIND_MODEL_REPLICA] == []
+    status = composite["status"]
+    assert status["unplaceable"]["replicas"] == 3
+    assert (
+        "ModelCache qwen3-8b-weights (spec.modelCacheRef.name) does not exist"
+        in (status["unplaceable"]["reason"])
+    )
+    assert "does not exist" in status["modelCache"]["message"]
+    warnings = [d["message"] for d in result.documents if d["kind"] == "Result"]
+    assert any(
+        "spec.modelCacheRef.name: ModelCache ml-team/qwen3-8b-weights does not exist" in w
+        for w in warnings
+    )
+
+
+def test_managed_traffic_names_a_backend_per_cluster_and_weights_the_models_route(
+    function_servers, tmp_path
+):
+    _composite, replicas, _results, _conds = _parts(
+        _render(function_servers, "managed-traffic", tmp_path)
+    )
+    policies = [r["spec"]["autoscaling"] for r in replicas.values()]
+    assert all(p == policies[0] for p in policies)
+    assert sorted(r["spec"]["cluster"]["name"] for r in replicas.values()) == [
+        "dev-1",
+        "eu-west-1",
+        "us-east-1",
+    ]
+    # The hub writes each cluster's weight for the backend named here, which is the
+    # name compose-model-replica gives that cluster's backend on every member's route.
+    assert {c["name"]: c["backendRef"] for c in policies[0]["clusters"]} == {
+        "dev-1": "qwen-3-32b-at-dev-1",
+        "eu-west-1": "qwen-3-32b-at-eu-west-1",
+        "us-east-1": "qwen-3-32b-at-us-east-1",
+    }
+    # The model's own route first (it carries those backends), then the team's own.
+    assert policies[0]["traffic"]["routes"] == [
+        {"name": "qwen-3-32b"},
+        {"name": "qwen-public", "namespace": "edge"},
+    ]
+    assert policies[0]["traffic"]["stepPercent"] == 20

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import render
-from functions.common import conditions
+from functions.common import conditions, contracts
 from functions.common.contracts import MULTINODE_ENV, OBJECT_API_VERSION, OBJECT_KIND
 from functions.compose_model_replica.compose import compose
 from functions.compose_model_replica.model import parse
@@ -46,6 +46,7 @@ def test_composes_every_object_before_the_cluster_shows_anything(function_server
     kinds = sorted(d["spec"]["forProvider"]["manifest"]["kind"] for d in composed)
     assert kinds == sorted(
         [
+            "ClusterRoleBinding",  # the picker may review its scrapers' tokens
             "ConfigMap",  # the health record, observed only
             "Deployment",  # the engine
             "Deployment",  # the endpoint picker
@@ -222,3 +223,157 @@ def test_leader_and_workers_launch_with_identical_flags_on_both_stacks(function_
         LAUNCH_GOLDEN.write_text(text)
     assert LAUNCH_GOLDEN.exists(), "no golden: run with UPDATE_GOLDEN=1"
     assert text == LAUNCH_GOLDEN.read_text(), "regenerate with UPDATE_GOLDEN=1 if intended"
+
+
+def _engine_pods(composed) -> list[dict]:
+    workload = next(
+        d["spec"]["forProvider"]["manifest"]
+        for d in composed
+        if d["metadata"]["annotations"]["crossplane.io/composition-resource-name"] == "workload"
+    )
+    if workload["kind"] == "LeaderWorkerSet":
+        lwt = workload["spec"]["leaderWorkerTemplate"]
+        return [lwt["leaderTemplate"]["spec"], lwt["workerTemplate"]["spec"]]
+    return [c["spec"]["podSpec"] for c in workload["spec"]["template"]["cliques"]]
+
+
+def test_engine_pods_mount_the_model_cache_read_only_on_both_stacks(function_servers):
+    launched = {}
+    for shape in ("model-cache", "grove-model-cache"):
+        _, composed = _render(function_servers, xr=SHAPES[0].parent / f"{shape}.yaml")
+        pods = _engine_pods(composed)
+        assert len(pods) >= 2, shape  # a leader and its worker(s): every rank loads weights
+        for pod in pods:
+            (volume,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+            assert volume["persistentVolumeClaim"] == {
+                "claimName": "modelcache-deepseek-v3-weights",
+                "readOnly": True,
+            }
+            engine = pod["containers"][0]
+            (mount,) = [m for m in engine["volumeMounts"] if m["name"] == volume["name"]]
+            assert mount == {
+                "name": volume["name"],
+                "mountPath": "/models/deepseek-v3-weights",
+                "readOnly": True,
+            }
+            # The engine's model path is the cache, as a flag and for a script.
+            args = engine["args"]
+            assert args[args.index("--model") + 1] == "/models/deepseek-v3-weights"
+            env = {e["name"]: e.get("value") for e in engine["env"]}
+            assert env["MODELPLANE_MODEL_PATH"] == "/models/deepseek-v3-weights"
+        launched[shape] = [p["containers"][0]["args"] for p in pods]
+    # One deployment never launches differently on two stacks.
+    assert launched["model-cache"][0] == launched["grove-model-cache"][0]
+    assert all(a == launched["model-cache"][1] for a in launched["grove-model-cache"][1:])
+
+
+# The three ModelReplicas compose-model-deployment composed for a managed-traffic model
+# (its render golden), each rendered as its cluster's ModelReplica.
+MANAGED = TESTDATA / "model_deployment" / "managed-traffic" / "expected.yaml"
+MANAGED_GOLDEN = OBSERVED / "managed-traffic.yaml"
+MANAGED_KEYS = ("route", "backend-service", "backend-export", "adaptivepolicy")
+
+
+def _managed_replicas() -> list[dict]:
+    replicas = []
+    for doc in yaml.safe_load_all(MANAGED.read_text()):
+        if doc["kind"] == "ModelReplica":
+            meta = doc["metadata"]
+            doc["metadata"] = {k: meta[k] for k in ("name", "namespace", "labels")}
+            replicas.append(doc)
+    return sorted(replicas, key=lambda r: r["spec"]["cluster"]["name"])
+
+
+def test_managed_traffic_routes_carry_the_backend_the_hub_weights_for_every_cluster(
+    function_servers, tmp_path
+):
+    rendered: dict[str, dict[str, dict]] = {}
+    for replica in _managed_replicas():
+        cluster = replica["spec"]["cluster"]["name"]
+        xr = tmp_path / f"{cluster}.yaml"
+        xr.write_text(yaml.safe_dump(replica))
+        _, composed = _render(function_servers, xr=xr)
+        by_key = {
+            d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d["spec"][
+                "forProvider"
+            ]["manifest"]
+            for d in composed
+        }
+        rendered[cluster] = {k: by_key[k] for k in MANAGED_KEYS}
+    text = yaml.safe_dump(rendered, sort_keys=True, width=100)
+    if UPDATE:
+        MANAGED_GOLDEN.write_text(text)
+    assert rendered == yaml.safe_load(MANAGED_GOLDEN.read_text()), (
+        f"regenerate {MANAGED_GOLDEN.name} with UPDATE_GOLDEN=1 if the change is intended"
+    )
+
+    clusters = sorted(rendered)
+    assert clusters == ["dev-1", "eu-west-1", "us-east-1"]
+    policy = rendered[clusters[0]]["adaptivepolicy"]["spec"]
+    assert all(rendered[c]["adaptivepolicy"]["spec"] == policy for c in clusters)
+    backend_of = {c["name"]: c["backendRef"] for c in policy["clusters"]}
+    steady = {c["name"]: c["weight"] for c in policy["clusters"]}
+    assert steady == {"dev-1": 20, "eu-west-1": 30, "us-east-1": 50}
+    assert policy["traffic"]["routes"][0] == {
+        "name": rendered[clusters[0]]["route"]["metadata"]["name"]
+    }
+    for cluster in clusters:
+        route = rendered[cluster]["route"]
+        refs = route["spec"]["rules"][0]["backendRefs"]
+        # Its own pods through its own pool (the picker keeps balancing the local share),
+        # every other cluster through the ServiceImport the hub weights by name; every
+        # copy starts from the policy's Steady weights, as the hub's first step assumes.
+        local = [r for r in refs if r["kind"] == "InferencePool"]
+        assert [r["weight"] for r in local] == [steady[cluster]]
+        remote = {r["name"]: r for r in refs if r["kind"] == "ServiceImport"}
+        assert sorted(remote) == sorted(backend_of[c] for c in clusters if c != cluster)
+        assert all(r["group"] == "multicluster.x-k8s.io" for r in remote.values())
+        assert {r["name"]: r["weight"] for r in remote.values()} == {
+            backend_of[c]: steady[c] for c in clusters if c != cluster
+        }
+        assert all(r["port"] == 8000 for r in remote.values())
+        assert sum(r["weight"] for r in refs) == 100
+        # What the others import: this cluster's serving pods under its backend's name.
+        service = rendered[cluster]["backend-service"]
+        export = rendered[cluster]["backend-export"]
+        assert service["metadata"]["name"] == export["metadata"]["name"] == backend_of[cluster]
+        assert export["kind"] == "ServiceExport"
+        assert service["spec"]["ports"][0]["port"] == 8000
+        assert service["spec"]["selector"]["modelplane.ai/serving"]
+
+
+def test_an_on_demand_replica_with_nothing_ready_routes_to_the_members_activator(
+    function_servers, tmp_path
+):
+    xr = yaml.safe_load(XR.read_text())
+    xr["spec"]["activator"] = True
+    path = tmp_path / "activator.yaml"
+    path.write_text(yaml.safe_dump(xr))
+    _composite, composed = _render(function_servers, path)
+    manifests = {
+        d["spec"]["forProvider"]["manifest"]["kind"]: d["spec"]["forProvider"]["manifest"]
+        for d in composed
+    }
+    (rule,) = manifests["HTTPRoute"]["spec"]["rules"]
+    assert rule["backendRefs"] == [
+        {
+            "group": "",
+            "kind": "Service",
+            "name": contracts.ACTIVATOR_SERVICE_NAME,
+            "namespace": contracts.SYSTEM_NAMESPACE,
+            "port": contracts.ACTIVATOR_PORT,
+        }
+    ]
+    namespace, name = xr["metadata"]["namespace"], xr["spec"]["deployment"]
+    (modifier,) = rule["filters"]
+    assert modifier["requestHeaderModifier"]["set"] == [
+        {"name": contracts.HEADER_DEPLOYMENT, "value": f"{namespace}/{name}"}
+    ]
+    grant = manifests["ReferenceGrant"]
+    assert grant["metadata"]["namespace"] == contracts.SYSTEM_NAMESPACE
+    assert grant["spec"]["from"] == [
+        {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": namespace}
+    ]
+    assert grant["spec"]["to"] == [
+        {"group": "", "kind": "Service", "name": contracts.ACTIVATOR_SERVICE_NAME}
+    ]

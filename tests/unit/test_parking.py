@@ -91,7 +91,7 @@ def test_the_retry_annotation_unparks_without_the_old_failures_reparking():
     parked = Parked(NOW, 5, "e", DEF, "")
     retried = run([record(5)], previous=parked, retry="1")
     assert not retried.is_parked
-    assert retried.baseline == Baseline(DEF, "1", 5)
+    assert retried.baseline == Baseline(DEF, "1", 5, NOW)
     # Next reconcile: the same five failures are still on the replicas' status.
     again = run([record(5)], baseline=retried.baseline, retry="1", now=LATER)
     assert not again.is_parked
@@ -104,6 +104,36 @@ def test_failures_after_a_retry_park_again():
     decision = run([record(10)], baseline=baseline, retry="1", now=LATER)
     assert decision.is_parked
     assert decision.parked == Parked(LATER, 5, "unknown model architecture 'kev'", DEF, "1")
+
+
+def test_failures_observed_before_a_retry_that_arrive_after_it_are_spent_too():
+    """The record travels from the member's agent through provider-kubernetes and the
+    ModelReplica: crashes the agent saw before the retry can reach the decision after it
+    (the live tier's fixed model was parked again by them)."""
+    before, retry_at, after = "2026-12-01T09:59:50Z", NOW, "2026-12-01T10:00:30Z"
+    parked = Parked("2026-12-01T09:59:00Z", 12, "e", DEF, "")
+    retried = run([record(12, at="2026-12-01T09:59:00Z")], previous=parked, retry="1")
+    assert retried.baseline == Baseline(DEF, "1", 12, retry_at)
+    # Five more crashes, observed before the retry, arrive later: not counted.
+    late = run([record(17, at=before)], baseline=retried.baseline, retry="1", now=after)
+    assert not late.is_parked
+    assert late.failures == 0
+    assert late.baseline == Baseline(DEF, "1", 17, retry_at)
+    # Crashes observed after the retry count, from the raised baseline.
+    decision = run([record(21, at=after)], baseline=late.baseline, retry="1", now=LATER)
+    assert not decision.is_parked
+    assert decision.failures == 4
+    assert run([record(22, at=after)], baseline=late.baseline, retry="1", now=LATER).is_parked
+
+
+def test_a_record_observed_after_the_retry_keeps_the_baseline_where_it_was():
+    baseline = Baseline(DEF, "1", 5, NOW)
+    decision = run([record(7, at=LATER)], baseline=baseline, retry="1", now=LATER)
+    assert decision.baseline == baseline
+    assert decision.failures == 2
+    # One cluster reporting after the retry is enough: the others' counts are current.
+    mixed = [record(4, at=LATER), record(3, at="2026-12-01T09:00:00Z")]
+    assert run(mixed, baseline=baseline, retry="1", now=LATER).failures == 2
 
 
 def test_a_started_replica_ends_the_run_the_baseline_was_taken_from():
