@@ -19,6 +19,14 @@ Composition keeps every other field it set (parentRefs, hostnames, labels) and c
 re-applying them; a Composition that re-applies `spec.rules` itself gets a conflict
 naming `modelplane-hub` instead of silently flipping the weights back.
 
+Which backendRef is which member: the policy names each member's backend
+(`clusters[].backendRef`, the member's name by default), and every member's copy of a
+route carries the same names. One exception, because an InferencePool selects pods in
+its own cluster only: on member M's copy, an InferencePool backendRef that no member
+names is M's own pods and carries M's weight. That is how the routes the suite composes
+look (compose-model-replica: own pool plus a ServiceImport per other member), so the
+hub's weights land on every backend of every copy and each copy sums to 100.
+
 Shadow mode writes nothing but `status.fleet` on the hub's own copy.
 """
 
@@ -36,7 +44,9 @@ from functions.common.contracts import (
     API_VERSION,
     AUTOSCALING_GROUP,
     HUB_LEASE_NAME,
+    INFERENCE_POOL_GROUP,
     KIND_ADAPTIVE_POLICY,
+    KIND_INFERENCE_POOL,
     SYSTEM_NAMESPACE,
 )
 from functions.runtime.hub_decision import ACTIONS, Decision
@@ -93,13 +103,27 @@ def route_path(namespace: str, name: str) -> str:
     return f"/apis/{GATEWAY_GROUP}/{GATEWAY_VERSION}/namespaces/{namespace}/httproutes/{name}"
 
 
-def weighted_rules(route: dict, weights_by_backend: dict[str, int]) -> list[dict]:
-    """The live route's rules with the weights of the named backendRefs replaced."""
+def is_own_pool(ref: dict, weights_by_backend: dict[str, int]) -> bool:
+    """An InferencePool backendRef no member names: the route's own member's pods."""
+    return (
+        ref.get("group") == INFERENCE_POOL_GROUP
+        and ref.get("kind") == KIND_INFERENCE_POOL
+        and ref.get("name") not in weights_by_backend
+    )
+
+
+def weighted_rules(
+    route: dict, weights_by_backend: dict[str, int], own_weight: int | None = None
+) -> list[dict]:
+    """The live route's rules with the weights of the named backendRefs replaced, and
+    `own_weight` (the route's member's) on its own InferencePool (see the docstring)."""
     rules = json.loads(json.dumps((route.get("spec") or {}).get("rules") or []))
     for rule in rules:
         for ref in rule.get("backendRefs") or []:
             if ref.get("name") in weights_by_backend:
                 ref["weight"] = int(weights_by_backend[ref["name"]])
+            elif own_weight is not None and is_own_pool(ref, weights_by_backend):
+                ref["weight"] = int(own_weight)
     return rules
 
 
@@ -188,7 +212,12 @@ class Actor:
         )
 
     def write_route_weights(
-        self, member: str, namespace: str, name: str, weights_by_backend: dict[str, int]
+        self,
+        member: str,
+        namespace: str,
+        name: str,
+        weights_by_backend: dict[str, int],
+        own_weight: int | None = None,
     ) -> bool:
         """Apply the weights on the member's route; False when it has no such route.
 
@@ -206,7 +235,7 @@ class Actor:
             "apiVersion": f"{GATEWAY_GROUP}/{GATEWAY_VERSION}",
             "kind": "HTTPRoute",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"rules": weighted_rules(route, weights_by_backend)},
+            "spec": {"rules": weighted_rules(route, weights_by_backend, own_weight)},
         }
         _call(
             api,
@@ -301,7 +330,13 @@ class Actor:
                 namespace = route.namespace or policy.namespace
                 for member in route_members or sorted(self.members):
                     try:
-                        self.write_route_weights(member, namespace, route.name, by_backend)
+                        self.write_route_weights(
+                            member,
+                            namespace,
+                            route.name,
+                            by_backend,
+                            decision.weights.get(member),
+                        )
                     except NotHub as err:
                         errors.append(str(err))
                     except ApiException as err:

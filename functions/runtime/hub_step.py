@@ -10,6 +10,7 @@ read what the phases before them decided; `hub.plan` runs them in the seed's ord
 
 from dataclasses import replace
 
+from functions.common.adaptivepolicy import equal_shares, fit_to_bounds
 from functions.runtime.hub_decision import (
     EVENT_MEMBERS_OUT_OF_SYNC,
     SOURCE_RULE,
@@ -23,37 +24,12 @@ from functions.runtime.policy import REPORT_STALE_SECONDS, PolicySpec
 from functions.runtime.report_core import Report
 
 
-def equal_shares(names: list[str], total: int = 100) -> dict[str, int]:
-    """`total` split evenly, the remainder to the first names."""
-    if not names:
-        return {}
-    share, extra = divmod(total, len(names))
-    return {n: share + (1 if i < extra else 0) for i, n in enumerate(names)}
-
-
 def fit_weights(weights: dict[str, int], spec: PolicySpec) -> dict[str, int]:
-    """The nearest weights summing to 100 with each within its minWeight/maxWeight:
-    clamped, then the difference taken from (or given to) the members with most slack,
-    names breaking ties. The spec guarantees the bounds admit a sum of 100."""
+    """`fit_to_bounds` with each member's minWeight/maxWeight."""
     entries = spec.by_name
     lo = {n: entries[n].min_weight for n in weights}
     hi = {n: entries[n].max_weight for n in weights}
-    out = {n: min(hi[n], max(lo[n], w)) for n, w in weights.items()}
-    gap = 100 - sum(out.values())
-    if not gap:
-        return out
-    while gap:
-        if gap > 0:
-            slack = {n: hi[n] - out[n] for n in out if out[n] < hi[n]}
-        else:
-            slack = {n: out[n] - lo[n] for n in out if out[n] > lo[n]}
-        if not slack:
-            break
-        name = max(slack, key=lambda n: (slack[n], n))
-        move = min(abs(gap), slack[name])
-        out[name] += move if gap > 0 else -move
-        gap += -move if gap > 0 else move
-    return out
+    return fit_to_bounds(weights, lo, hi)
 
 
 def configured_weights(spec: PolicySpec) -> dict[str, int] | None:

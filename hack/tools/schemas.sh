@@ -16,6 +16,9 @@
 # - Grove: github.com/ai-dynamo/grove/operator is refused (403) at every version tried;
 #   its API module github.com/ai-dynamo/grove/operator/api v0.1.0-alpha.6 is served and
 #   carries the CRDs (core/v1alpha1/crds).
+# - Multi-Cluster Services API (mcs-api) v0.5.2: serves ServiceExport/ServiceImport at
+#   v1alpha1 (what the suite composes, the version MCS implementations widely serve) and
+#   v1beta1; managed traffic exports each cluster's backend through it.
 # - Kubernetes: the version hack/tools/kube.sh builds kube-apiserver at (KUBE_VERSION),
 #   so manifests are checked against the API the runtime tests run.
 SCHEMAS_KEDA=github.com/kedacore/keda/v2@v2.21.0
@@ -25,6 +28,7 @@ SCHEMAS_GATEWAY_API=sigs.k8s.io/gateway-api@v1.4.0
 SCHEMAS_INFERENCE_EXTENSION=sigs.k8s.io/gateway-api-inference-extension@v1.3.0
 SCHEMAS_ENVOY_GATEWAY=github.com/envoyproxy/gateway@v1.7.0
 SCHEMAS_PROVIDER_KUBERNETES=github.com/crossplane-contrib/provider-kubernetes@v1.3.1
+SCHEMAS_MCS_API=sigs.k8s.io/mcs-api@v0.5.2
 SCHEMAS_KUBE_DEFAULT=v1.35.8
 
 _schemas_kube() { printf 'k8s.io/kubernetes@%s' "${KUBE_VERSION:-$SCHEMAS_KUBE_DEFAULT}"; }
@@ -40,7 +44,8 @@ _schemas_sources() {
     "$SCHEMAS_ENVOY_GATEWAY" charts/gateway-helm/crds/generated/gateway.envoyproxy.io_httproutefilters.yaml \
     "$SCHEMAS_ENVOY_GATEWAY" charts/gateway-helm/crds/generated/gateway.envoyproxy.io_backends.yaml \
     "$SCHEMAS_ENVOY_GATEWAY" charts/gateway-helm/crds/generated/gateway.envoyproxy.io_envoyextensionpolicies.yaml \
-    "$SCHEMAS_PROVIDER_KUBERNETES" package/crds
+    "$SCHEMAS_PROVIDER_KUBERNETES" package/crds \
+    "$SCHEMAS_MCS_API" config/crd
 }
 
 _schemas_set() {

@@ -6,7 +6,8 @@ For 3, 10, 50 and 200 members (the policy allows up to 255 clusters; the accepta
 bound is 5 ms at 200) it times three states of one policy, each the median of `--runs`
 runs of a loop of steps, with every optional policy field in use: per-cluster weights
 with minWeight/maxWeight bounds, costRank, per-cluster replicaCapacity, StaticFirst
-placement, a saturation signal and extra named metrics in every report, two routes,
+placement, a saturation signal and extra named metrics in every report, two routes
+and a composed backend name per cluster (clusters[].backendRef),
 and other policies' reservations on a quarter of the members:
 
 - steady: every member reports, nobody is short, weights set (the common case);
@@ -60,6 +61,8 @@ def policy(members: int) -> PolicySpec:
                     "minWeight": 0,
                     "maxWeight": 60,
                     "costRank": i % 5,
+                    # As compose-model-deployment names each cluster's backend.
+                    "backendRef": f"llm-at-m{i:02d}",
                     **({"replicaCapacity": 12} if i % 3 == 0 else {}),
                     **({"weight": 100 // members} if i % 2 == 0 else {}),
                 }
@@ -71,7 +74,7 @@ def policy(members: int) -> PolicySpec:
                 "pressure": "p",
                 "latency": "l",
                 "saturation": "s",
-                "extra": [{"name": "waiting", "query": "w"}, {"name": "kv", "query": "k"}],
+                "extra": [{"name": "waiting", "promql": "w"}, {"name": "kv", "promql": "k"}],
             },
             "saturationThreshold": 0.9,
             "capacity": {"replicaCapacity": 10},

@@ -316,6 +316,43 @@ def test_weighted_rules_change_only_the_named_backends_weights():
     assert ROUTE["spec"]["rules"][0]["backendRefs"][1]["weight"] == 0  # not mutated
 
 
+POOL = {"group": "inference.networking.k8s.io", "kind": "InferencePool"}
+COMPOSED_ROUTE = {
+    "spec": {
+        "rules": [
+            {
+                "backendRefs": [
+                    {**POOL, "name": "llm", "weight": 100},
+                    {"group": "multicluster.x-k8s.io", "kind": "ServiceImport", "name": "llm-at-b"},
+                ]
+            }
+        ]
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("by_backend", "own", "expected"),
+    [
+        ({"llm-at-a": 60, "llm-at-b": 40}, 60, [60, 40]),
+        ({"llm-at-a": 60, "llm-at-b": 40}, None, [100, 40]),
+        # A pool a member names is that member's backend, whichever copy it is on.
+        ({"llm": 25, "llm-at-b": 75}, 60, [25, 75]),
+    ],
+    ids=["own_pool_carries_the_routes_member", "no_own_weight_leaves_it", "named_pool_wins"],
+)
+def test_weighted_rules_put_the_routes_own_weight_on_its_own_pool(by_backend, own, expected):
+    rules = weighted_rules(COMPOSED_ROUTE, by_backend, own)
+    assert [r.get("weight") for r in rules[0]["backendRefs"]] == expected
+
+
+def test_weighted_rules_leave_a_service_named_by_no_member_alone():
+    route = {"spec": {"rules": [{"backendRefs": [{"name": "other", "weight": 7}]}]}}
+    assert weighted_rules(route, {"home": 50}, 50)[0]["backendRefs"] == [
+        {"name": "other", "weight": 7}
+    ]
+
+
 def written_fleet(api: FakeApi) -> dict:
     return next(
         b for m, p, b, _ in api.writes if p == POLICY_PATH + "/status" and "fleet" in b["status"]
