@@ -27,6 +27,16 @@ ENGINE_RE: Final = re.compile(ENGINE_PATTERN)
 ENGINE_MAX: Final = 63
 NAME_MAX: Final = 200
 LABEL_MAX: Final = 100
+VALUE_MAX: Final = 100
+DEFAULT_METRICS_PATH: Final = "/metrics"
+# A label value a mapping selects by, and text a source's HELP must contain: both end
+# up inside OTTL string literals, so only characters that need no escaping are taken.
+SELECT_VALUE_PATTERN: Final = r"^[A-Za-z0-9_.:/-]+$"
+SELECT_VALUE_RE: Final = re.compile(SELECT_VALUE_PATTERN)
+HELP_TEXT_PATTERN: Final = r"^[A-Za-z0-9 _,-]+$"
+HELP_TEXT_RE: Final = re.compile(HELP_TEXT_PATTERN)
+METRICS_PATH_PATTERN: Final = r"^/[A-Za-z0-9_./-]*$"
+METRICS_PATH_RE: Final = re.compile(METRICS_PATH_PATTERN)
 
 # Labels a rename may not produce: the histogram and summary intrinsics, Prometheus'
 # own, and the per-instance labels the collector aggregates away (a rename onto one
@@ -48,6 +58,14 @@ class MetricRename:
     # renamed and scaled like the rest, but neither merged across pods nor rolled up,
     # since nothing says whether a sum or a mean is right for it.
     custom: bool = False
+    # Only the source series whose labels have these values (label, value), sorted: an
+    # engine that reports several quantities as one metric split by a label (Triton's
+    # nv_trt_llm_request_metrics{request_type="waiting"|"active"|...}).
+    select: tuple[tuple[str, str], ...] = ()
+    # Only source metrics whose HELP text contains this: the engine's own definition,
+    # which is how releases that changed a counter's meaning under one name are kept
+    # apart (vLLM's prefix-cache counters counted blocks, then tokens).
+    help_contains: str | None = None
 
     @property
     def scale_literal(self) -> str:
@@ -62,6 +80,21 @@ class LabelRename:
 
 
 @dataclass(frozen=True)
+class ScrapeEndpoint:
+    """Where the engine serves Prometheus text: a path, and a port number or (None) the
+    container port named `http`. Some engines serve something else on `/metrics` of the
+    serving port (trtllm-serve: JSON iteration stats) or serve metrics on a port of
+    their own (Triton: 8002)."""
+
+    path: str = DEFAULT_METRICS_PATH
+    port: int | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.path == DEFAULT_METRICS_PATH and self.port is None
+
+
+@dataclass(frozen=True)
 class MetricMapping:
     """A MetricMapping that passed every check: safe to render into OTTL."""
 
@@ -69,6 +102,7 @@ class MetricMapping:
     engine: str
     metrics: tuple[MetricRename, ...]
     labels: tuple[LabelRename, ...] = ()
+    scrape: ScrapeEndpoint = ScrapeEndpoint()
 
 
 @dataclass(frozen=True)
@@ -147,6 +181,13 @@ def _target(entry: Mapping[str, Any], at: str) -> tuple[str, bool]:
         raise _Refusal(
             f"{at}.custom", f"{target!r} is a vocabulary name; custom is for names outside it"
         )
+    derived = vocabulary.VOCABULARY_BY_NAME.get(target)
+    if derived is not None and derived.derived_from is not None:
+        raise _Refusal(
+            f"{at}.to",
+            f"{target!r} is derived by the collector from {derived.derived_from}; "
+            f"map {derived.derived_from} instead",
+        )
     if not custom and target not in vocabulary.VOCABULARY_BY_NAME:
         known = ", ".join(sorted(vocabulary.VOCABULARY_BY_NAME))
         raise _Refusal(
@@ -169,7 +210,7 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
 
     metrics: list[MetricRename] = []
     seen_targets: dict[str, int] = {}
-    seen_sources: dict[str, int] = {}
+    seen_sources: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
     entries = _list(spec.get("metrics"), "spec.metrics")
     if not entries:
         raise _Refusal("spec.metrics", "must name at least one metric")
@@ -184,6 +225,8 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
                 f"{target!r} is already the target of spec.metrics[{seen_targets[target]}]",
             )
         seen_targets[target] = i
+        select = _select(entry.get("select"), f"{at}.select")
+        help_contains = _help(entry.get("help"), f"{at}.help")
         sources = _list(entry.get("from"), f"{at}.from")
         if not sources:
             raise _Refusal(f"{at}.from", "must name at least one source metric")
@@ -201,12 +244,14 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
                     f"{at}.from[{j}]",
                     f"{name!r} is already a vocabulary name; sources are the engine's own names",
                 )
-            if name in seen_sources:
+            # One source may feed several targets, each selecting its own label values.
+            if (name, select) in seen_sources:
                 raise _Refusal(
                     f"{at}.from[{j}]",
-                    f"{name!r} is already mapped by spec.metrics[{seen_sources[name]}]",
+                    f"{name!r} is already mapped by spec.metrics[{seen_sources[(name, select)]}]"
+                    + (" with the same select" if select else ""),
                 )
-            seen_sources[name] = i
+            seen_sources[(name, select)] = i
             parsed_sources.append(name)
         metrics.append(
             MetricRename(
@@ -214,6 +259,8 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
                 tuple(parsed_sources),
                 _scale(entry.get("scale"), f"{at}.scale"),
                 custom=custom,
+                select=select,
+                help_contains=help_contains,
             )
         )
 
@@ -248,7 +295,57 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
         engine=engine,
         metrics=tuple(sorted(metrics, key=lambda m: m.target)),
         labels=tuple(labels),
+        scrape=_scrape(spec.get("scrape"), "spec.scrape"),
     )
+
+
+def _select(value: Any, field: str) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise _Refusal(field, f"must be a map of label to value, got {type(value).__name__}")
+    if len(value) > 4:
+        raise _Refusal(field, f"selects by {len(value)} labels; at most 4")
+    pairs = []
+    for key, wanted in value.items():
+        label = _string(key, f"{field} key", vocabulary.LABEL_NAME_RE, LABEL_MAX, "a label name")
+        if label in ("le", "quantile", "__name__"):
+            raise _Refusal(f"{field}.{label}", "a histogram or summary intrinsic cannot select")
+        pairs.append(
+            (
+                label,
+                _string(
+                    wanted, f"{field}.{label}", SELECT_VALUE_RE, VALUE_MAX, "a plain label value"
+                ),
+            )
+        )
+    return tuple(sorted(pairs))
+
+
+def _help(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    return _string(value, field, HELP_TEXT_RE, NAME_MAX, "plain words")
+
+
+def _scrape(value: Any, field: str) -> ScrapeEndpoint:
+    if value is None:
+        return ScrapeEndpoint()
+    if not isinstance(value, Mapping):
+        raise _Refusal(field, f"must be an object with path and port, got {type(value).__name__}")
+    path = value.get("path", DEFAULT_METRICS_PATH)
+    path = _string(path, f"{field}.path", METRICS_PATH_RE, NAME_MAX, "an absolute URL path")
+    if "/.." in path or "//" in path:
+        raise _Refusal(f"{field}.path", f"{path!r} must not climb or repeat slashes")
+    port = value.get("port")
+    # A protobuf Struct carries every number as a double: 8002 arrives as 8002.0.
+    if isinstance(port, float) and port.is_integer():
+        port = int(port)
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
+    ):
+        raise _Refusal(f"{field}.port", f"{port!r} must be a port number from 1 to 65535")
+    return ScrapeEndpoint(path, port)
 
 
 def _mapping_name(resource: Any) -> str:

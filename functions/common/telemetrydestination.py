@@ -116,6 +116,11 @@ class Exporter:
     headers: tuple[ExporterHeader, ...] = ()
     tls: ExporterTLS = ExporterTLS()
 
+    @property
+    def carries_traces_and_logs(self) -> bool:
+        """OTLP carries all three signals; Prometheus remote write carries metrics only."""
+        return self.type is not ExporterType.PROMETHEUS_REMOTE_WRITE
+
 
 @dataclass(frozen=True)
 class Gateway:

@@ -41,6 +41,12 @@ class VocabularyMetric:
     aggregation: Aggregation = Aggregation.SUM
     # The TelemetryDestination SLO (a field of its SloTargets) set over this histogram.
     slo_target: str | None = None
+    # Derived by the cluster collector from another vocabulary metric, never an engine's
+    # own: a MetricMapping may not target it.
+    derived_from: str | None = None
+    # A ratio whose fleet value is sum(numerator) / sum(denominator) over these two
+    # vocabulary gauges, never a mean of ratios.
+    weighted_by: tuple[str, str] | None = None
 
 
 VOCABULARY: Final[tuple[VocabularyMetric, ...]] = (
@@ -59,6 +65,26 @@ VOCABULARY: Final[tuple[VocabularyMetric, ...]] = (
         "1",
         "KV-cache occupancy, ratio 0-1.",
         aggregation=Aggregation.MEAN,
+        weighted_by=("modelplane_kv_cache_used", "modelplane_kv_cache_pods"),
+    ),
+    # The KV-cache ratio as the two sums a fleet ratio is made of, in units of one pod's
+    # KV cache: `used` is the sum of the pods' ratios, `pods` how many pods reported one.
+    # Summed over pods and clusters, used / pods is sum(used) / sum(capacity) for pods of
+    # equal capacity (one deployment's pods on one node pool), so a cluster of ten pods
+    # weighs ten times a cluster of one, and the ratio stays within 0-1.
+    VocabularyMetric(
+        "modelplane_kv_cache_used",
+        MetricType.GAUGE,
+        "{pod}",
+        "KV cache in use, in pods' worth: the sum of the pods' KV-cache ratios.",
+        derived_from="modelplane_kv_cache_usage",
+    ),
+    VocabularyMetric(
+        "modelplane_kv_cache_pods",
+        MetricType.GAUGE,
+        "{pod}",
+        "Pods reporting KV-cache usage: the capacity modelplane_kv_cache_used is out of.",
+        derived_from="modelplane_kv_cache_usage",
     ),
     VocabularyMetric(
         "modelplane_time_to_first_token",

@@ -10,8 +10,10 @@ The pipeline, in order, and why each step sits where it does:
    target's resource from the discovery labels.
 2. `memory_limiter` first, so a scrape storm is refused before anything is buffered.
 3. `k8s_attributes` finds each pod by uid and lifts its `modelplane.ai/engine`,
-   `deployment` and `serving` labels onto resource attributes; `resource/cluster` adds
-   the cluster's name.
+   `deployment` and `serving` labels onto resource attributes; `transform/components`
+   gives each substrate component's series its job name (`kube-scheduler`,
+   `cert-manager`, ...) as the engine type, so a MetricMapping can map them too;
+   `resource/cluster` adds the cluster's name.
 4. `transform/normalize`: one statement group per MetricMapping, gated on the engine
    resource attribute, scales (histogram bounds and sums included, by `scale_metric`)
    then renames each source metric to its vocabulary name and renames labels. A last
@@ -43,6 +45,26 @@ The pipeline, in order, and why each step sits where it does:
    `SIGNALS_EXPIRY_INTERVALS` scrape intervals so a vanished source vanishes from the
    page instead of repeating its last value.
 
+With a destination, three more pipelines run beside the metrics one, all ending at the
+same gateway exporter:
+
+- `metrics/cluster-state` (with the node tier, `cluster_state`): the `k8s_cluster`
+  receiver's workload and pod state (in place of kube-state-metrics), straight to the
+  gateway: its series are already named by the OpenTelemetry Kubernetes conventions, so
+  nothing here renames or merges them.
+- `traces` and `logs` (when the destination carries them: OTLP does, Prometheus remote
+  write does not): the `otlp` receiver takes what engines send (vLLM's
+  `--otlp-traces-endpoint`, SGLang's `--enable-trace`), `k8s_attributes` finds the
+  sending pod (by the `k8s.pod.uid` the engine's resource names, else by the connection's
+  address) and lifts the same model labels as for metrics, and `resource/cluster` names
+  the cluster.
+
+The node tier (render_node_collector_config) adds engine container logs: `filelog` tails
+the kubelet's pod log files, the `container` operator parses the runtime's line format
+and the pod's namespace, name and uid from the file's path, `k8s_attributes` lifts the
+model labels, and `filter/engine-logs` drops every line from a pod that is not an engine
+of ours (no `modelplane.serving`).
+
 Every name that comes from a MetricMapping was checked by mappings.py before it gets
 here; `_ottl_string` checks again, so a caller that skipped parsing still cannot put a
 quote into a statement.
@@ -57,7 +79,7 @@ from typing import Any, Final
 
 from functions.common import contracts, vocabulary
 from functions.common.exposition import prometheus_label
-from functions.common.metricmapping import MetricMapping
+from functions.common.metricmapping import MetricMapping, ScrapeEndpoint
 from functions.compose_serving_stack import substrate_targets
 from functions.compose_serving_stack.substrate_targets import ScrapeTarget
 
@@ -78,6 +100,9 @@ PRESENT_MARKER: Final = "modelplane.mapping.present"
 
 # Component ids in the rendered config (a key rename is a config change, keep them).
 RECEIVER: Final = "prometheus"
+OTLP_RECEIVER: Final = "otlp"
+CLUSTER_STATE_RECEIVER: Final = "k8s_cluster"
+LOGS_RECEIVER: Final = "filelog"
 EXPORTER: Final = "otlp_grpc/gateway"
 SIGNALS_EXPORTER: Final = "prometheus/signals"
 # The in-cluster page the runtime agent reads (port name `signals` on the collector).
@@ -86,17 +111,39 @@ SIGNALS_PORT: Final = contracts.COLLECTOR_SIGNALS_PORT
 SIGNALS_EXPIRY_INTERVALS: Final = 3
 AUTHENTICATOR: Final = "bearertokenauth"
 HEALTH_CHECK: Final = "health_check"
+COMPONENTS: Final = "transform/components"
 PROCESSORS: Final = (
     "memory_limiter",
     "k8s_attributes",
+    COMPONENTS,
     "resource/cluster",
     "transform/normalize",
+    "filter/select",
     "transform/instance",
     "batch",
     "transform/align",
     "groupbyattrs/compact",
     "metrics_transform/aggregate",
 )
+
+# Traces and logs: small batches, sent soon (the metrics batch waits a scrape interval).
+OTLP_BATCH: Final = "batch/otlp"
+OTLP_BATCH_TIMEOUT: Final = "5s"
+OTLP_PROCESSORS: Final = ("memory_limiter", "k8s_attributes", "resource/cluster", OTLP_BATCH)
+CLUSTER_STATE_PROCESSORS: Final = ("memory_limiter", "resource/cluster", "batch")
+ENGINE_LOGS_FILTER: Final = "filter/engine-logs"
+NODE_LOGS_PROCESSORS: Final = (
+    "memory_limiter",
+    "k8s_attributes",
+    ENGINE_LOGS_FILTER,
+    "resource/cluster",
+    OTLP_BATCH,
+)
+# The kubelet's pod log files: <namespace>_<pod>_<uid>/<container>/<restart>.log.
+POD_LOGS_DIR: Final = "/var/log/pods"
+# Node conditions and allocatable resources k8s_cluster reports per node.
+NODE_CONDITIONS: Final = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
+ALLOCATABLE_TYPES: Final = ("cpu", "memory", "ephemeral-storage", "pods")
 
 # Per-instance identity: resource attribute -> the data-point label it becomes.
 INSTANCE_LABELS: Final = (
@@ -125,6 +172,7 @@ ENDPOINT_PICKER_IMAGE: Final = (
 )
 
 _OTTL_SAFE = re.compile(r"^[A-Za-z0-9_:./-]+$")
+_HELP_SAFE = re.compile(r"^[A-Za-z0-9 _,-]+$")
 _UNIT = re.compile(r"^[A-Za-z0-9{}/_.]+$")
 _ENDPOINT = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
 
@@ -153,6 +201,11 @@ class CollectorDestination:
     endpoint: str
     token_file: str = TOKEN_FILE
     insecure: bool = False
+    # The destination's exporter carries traces and logs (OTLP), not metrics only.
+    traces_and_logs: bool = True
+    # Workload and pod state (k8s_cluster): with the node tier, whose Kubernetes-state
+    # receivers the test collector's build does not hold yet (hack/tools/otelcol).
+    cluster_state: bool = False
 
 
 def _ottl_string(value: str) -> str:
@@ -167,6 +220,13 @@ def _ottl_unit(unit: str) -> str:
     if not _UNIT.fullmatch(unit):
         raise UnsafeValue(f"unit {unit!r} may not enter an OTTL statement")
     return f'"{unit}"'
+
+
+def _ottl_help(text: str) -> str:
+    """HELP text a mapping matches (plain words, commas and dashes) as a regex literal."""
+    if not _HELP_SAFE.fullmatch(text):
+        raise UnsafeValue(f"help text {text!r} may not enter an OTTL statement")
+    return f'"{text}"'
 
 
 def _engine_condition(engine: str) -> str:
@@ -204,20 +264,33 @@ def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
         known = vocabulary.VOCABULARY_BY_NAME.get(rename.target)
         unit = known.unit if known else None
         target = _ottl_string(rename.target)
+        # The engine's own definition says which releases a source is taken from.
+        help_is = (
+            [f"IsMatch(metric.description, {_ottl_help(rename.help_contains)})"]
+            if rename.help_contains is not None
+            else []
+        )
         for index, source in enumerate(rename.sources):
-            name_is = f"metric.name == {_ottl_string(source)}"
+            name_is = " and ".join([f"metric.name == {_ottl_string(source)}", *help_is])
             if index < len(rename.sources) - 1:
                 markers.append(
                     f"set({_present_marker(rename.target, index)}, true) where {name_is}"
                 )
             earlier_absent = [f"{_present_marker(rename.target, j)} == nil" for j in range(index)]
             where = " and ".join([name_is, *earlier_absent])
+            if rename.select:
+                # One source split by a label feeds several targets: each takes a copy
+                # (appended, so the statements below see it under the target's name),
+                # and filter/select keeps only the copy's points with the selected values.
+                metric_statements.append(f"copy_metric(name={target}) where {where}")
+                where = f"metric.name == {target}"
             if rename.scale != 1.0:
                 unit_argument = f", {_ottl_unit(unit)}" if unit is not None else ""
                 metric_statements.append(
                     f"scale_metric({rename.scale_literal}{unit_argument}) where {where}"
                 )
-            metric_statements.append(f"set(metric.name, {target}) where {where}")
+            if not rename.select:
+                metric_statements.append(f"set(metric.name, {target}) where {where}")
         if unit is not None:
             metric_statements.append(
                 f"set(metric.unit, {_ottl_unit(unit)}) where metric.name == {target}"
@@ -241,6 +314,60 @@ def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
     return groups
 
 
+def select_conditions(mapping: MetricMapping) -> list[str]:
+    """filter/select's drop conditions for one mapping: a selecting target's points whose
+    labels lack a selected value. Label names are the mapping's renamed ones, since
+    filter/select runs after the renames."""
+    renamed = {label.source: label.target for label in mapping.labels}
+    conditions = []
+    for rename in mapping.metrics:
+        if not rename.select:
+            continue
+        matches = " and ".join(
+            f"datapoint.attributes[{_ottl_string(renamed.get(label, label))}] == "
+            f"{_ottl_string(value)}"
+            for label, value in rename.select
+        )
+        conditions.append(
+            f"{_engine_condition(mapping.engine)} and "
+            f"metric.name == {_ottl_string(rename.target)} and not ({matches})"
+        )
+    return conditions
+
+
+def _select_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
+    conditions = [c for m in sorted(mappings, key=lambda m: m.engine) for c in select_conditions(m)]
+    # A condition that never holds keeps the processor's shape fixed with no selects.
+    return {
+        "error_mode": "ignore",
+        "metrics": {"datapoint": conditions or ['metric.name == "" and false']},
+    }
+
+
+def component_types(stack: str) -> tuple[str, ...]:
+    """The substrate components a collector on this stack scrapes, each a type a
+    MetricMapping can name as its `engine` (its scrape job's name)."""
+    return tuple(sorted(t.job for t in substrate_targets.SUBSTRATE_TARGETS[stack]))
+
+
+def _components_processor(stack: str) -> dict[str, Any]:
+    """A substrate component's series get its job name as their engine type, so a
+    MetricMapping maps a scheduler's or a controller's metrics as it maps an engine's."""
+    engine = f"resource.attributes[{_ottl_string(contracts.RESOURCE_ATTR_ENGINE)}]"
+    job = f"resource.attributes[{_ottl_string('service.name')}]"
+    return {
+        "error_mode": "ignore",
+        "metric_statements": [
+            {
+                "statements": [
+                    f"set({engine}, {_ottl_string(name)}) where {job} == {_ottl_string(name)}"
+                    for name in component_types(stack)
+                ]
+            }
+        ],
+    }
+
+
 def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
     groups: list[dict[str, Any]] = []
     for mapping in sorted(mappings, key=lambda m: m.engine):
@@ -250,6 +377,34 @@ def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
         {"statements": ['replace_pattern(metric.name, ":", "_") where IsMatch(metric.name, ":")']}
     )
     return {"error_mode": "ignore", "metric_statements": groups}
+
+
+def _weighted_ratio_groups() -> list[dict[str, Any]]:
+    """Each weighted ratio's two sums, from every pod's ratio before pods merge: the ratio
+    itself as the numerator, 1 per pod as the denominator. Here, after filter/select, so
+    only the ratio's selected points count; aggregation then sums both over pods, and the
+    gateway over clusters, so the fleet ratio is sum(used) / sum(capacity)."""
+    copies: list[str] = []
+    units: list[str] = []
+    ones: list[str] = []
+    for metric in vocabulary.VOCABULARY:
+        if metric.weighted_by is None:
+            continue
+        ratio = _ottl_string(metric.name)
+        for part in metric.weighted_by:
+            copies.append(f"copy_metric(name={_ottl_string(part)}) where metric.name == {ratio}")
+            unit = vocabulary.VOCABULARY_BY_NAME[part].unit
+            units.append(
+                f"set(metric.unit, {_ottl_unit(unit)}) where metric.name == {_ottl_string(part)}"
+            )
+        _, denominator = metric.weighted_by
+        ones.append(
+            f"set(datapoint.value_double, 1.0) where metric.name == {_ottl_string(denominator)}"
+        )
+    if not copies:
+        return []
+    # Copies in a group of their own, so the next groups see them.
+    return [{"statements": copies}, {"statements": units}, {"statements": ones}]
 
 
 def _instance_processor() -> dict[str, Any]:
@@ -263,6 +418,7 @@ def _instance_processor() -> dict[str, Any]:
     return {
         "error_mode": "ignore",
         "metric_statements": [
+            *_weighted_ratio_groups(),
             {"statements": moves},
             {"statements": [f"keep_keys(resource.attributes, [{kept}])"]},
         ],
@@ -305,13 +461,13 @@ def _aggregate_processor() -> dict[str, Any]:
     return {"transforms": transforms}
 
 
-def _k8s_attributes_processor() -> dict[str, Any]:
+def _k8s_attributes_processor(*, node_local: bool = False) -> dict[str, Any]:
     lifted = (
         (contracts.RESOURCE_ATTR_ENGINE, contracts.LABEL_ENGINE),
         (contracts.RESOURCE_ATTR_DEPLOYMENT, contracts.LABEL_DEPLOYMENT),
         (contracts.RESOURCE_ATTR_SERVING, contracts.LABEL_SERVING),
     )
-    return {
+    config: dict[str, Any] = {
         "auth_type": "serviceAccount",
         "passthrough": False,
         # The receiver sets the pod's uid (and name and namespace) from discovery; the
@@ -324,12 +480,18 @@ def _k8s_attributes_processor() -> dict[str, Any]:
                     {"from": "resource_attribute", "name": contracts.RESOURCE_ATTR_NAMESPACE},
                 ]
             },
+            # An engine's OTLP push that names no pod: the sender's address is the pod's.
+            {"sources": [{"from": "connection"}]},
         ],
         "extract": {
             "metadata": ["k8s.pod.name", "k8s.pod.uid", contracts.RESOURCE_ATTR_NAMESPACE],
             "labels": [{"tag_name": tag, "key": key, "from": "pod"} for tag, key in lifted],
         },
     }
+    if node_local:
+        # A DaemonSet pod watches the pods of its own node only.
+        config["filter"] = {"node_from_env_var": "K8S_NODE_NAME"}
+    return config
 
 
 def _interval(seconds: int) -> str:
@@ -358,7 +520,49 @@ def _token_auth() -> dict[str, Any]:
     }
 
 
-def _engine_jobs(interval: int) -> list[dict[str, Any]]:
+_ENGINE_LABEL_SOURCE: Final = [
+    f"__meta_kubernetes_pod_label_{prometheus_label(contracts.LABEL_ENGINE)}"
+]
+
+
+def _own_endpoint_job(engine: str, endpoint: ScrapeEndpoint, interval: int) -> dict[str, Any]:
+    """The scrape job of one engine type whose mapping names where it serves Prometheus
+    text: its path, and its own port on the pod's address when it has one. One target
+    per pod: the `http` port's, its address rewritten to the engine's metrics port."""
+    relabel: list[dict[str, Any]] = [
+        _keep_label_present(contracts.LABEL_SERVING),
+        {"action": "keep", "source_labels": list(_ENGINE_LABEL_SOURCE), "regex": re.escape(engine)},
+        {
+            "action": "keep",
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "regex": contracts.PORT_NAME_HTTP,
+        },
+        _keep_running(),
+    ]
+    if endpoint.port is not None:
+        relabel.append(
+            {
+                "action": "replace",
+                "source_labels": ["__meta_kubernetes_pod_ip"],
+                "regex": "(.+)",
+                "target_label": "__address__",
+                # `$$`: the collector expands `$` in its config; the receiver sees `$1`.
+                "replacement": f"$${{1}}:{endpoint.port}",
+            }
+        )
+    return {
+        "job_name": f"{ENGINES_JOB}-{engine}",
+        "scrape_interval": _interval(interval),
+        "scrape_timeout": _interval(min(10, interval)),
+        "metrics_path": endpoint.path,
+        "kubernetes_sd_configs": [{"role": "pod"}],
+        "relabel_configs": relabel,
+    }
+
+
+def _engine_jobs(
+    interval: int, endpoints: Sequence[tuple[str, ScrapeEndpoint]] = ()
+) -> list[dict[str, Any]]:
     def common() -> dict[str, Any]:
         # A fresh copy per job: shared lists would print as YAML anchors.
         return {
@@ -381,6 +585,16 @@ def _engine_jobs(interval: int) -> list[dict[str, Any]]:
             _keep_running(),
         ],
     }
+    own = sorted(endpoints)
+    if own:
+        # Engine types scraped by a job of their own are not scraped here as well.
+        engines["relabel_configs"].append(
+            {
+                "action": "drop",
+                "source_labels": list(_ENGINE_LABEL_SOURCE),
+                "regex": "|".join(re.escape(e) for e, _ in own),
+            }
+        )
     pickers = {
         "job_name": ENDPOINT_PICKERS_JOB,
         **common(),
@@ -401,7 +615,7 @@ def _engine_jobs(interval: int) -> list[dict[str, Any]]:
             _keep_running(),
         ],
     }
-    return [engines, pickers]
+    return [engines, *(_own_endpoint_job(e, ep, interval) for e, ep in own), pickers]
 
 
 def _substrate_job(target: ScrapeTarget, interval: int) -> dict[str, Any]:
@@ -414,7 +628,19 @@ def _substrate_job(target: ScrapeTarget, interval: int) -> dict[str, Any]:
                 "regex": re.escape(value),
             }
         )
-    if target.port_name:
+    if target.undeclared_port:
+        # One target per pod (the pod has no declared port): its address, at the port.
+        # `$$` is the collector config's escape for the relabel rule's own `$`.
+        relabel.append(
+            {
+                "action": "replace",
+                "source_labels": ["__meta_kubernetes_pod_ip"],
+                "target_label": "__address__",
+                "regex": "(.+)",
+                "replacement": f"$$1:{target.undeclared_port}",
+            }
+        )
+    elif target.port_name:
         relabel.append(
             {
                 "action": "keep",
@@ -454,10 +680,14 @@ def _substrate_job(target: ScrapeTarget, interval: int) -> dict[str, Any]:
 
 
 def scrape_configs(
-    stack: str, interval: int = DEFAULT_SCRAPE_INTERVAL_SECONDS
+    stack: str,
+    interval: int = DEFAULT_SCRAPE_INTERVAL_SECONDS,
+    mappings: Sequence[MetricMapping] = (),
 ) -> list[dict[str, Any]]:
-    """The prometheus receiver's scrape jobs for a cluster of this stack."""
-    jobs = _engine_jobs(interval)
+    """The prometheus receiver's scrape jobs for a cluster of this stack: the engines
+    (a job per engine type whose mapping names its own endpoint), pickers, substrate."""
+    endpoints = [(m.engine, m.scrape) for m in mappings if not m.scrape.is_default]
+    jobs = _engine_jobs(interval, endpoints)
     jobs += [_substrate_job(t, interval) for t in substrate_targets.SUBSTRATE_TARGETS[stack]]
     return jobs
 
@@ -471,6 +701,52 @@ def signals_exporter(scrape_interval_seconds: int) -> dict[str, Any]:
         "metric_expiration": _interval(scrape_interval_seconds * SIGNALS_EXPIRY_INTERVALS),
         "resource_to_telemetry_conversion": {"enabled": True},
         "translation_strategy": "UnderscoreEscapingWithoutSuffixes",
+    }
+
+
+def otlp_receiver(host: str = "0.0.0.0") -> dict[str, Any]:
+    """Where engines send traces and logs: gRPC and HTTP, in-cluster, no auth (as the
+    scrape of their /metrics has none); a NetworkPolicy admits only engine pods."""
+    return {
+        "protocols": {
+            "grpc": {"endpoint": f"{host}:{contracts.COLLECTOR_OTLP_GRPC_PORT}"},
+            "http": {"endpoint": f"{host}:{contracts.COLLECTOR_OTLP_HTTP_PORT}"},
+        }
+    }
+
+
+def cluster_state_receiver(interval_seconds: int) -> dict[str, Any]:
+    """Workload and pod state from the API server (kube-state-metrics' job)."""
+    return {
+        "auth_type": "serviceAccount",
+        "collection_interval": _interval(interval_seconds),
+        "node_conditions_to_report": list(NODE_CONDITIONS),
+        "allocatable_types_to_report": list(ALLOCATABLE_TYPES),
+    }
+
+
+def pod_logs_receiver() -> dict[str, Any]:
+    """Every container's log file on the node, from now on (not the backlog); our own
+    namespace's are left out so the collectors never read their own output."""
+    return {
+        "include": [f"{POD_LOGS_DIR}/*/*/*.log"],
+        "exclude": [f"{POD_LOGS_DIR}/{contracts.SYSTEM_NAMESPACE}_*/*/*.log"],
+        "start_at": "end",
+        "include_file_path": False,
+        "include_file_name": False,
+        # Detects the runtime's line format (containerd, CRI-O, Docker) and sets
+        # k8s.namespace.name, k8s.pod.name, k8s.pod.uid and k8s.container.name from the path.
+        "operators": [{"type": "container", "id": "container-parser"}],
+    }
+
+
+def engine_logs_filter() -> dict[str, Any]:
+    """Drop log lines of pods that are not engines of ours (k8s_attributes found no
+    `modelplane.ai/serving` label on the pod)."""
+    serving = _ottl_string(contracts.RESOURCE_ATTR_SERVING)
+    return {
+        "error_mode": "ignore",
+        "logs": {"log_record": [f"resource.attributes[{serving}] == nil"]},
     }
 
 
@@ -512,13 +788,42 @@ def render_cluster_collector_config(
     if signals:
         exporters[SIGNALS_EXPORTER] = signals_exporter(scrape_interval_seconds)
 
+    receivers: dict[str, Any] = {
+        RECEIVER: {
+            "config": {
+                "scrape_configs": scrape_configs(cluster.stack, scrape_interval_seconds, mappings)
+            }
+        }
+    }
+    pipelines: dict[str, Any] = {
+        "metrics": {
+            "receivers": [RECEIVER],
+            "processors": list(PROCESSORS),
+            "exporters": list(exporters),
+        }
+    }
+    extra_processors: dict[str, Any] = {}
+    if destination is not None:
+        if destination.cluster_state:
+            receivers[CLUSTER_STATE_RECEIVER] = cluster_state_receiver(scrape_interval_seconds)
+            pipelines["metrics/cluster-state"] = {
+                "receivers": [CLUSTER_STATE_RECEIVER],
+                "processors": list(CLUSTER_STATE_PROCESSORS),
+                "exporters": [EXPORTER],
+            }
+        if destination.traces_and_logs:
+            receivers[OTLP_RECEIVER] = otlp_receiver()
+            extra_processors[OTLP_BATCH] = {"timeout": OTLP_BATCH_TIMEOUT}
+            for signal in ("traces", "logs"):
+                pipelines[signal] = {
+                    "receivers": [OTLP_RECEIVER],
+                    "processors": list(OTLP_PROCESSORS),
+                    "exporters": [EXPORTER],
+                }
+
     return {
         "extensions": extensions,
-        "receivers": {
-            RECEIVER: {
-                "config": {"scrape_configs": scrape_configs(cluster.stack, scrape_interval_seconds)}
-            }
-        },
+        "receivers": receivers,
         "processors": {
             "memory_limiter": {
                 "check_interval": "1s",
@@ -526,6 +831,7 @@ def render_cluster_collector_config(
                 "spike_limit_percentage": 20,
             },
             "k8s_attributes": _k8s_attributes_processor(),
+            COMPONENTS: _components_processor(cluster.stack),
             "resource/cluster": {
                 "attributes": [
                     {
@@ -536,6 +842,7 @@ def render_cluster_collector_config(
                 ]
             },
             "transform/normalize": _normalize_processor(mappings),
+            "filter/select": _select_processor(mappings),
             "transform/instance": _instance_processor(),
             # The timeout, not the size, should close a batch: one scrape of every pod
             # per batch is what lets their points merge. memory_limiter bounds it.
@@ -546,18 +853,10 @@ def render_cluster_collector_config(
             "transform/align": _align_processor(),
             "groupbyattrs/compact": {},
             "metrics_transform/aggregate": _aggregate_processor(),
+            **extra_processors,
         },
         "exporters": exporters,
-        "service": {
-            "extensions": list(extensions),
-            "pipelines": {
-                "metrics": {
-                    "receivers": [RECEIVER],
-                    "processors": list(PROCESSORS),
-                    "exporters": list(exporters),
-                }
-            },
-        },
+        "service": {"extensions": list(extensions), "pipelines": pipelines},
     }
 
 
@@ -568,38 +867,50 @@ def render_node_collector_config(
     interval_seconds: int = DEFAULT_SCRAPE_INTERVAL_SECONDS,
 ) -> dict[str, Any]:
     """The node tier's config: the kubelet's pod and container stats and the host's own,
-    from every node, pushed to the same gateway. Nothing engine-specific happens here."""
+    from every node, and (when the destination carries logs) the engines' container logs
+    with their pods' model labels, pushed to the same gateway. Nothing engine-specific
+    happens to metrics here."""
     base = render_cluster_collector_config(
         cluster, (), destination, scrape_interval_seconds=interval_seconds
     )
     processors = ("memory_limiter", "resource/cluster", "batch")
+    receivers: dict[str, Any] = {
+        "kubeletstats": {
+            "collection_interval": _interval(interval_seconds),
+            "auth_type": "serviceAccount",
+            # The node's own kubelet; the collector expands the variable at start.
+            "endpoint": "https://${env:K8S_NODE_NAME}:10250",
+            "insecure_skip_verify": True,
+            "metric_groups": ["node", "pod", "container"],
+        },
+        "hostmetrics": {
+            "collection_interval": _interval(interval_seconds),
+            "root_path": "/hostfs",
+            "scrapers": {"cpu": {}, "memory": {}, "load": {}, "filesystem": {}, "network": {}},
+        },
+    }
+    node_processors: dict[str, Any] = {name: base["processors"][name] for name in processors}
+    pipelines: dict[str, Any] = {
+        "metrics": {
+            "receivers": ["kubeletstats", "hostmetrics"],
+            "processors": list(processors),
+            "exporters": [EXPORTER],
+        }
+    }
+    if destination.traces_and_logs:
+        receivers[LOGS_RECEIVER] = pod_logs_receiver()
+        node_processors["k8s_attributes"] = _k8s_attributes_processor(node_local=True)
+        node_processors[ENGINE_LOGS_FILTER] = engine_logs_filter()
+        node_processors[OTLP_BATCH] = {"timeout": OTLP_BATCH_TIMEOUT}
+        pipelines["logs"] = {
+            "receivers": [LOGS_RECEIVER],
+            "processors": list(NODE_LOGS_PROCESSORS),
+            "exporters": [EXPORTER],
+        }
     return {
         "extensions": base["extensions"],
-        "receivers": {
-            "kubeletstats": {
-                "collection_interval": _interval(interval_seconds),
-                "auth_type": "serviceAccount",
-                # The node's own kubelet; the collector expands the variable at start.
-                "endpoint": "https://${env:K8S_NODE_NAME}:10250",
-                "insecure_skip_verify": True,
-                "metric_groups": ["node", "pod", "container"],
-            },
-            "hostmetrics": {
-                "collection_interval": _interval(interval_seconds),
-                "root_path": "/hostfs",
-                "scrapers": {"cpu": {}, "memory": {}, "load": {}, "filesystem": {}, "network": {}},
-            },
-        },
-        "processors": {name: base["processors"][name] for name in processors},
+        "receivers": receivers,
+        "processors": node_processors,
         "exporters": base["exporters"],
-        "service": {
-            "extensions": base["service"]["extensions"],
-            "pipelines": {
-                "metrics": {
-                    "receivers": ["kubeletstats", "hostmetrics"],
-                    "processors": list(processors),
-                    "exporters": [EXPORTER],
-                }
-            },
-        },
+        "service": {"extensions": base["service"]["extensions"], "pipelines": pipelines},
     }

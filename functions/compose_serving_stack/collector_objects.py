@@ -105,9 +105,45 @@ CLUSTER_TIER_RULES: Final = [
     {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
     {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
 ]
+# k8s_cluster (with a destination) reads the state of every workload kind it reports.
+CLUSTER_STATE_RULES: Final = [
+    {
+        "apiGroups": [""],
+        "resources": [
+            "events",
+            "namespaces",
+            "namespaces/status",
+            "nodes",
+            "nodes/spec",
+            "pods",
+            "pods/status",
+            "replicationcontrollers",
+            "replicationcontrollers/status",
+            "resourcequotas",
+            "services",
+        ],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": ["apps"],
+        "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["autoscaling"],
+        "resources": ["horizontalpodautoscalers"],
+        "verbs": ["get", "list", "watch"],
+    },
+]
 NODE_TIER_RULES: Final = [
     {"apiGroups": [""], "resources": ["nodes/stats", "nodes/proxy"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+]
+# The node tier's k8s_attributes (with engine logs) finds each log file's pod.
+NODE_LOGS_RULES: Final = [
+    {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
 ]
 
 
@@ -151,6 +187,8 @@ def _pod_spec(
     host_metrics: bool = False,
     gateway: bool = True,
     signals: bool = False,
+    otlp: bool = False,
+    pod_logs: bool = False,
 ) -> dict[str, Any]:
     volumes: list[dict[str, Any]] = [{"name": "config", "configMap": {"name": config_map}}]
     mounts: list[dict[str, Any]] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
@@ -172,6 +210,14 @@ def _pod_spec(
     ports = [{"name": "health", "containerPort": collector.HEALTH_PORT}]
     if signals:
         ports.append({"name": contracts.PORT_NAME_SIGNALS, "containerPort": collector.SIGNALS_PORT})
+    if otlp:
+        ports += [
+            {"name": name, "containerPort": port}
+            for name, port in (
+                (contracts.PORT_NAME_OTLP_GRPC, contracts.COLLECTOR_OTLP_GRPC_PORT),
+                (contracts.PORT_NAME_OTLP_HTTP, contracts.COLLECTOR_OTLP_HTTP_PORT),
+            )
+        ]
     env: list[dict[str, Any]] = [
         # memory_limiter's percentages are of this limit.
         {"name": "GOMEMLIMIT", "value": "800MiB"},
@@ -187,9 +233,16 @@ def _pod_spec(
                 "mountPropagation": "HostToContainer",
             }
         )
+    security: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": 10001}
+    if pod_logs:
+        volumes.append({"name": "pod-logs", "hostPath": {"path": collector.POD_LOGS_DIR}})
+        mounts.append({"name": "pod-logs", "mountPath": collector.POD_LOGS_DIR, "readOnly": True})
+        # The kubelet writes pod logs as root, mode 0640: only root reads them. Still no
+        # capabilities and a read-only root filesystem.
+        security = {"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0}
     return {
         "serviceAccountName": name,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
+        "securityContext": security,
         "containers": [
             {
                 "name": "otelcol",
@@ -238,13 +291,49 @@ def _config_map(target: Target, key: str, name: str, text: str, shrink: str) -> 
     return object_(target, key, manifest)
 
 
-def _signals_access(target: Target) -> list[Composed]:
-    """The signals page's Service, and a NetworkPolicy: only the agent reads it.
+def _access(target: Target, *, signals: bool, otlp: bool) -> list[Composed]:
+    """The collector's Service, and a NetworkPolicy: only the agent reads the signals
+    page, only engine pods send it OTLP.
 
     The page carries every deployment's series on the cluster; tenants' own pods have no
-    business reading it, and it is no store anyone else should come to depend on.
+    business reading it, and it is no store anyone else should come to depend on. The
+    OTLP receiver takes what it is sent without a credential (as the scrape of an engine
+    takes its page), so it admits the pods that carry `modelplane.ai/serving`, in any
+    namespace, and nothing else.
     """
     labels = _labels(COLLECTOR)
+    ports: list[dict[str, Any]] = []
+    ingress: list[dict[str, Any]] = []
+    if signals:
+        ports.append(
+            {
+                "name": contracts.PORT_NAME_SIGNALS,
+                "port": collector.SIGNALS_PORT,
+                "targetPort": contracts.PORT_NAME_SIGNALS,
+            }
+        )
+        agent = {"app.kubernetes.io/name": contracts.AGENT_SERVICE_NAME}
+        ingress.append(
+            {
+                "from": [{"podSelector": {"matchLabels": agent}}],
+                "ports": [{"protocol": "TCP", "port": contracts.PORT_NAME_SIGNALS}],
+            }
+        )
+    if otlp:
+        otlp_ports = (
+            (contracts.PORT_NAME_OTLP_GRPC, contracts.COLLECTOR_OTLP_GRPC_PORT),
+            (contracts.PORT_NAME_OTLP_HTTP, contracts.COLLECTOR_OTLP_HTTP_PORT),
+        )
+        ports += [{"name": n, "port": p, "targetPort": n} for n, p in otlp_ports]
+        engines = {"matchExpressions": [{"key": contracts.LABEL_SERVING, "operator": "Exists"}]}
+        ingress.append(
+            {
+                "from": [{"namespaceSelector": {}, "podSelector": engines}],
+                "ports": [{"protocol": "TCP", "port": n} for n, _ in otlp_ports],
+            }
+        )
+    # The kubelet's probes reach the health port.
+    ingress.append({"ports": [{"protocol": "TCP", "port": collector.HEALTH_PORT}]})
     return [
         object_(
             target,
@@ -257,16 +346,7 @@ def _signals_access(target: Target) -> list[Composed]:
                     "namespace": contracts.SYSTEM_NAMESPACE,
                     "labels": labels,
                 },
-                "spec": {
-                    "selector": labels,
-                    "ports": [
-                        {
-                            "name": contracts.PORT_NAME_SIGNALS,
-                            "port": collector.SIGNALS_PORT,
-                            "targetPort": contracts.PORT_NAME_SIGNALS,
-                        }
-                    ],
-                },
+                "spec": {"selector": labels, "ports": ports},
             },
         ),
         object_(
@@ -283,22 +363,7 @@ def _signals_access(target: Target) -> list[Composed]:
                 "spec": {
                     "podSelector": {"matchLabels": labels},
                     "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            "from": [
-                                {
-                                    "podSelector": {
-                                        "matchLabels": {
-                                            "app.kubernetes.io/name": contracts.AGENT_SERVICE_NAME
-                                        }
-                                    }
-                                }
-                            ],
-                            "ports": [{"protocol": "TCP", "port": contracts.PORT_NAME_SIGNALS}],
-                        },
-                        # The kubelet's probes reach the health port.
-                        {"ports": [{"protocol": "TCP", "port": collector.HEALTH_PORT}]},
-                    ],
+                    "ingress": ingress,
                 },
             },
         ),
@@ -311,9 +376,13 @@ def cluster_tier(
     """The Deployment, its ConfigMap and RBAC; the pods roll when the config changes."""
     text = config_text(config)
     labels = _labels(COLLECTOR)
+    otlp = collector.OTLP_RECEIVER in config["receivers"]
+    rules = list(CLUSTER_TIER_RULES)
+    if collector.CLUSTER_STATE_RECEIVER in config["receivers"]:
+        rules += CLUSTER_STATE_RULES
     return [
-        *(_signals_access(target) if signals else []),
-        *_rbac(target, COLLECTOR, CLUSTER_TIER_RULES),
+        *(_access(target, signals=signals, otlp=otlp) if signals or otlp else []),
+        *_rbac(target, COLLECTOR, rules),
         _config_map(target, "collector-config", COLLECTOR, text, SHRINK_CLUSTER_CONFIG),
         object_(
             target,
@@ -334,7 +403,9 @@ def cluster_tier(
                             "labels": labels,
                             "annotations": {contracts.ANNOTATION_CONFIG_HASH: stable_hash(text)},
                         },
-                        "spec": _pod_spec(COLLECTOR, COLLECTOR, gateway=gateway, signals=signals),
+                        "spec": _pod_spec(
+                            COLLECTOR, COLLECTOR, gateway=gateway, signals=signals, otlp=otlp
+                        ),
                     },
                 },
             },
@@ -347,10 +418,12 @@ def node_tier(target: Target, config: dict[str, Any]) -> list[Composed]:
     """The node tier: a DaemonSet reading the kubelet and the host on every node."""
     text = config_text(config)
     labels = _labels(NODE_COLLECTOR)
-    pod = _pod_spec(NODE_COLLECTOR, NODE_COLLECTOR, host_metrics=True)
+    pod_logs = collector.LOGS_RECEIVER in config["receivers"]
+    pod = _pod_spec(NODE_COLLECTOR, NODE_COLLECTOR, host_metrics=True, pod_logs=pod_logs)
     pod["tolerations"] = [{"operator": "Exists"}]  # GPU nodes are usually tainted
+    rules = NODE_TIER_RULES + (NODE_LOGS_RULES if pod_logs else [])
     return [
-        *_rbac(target, NODE_COLLECTOR, NODE_TIER_RULES),
+        *_rbac(target, NODE_COLLECTOR, rules),
         _config_map(target, "node-collector-config", NODE_COLLECTOR, text, SHRINK_NODE_CONFIG),
         object_(
             target,

@@ -19,6 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from functions.common import contracts
+from functions.common.inventory import (
+    FabricLabel,
+    fabric_labels_of_pools,
+    format_fabric_label,
+    parse_fabric_label,
+)
 from functions.common.metricmapping import ResolvedMappings
 from functions.common.naming import cluster_name_problem
 from functions.common.redact import url_credentials
@@ -59,6 +65,8 @@ class Cluster:
     node_tier: bool = False
     prometheus_url: str = ""
     kubeconfig: access.KubeconfigSecret | None = None
+    # Which node label names each pool's fabric, for the agent's inventory.
+    fabric_labels: tuple[FabricLabel, ...] = ()
 
 
 def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
@@ -114,7 +122,27 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
         node_tier=node_tier,
         prometheus_url=prometheus_url,
         kubeconfig=kubeconfig,
+        fabric_labels=_fabric_labels(spec.get("nodePools") or []),
     )
+
+
+def _fabric_labels(pools: list) -> tuple[FabricLabel, ...]:
+    """Each pool's fabric label for the agent's `--fabric-label`; a pool whose label or
+    nodeSelector would not survive that argument is refused here, not at agent start."""
+    pools = [p for p in pools if isinstance(p, dict)]
+    labels = fabric_labels_of_pools(pools)
+    for i, fabric in enumerate(labels):
+        try:
+            same = parse_fabric_label(format_fabric_label(fabric)) == fabric
+        except ValueError:
+            same = False
+        if not same:
+            raise InvalidCluster(
+                f"spec.nodePools[{i}]",
+                "fabricNodeLabel and nodeSelector must be label keys and values "
+                "(no ':', ',' or '=' inside them)",
+            )
+    return labels
 
 
 def _kubeconfig(raw: Any, *, has_ref: bool) -> access.KubeconfigSecret | None:
@@ -143,6 +171,8 @@ class GatewayDestination:
     token_namespace: str
     token_name: str
     token_key: str
+    # Its exporter carries traces and logs (OTLP) as well as metrics.
+    traces_and_logs: bool = True
 
 
 @dataclass(frozen=True)
@@ -181,13 +211,19 @@ def plan(
 ) -> Plan:
     stack = substrate.substrate(cluster.target, cluster.stack)
     stack += runtime_hosting.runtime_hosting(
-        cluster.target, runtime_image, peers, prometheus_url=cluster.prometheus_url
+        cluster.target,
+        runtime_image,
+        peers,
+        prometheus_url=cluster.prometheus_url,
+        fabric_labels=cluster.fabric_labels,
     )
     # Provider configs report no readiness of their own; they are not part of the
     # stack's (the Objects sent through them are).
     reach = access.provider_configs(cluster.name, cluster.kubeconfig) if cluster.kubeconfig else []
     unmapped_types = tuple(sorted(set(unmapped)))
     in_use = mappings.in_use
+    mapped = {m.engine for m in in_use}
+    components = tuple(c for c in collector.component_types(cluster.stack) if c not in mapped)
     readers = tuple(sorted(set(signals_for)))
 
     if destination.problem:
@@ -196,6 +232,7 @@ def plan(
             f"{destination.problem}; the collector keeps its last config",
             unmapped_engine_types=unmapped_types,
             mappings=in_use,
+            unmapped_components=components,
             signals_for=readers,
         )
         return Plan(
@@ -219,7 +256,15 @@ def plan(
         )
 
     collector_cluster = collector.CollectorCluster(cluster.name, cluster.stack)
-    gateway = collector.CollectorDestination(active.endpoint) if active is not None else None
+    gateway = (
+        collector.CollectorDestination(
+            active.endpoint,
+            traces_and_logs=active.traces_and_logs,
+            cluster_state=cluster.node_tier,
+        )
+        if active is not None
+        else None
+    )
     config = collector.render_cluster_collector_config(
         collector_cluster, mappings.accepted, gateway, signals=bool(readers)
     )
@@ -241,8 +286,12 @@ def plan(
             MODE_PUSH,
             f"pushing OTLP to the gateway of TelemetryDestination {active.name}",
             destination=active.endpoint,
+            traces_endpoint=(
+                contracts.COLLECTOR_OTLP_GRPC_HOST_PORT if active.traces_and_logs else ""
+            ),
             unmapped_engine_types=unmapped_types,
             mappings=in_use,
+            unmapped_components=components,
             signals_for=readers,
         )
     else:
@@ -252,6 +301,7 @@ def plan(
             f" runtime agent for {len(readers)} replica(s) and pushes nothing",
             unmapped_engine_types=unmapped_types,
             mappings=in_use,
+            unmapped_components=components,
             signals_for=readers,
         )
     return Plan(

@@ -88,7 +88,12 @@ def _destination_state(destinations: list[dict]) -> DestinationState:
     token = parsed.gateway.token
     return DestinationState(
         GatewayDestination(
-            parsed.name, parsed.gateway.endpoint, token.namespace, token.name, token.key
+            parsed.name,
+            parsed.gateway.endpoint,
+            token.namespace,
+            token.name,
+            token.key,
+            traces_and_logs=parsed.exporter.carries_traces_and_logs,
         )
     )
 

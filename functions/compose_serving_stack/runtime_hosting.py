@@ -34,6 +34,9 @@ from functions.common.inventory import (
     INVENTORY_RECORD_KIND,
     INVENTORY_RECORD_NAME,
     INVENTORY_RECORD_NAMESPACE,
+    LABEL_FABRIC,
+    FabricLabel,
+    format_fabric_label,
 )
 from functions.common.naming import volume_name
 from functions.compose_serving_stack import adaptivepolicy_crd
@@ -42,6 +45,9 @@ from functions.compose_serving_stack.envelope import COMPOSED_NAMESPACE, Compose
 AGENT: Final = contracts.AGENT_SERVICE_NAME
 SCALER: Final = contracts.SCALER_SERVICE_NAME
 PEER: Final = "modelplane-peer"
+ACTIVATOR: Final = contracts.ACTIVATOR_SERVICE_NAME
+ACTIVATOR_REPLICAS: Final = 2
+ACTIVATOR_MOUNT: Final = "/etc/modelplane/control-plane"
 AGENT_REPLICAS: Final = 2
 SCALER_REPLICAS: Final = 2
 
@@ -413,6 +419,76 @@ def _scaler_authentication(target: Target) -> list[Composed]:
     ]
 
 
+def activator_secret_source(member: str) -> str:
+    """The control plane's Secret with this member's activator credentials."""
+    return f"{contracts.ACTIVATOR_SECRET_PREFIX}{member}"
+
+
+def _activator(target: Target, image: str) -> list[Composed]:
+    """The on-demand activator: on-demand models' routes lead to it while they have no
+    ready replica here. It needs nothing on the member (no ServiceAccount token is
+    mounted); on the control plane it may only read ModelDeployments and patch them (the
+    activate annotation), through a kubeconfig copied from the control plane."""
+    secret = f"{ACTIVATOR}-control-plane"
+    return [
+        _service_account(target, ACTIVATOR),
+        _copied_secret(
+            target,
+            "activator-credentials",
+            name=secret,
+            namespace=contracts.SYSTEM_NAMESPACE,
+            source=activator_secret_source(target.cluster),
+            keys=[contracts.ACTIVATOR_SECRET_KEY],
+            labels=_labels(ACTIVATOR),
+        ),
+        _deployment(
+            target,
+            ACTIVATOR,
+            image,
+            command="activator",
+            replicas=ACTIVATOR_REPLICAS,
+            extra_args=[
+                "--control-plane",
+                f"{ACTIVATOR_MOUNT}/{contracts.ACTIVATOR_SECRET_KEY}",
+                "--listen",
+                f"0.0.0.0:{contracts.ACTIVATOR_PORT}",
+            ],
+            volumes=[(secret, ACTIVATOR_MOUNT)],
+            ports=[{"name": "http", "containerPort": contracts.ACTIVATOR_PORT}],
+            probes={
+                "readinessProbe": {
+                    "httpGet": {"path": contracts.READYZ_PATH, "port": "http"},
+                    "periodSeconds": 5,
+                },
+                "livenessProbe": {
+                    "httpGet": {"path": contracts.HEALTHZ_PATH, "port": "http"},
+                    "periodSeconds": 20,
+                    "failureThreshold": 3,
+                },
+            },
+        ),
+        object_(
+            target,
+            "runtime-service-activator",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": contracts.ACTIVATOR_SERVICE_NAME,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": _labels(ACTIVATOR),
+                },
+                "spec": {
+                    "selector": _labels(ACTIVATOR),
+                    "ports": [
+                        {"name": "http", "port": contracts.ACTIVATOR_PORT, "targetPort": "http"}
+                    ],
+                },
+            },
+        ),
+    ]
+
+
 def _cluster_profile(target: Target, peer: str) -> list[Composed]:
     secret = peer_secret_name(peer)
     labels = {LABEL_CLUSTER_MANAGER: CLUSTER_MANAGER, contracts.LABEL_CLUSTER: peer}
@@ -459,11 +535,24 @@ def inventory_record(target: Target) -> Composed:
 
 
 def runtime_hosting(
-    target: Target, image: str, peers: Sequence[str], *, prometheus_url: str = ""
+    target: Target,
+    image: str,
+    peers: Sequence[str],
+    *,
+    prometheus_url: str = "",
+    fabric_labels: Sequence[FabricLabel] = (),
 ) -> list[Composed]:
-    """The runtime's resources on one member; `peers` are the other members' names."""
+    """The runtime's resources on one member; `peers` are the other members' names;
+    `fabric_labels` which node label names each pool's fabric (the agent's inventory)."""
     ordered_peers = sorted(set(peers) - {target.cluster})
     signals = ["--prometheus-url", prometheus_url] if prometheus_url else []
+    # Only what differs from the default (every pool on modelplane.ai/fabric): the agent
+    # of a cluster whose pools declare no label keeps its arguments as they were.
+    fabrics = (
+        [a for f in fabric_labels for a in ("--fabric-label", format_fabric_label(f))]
+        if any(f.label != LABEL_FABRIC for f in fabric_labels)
+        else []
+    )
     composed = [
         object_(target, "adaptivepolicy-crd", adaptivepolicy_crd.crd()),
         _service_account(target, AGENT),
@@ -486,6 +575,7 @@ def runtime_hosting(
                     for arg in ("--member", f"{peer}={peer_kubeconfig_path(peer)}")
                 ),
                 *signals,
+                *fabrics,
             ],
             volumes=[(peer_secret_name(p), peer_mount_dir(p)) for p in ordered_peers],
             ports=[{"name": "metrics", "containerPort": contracts.METRICS_PORT}],
@@ -577,6 +667,7 @@ def runtime_hosting(
             },
         ),
     ]
+    composed += _activator(target, image)
     composed += _scaler_authentication(target)
     for peer in ordered_peers:
         composed += _cluster_profile(target, peer)

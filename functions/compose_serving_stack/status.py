@@ -43,6 +43,12 @@ class Telemetry:
     mappings: tuple[MappingInUse, ...] = ()
     # The ModelReplicas here whose agent reads the collector's signals page.
     signals_for: tuple[str, ...] = ()
+    # Substrate components scraped here (by job name) that no MetricMapping maps: their
+    # series arrive under their own names.
+    unmapped_components: tuple[str, ...] = ()
+    # Where engines here send OTLP traces (the collector's receiver), while the
+    # destination carries them; compose-model-deployment hands it to each ModelReplica.
+    traces_endpoint: str = ""
 
     def to_status(self) -> dict[str, Any]:
         status: dict[str, Any] = {
@@ -51,6 +57,10 @@ class Telemetry:
             "mappings": [m.to_status() for m in self.mappings],
             "unmappedEngineTypes": list(self.unmapped_engine_types),
         }
+        if self.traces_endpoint:
+            status["tracesEndpoint"] = self.traces_endpoint
+        if self.unmapped_components:
+            status["unmappedComponents"] = list(self.unmapped_components)
         if self.signals_for:
             status["signalsFor"] = list(self.signals_for)
         if self.destination:

@@ -28,6 +28,9 @@ class ScrapeTarget:
     pod_labels: tuple[tuple[str, str], ...] = ()
     # Keep only series whose `label` matches `regex` (empty: keep everything).
     keep_series: tuple[str, str] | None = None
+    # A static pod that declares no container port (kube-scheduler under kubeadm): scrape
+    # the pod's address at this port instead of selecting a declared one.
+    undeclared_port: int = 0
 
 
 NAMESPACE_CERT_MANAGER: Final = "cert-manager"
@@ -57,9 +60,33 @@ ENVOY_PROXIES: Final = ScrapeTarget(
     ),
 )
 
+NAMESPACE_KUBE_SYSTEM: Final = "kube-system"
+# kube-scheduler's secure port (the upstream default; kubeadm keeps it).
+KUBE_SCHEDULER_PORT: Final = 10259
+
+# Installed on both stacks (substrate.py): scraped on both.
+COMMON_TARGETS: Final = (
+    ENVOY_PROXIES,
+    ScrapeTarget(job="nvidia-dra-driver", namespace=NAMESPACE_DRA_DRIVER, port_name="metrics"),
+    # cert-manager's chart names its controller's metrics port (9402) `http-metrics`.
+    ScrapeTarget(job="cert-manager", namespace=NAMESPACE_CERT_MANAGER, port_name="http-metrics"),
+    # The cluster's default scheduler, where its pods are visible (kubeadm-style static
+    # pods labelled component=kube-scheduler; a managed control plane hides them, and
+    # then this job finds nothing). Its /metrics is https and authorizes a token that
+    # may GET /metrics, as the collector's ClusterRole allows.
+    ScrapeTarget(
+        job="kube-scheduler",
+        namespace=NAMESPACE_KUBE_SYSTEM,
+        scheme="https",
+        service_account_token=True,
+        pod_labels=(("component", "kube-scheduler"),),
+        undeclared_port=KUBE_SCHEDULER_PORT,
+    ),
+)
+
 SUBSTRATE_TARGETS: Final[dict[str, tuple[ScrapeTarget, ...]]] = {
     contracts.STACK_STANDARD: (
-        ENVOY_PROXIES,
+        *COMMON_TARGETS,
         ScrapeTarget(
             job="leaderworkerset-controller",
             namespace=NAMESPACE_LWS,
@@ -67,9 +94,9 @@ SUBSTRATE_TARGETS: Final[dict[str, tuple[ScrapeTarget, ...]]] = {
             scheme="https",
             service_account_token=True,
         ),
-        ScrapeTarget(job="nvidia-dra-driver", namespace=NAMESPACE_DRA_DRIVER, port_name="metrics"),
     ),
     contracts.STACK_DYNAMO: (
+        *COMMON_TARGETS,
         ScrapeTarget(job="grove-operator", namespace=NAMESPACE_GROVE, port_name="metrics"),
         ScrapeTarget(
             job="kai-scheduler",

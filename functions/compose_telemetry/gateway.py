@@ -1,8 +1,9 @@
 """The fleet's gateway collector: its config and the Kubernetes objects that run it.
 
 Every cluster's collector pushes OTLP here with the fleet's bearer token; the gateway
-refuses anything without it, bounds its memory, exports every cluster's series onward
-with the exporter the destination names, and adds the fleet roll-up (rollup.py).
+refuses anything without it, bounds its memory, exports every cluster's series (and,
+with an OTLP exporter, the engines' traces and logs) onward with the exporter the
+destination names, and adds the fleet roll-up (rollup.py).
 
 Credentials never enter the ConfigMap: the token is a mounted file the bearertokenauth
 extension reads, exporter headers are `${env:...}` references to variables filled from
@@ -153,6 +154,16 @@ def render_gateway_config(
             "exporters": [exporter_id],
         }
     }
+    if destination.exporter.carries_traces_and_logs:
+        # Engines' traces and logs, as the clusters' collectors attributed them: onward
+        # unchanged. (Prometheus remote write carries neither, and the clusters then
+        # collect neither: compose-serving-stack reads the same exporter type.)
+        for signal in ("traces", "logs"):
+            pipelines[signal] = {
+                "receivers": ["otlp"],
+                "processors": ["memory_limiter", "batch"],
+                "exporters": [exporter_id],
+            }
     if destination.rollup_enabled:
         receivers[rollup.RECEIVER_SNAPSHOT] = rollup.snapshot_receiver(
             listen.snapshot_port, listen.snapshot_scrape_interval

@@ -32,12 +32,19 @@ Each gateway replica rolls up the clusters connected to it and stamps its own na
 read-time queries sum over replicas (`sum without (modelplane_gateway)` or any `sum by`).
 
 Ratios (the vocabulary's `mean` metrics, the KV-cache usage) are never summed: two
-clusters at 0.8 are a fleet at 0.8, not 1.6. Each replica's fleet series is the mean of
+clusters at 0.8 are a fleet at 0.8, not 1.6. The KV-cache ratio is read as a ratio of two
+sums the cluster tier emits beside it (`modelplane_kv_cache_used`, the sum of its pods'
+ratios, and `modelplane_kv_cache_pods`, how many pods reported one): both are summed
+like any gauge, so the fleet ratio is sum(used) / sum(capacity), a cluster of ten pods
+weighing ten times a cluster of one (fleet_ratio_query). Each replica's fleet series is
+also the mean of
 its sources' ratios, beside a `<name>_sources` gauge counting them, so the fleet ratio
 over replicas is `sum(ratio * sources) / sum(sources)` (fleet_ratio_query): each source
 (a ModelReplica, one deployment on one cluster, already averaged over its pods by the
-cluster tier) weighs the same. Weighting by each cluster's KV capacity would need a
-division across two metrics in the pipeline, which no component of our collector does.
+cluster tier) weighs the same; kept for dashboards that read it, but it is not the
+fleet ratio. Capacity is counted in pods, not tokens: exact for pods of equal KV
+capacity, which one deployment's pods on one node pool are; the engines do not all
+expose their KV capacity as a sample (vLLM only as a label of cache_config_info).
 
 SLO targets: attainment is exact only when the target is a bucket boundary the engine
 recorded. The gateway cannot invent a boundary the engine did not record (nor can any
@@ -62,7 +69,13 @@ from functions.common.contracts import (
 )
 from functions.common.exposition import ottl_float, plain_decimal, prometheus_label
 from functions.common.telemetrydestination import SloTargets
-from functions.common.vocabulary import SLO_HISTOGRAMS, VOCABULARY, Aggregation, MetricType
+from functions.common.vocabulary import (
+    SLO_HISTOGRAMS,
+    VOCABULARY,
+    VOCABULARY_BY_NAME,
+    Aggregation,
+    MetricType,
+)
 
 # Where each replica keeps its snapshot of every source's latest value (loopback only).
 SNAPSHOT_PORT: Final = 9465
@@ -354,8 +367,14 @@ def fleet_value_query(metric: str) -> str:
 
 
 def fleet_ratio_query(ratio: str) -> str:
-    """A ratio's fleet value: each replica's mean weighted by the sources it averaged."""
+    """A ratio's fleet value. With the ratio's two sums in the vocabulary (the KV cache):
+    sum(used) / sum(capacity) over every pod of every cluster, a cluster weighing by its
+    size. Otherwise each replica's mean weighted by the sources it averaged."""
     gateway = prometheus_label(RESOURCE_ATTRIBUTE_GATEWAY)
+    weighted = VOCABULARY_BY_NAME[ratio].weighted_by if ratio in VOCABULARY_BY_NAME else None
+    if weighted is not None:
+        numerator, denominator = (f"{m}{fleet_selector()}" for m in weighted)
+        return f"sum without ({gateway}) ({numerator}) / sum without ({gateway}) ({denominator})"
     mean = f"{ratio}{fleet_selector()}"
     sources = f"{sources_metric(ratio)}{fleet_selector()}"
     return f"sum without ({gateway}) ({mean} * {sources}) / sum without ({gateway}) ({sources})"

@@ -76,6 +76,13 @@ class Pod:
     labelled: bool = True  # carries modelplane.ai/serving (False: a pod we must not scrape)
     port: int = 0
     extra_ports: dict[str, int] = field(default_factory=dict)
+    # Other paths the serving port answers (trtllm-serve: Prometheus text beside JSON).
+    paths: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (type, body)
+    # The pod's own address, and an engine's metrics port of its own on it (Triton's
+    # 8002), serving `metrics_page` at /metrics; 0: none.
+    ip: str = "127.0.0.1"
+    metrics_port: int = 0
+    metrics_page: str = ""
 
 
 def vllm_page(
@@ -291,11 +298,19 @@ def fleet_pods() -> list[Pod]:
 
 class _Handler(BaseHTTPRequestHandler):
     pod: Pod  # read on every request: a test may change `pod.page` while it is served
+    side: bool = False  # the pod's own metrics port rather than its serving port
 
     def do_GET(self) -> None:
-        body = self.pod.page.encode() if self.path == "/metrics" else b""
+        content_type = "text/plain; version=0.0.4"
+        if self.side:
+            body = self.pod.metrics_page.encode() if self.path == "/metrics" else b""
+        elif self.path in self.pod.paths:
+            content_type, text = self.pod.paths[self.path]
+            body = text.encode()
+        else:
+            body = self.pod.page.encode() if self.path == "/metrics" else b""
         self.send_response(200 if body else 404)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         # A collector stopped mid-scrape hangs up; that is not the page's problem.
@@ -316,10 +331,15 @@ class EngineServers:
     def __enter__(self) -> EngineServers:
         for pod in self.pods:
             handler = type(f"Handler_{pod.uid}", (_Handler,), {"pod": pod})
-            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            server = ThreadingHTTPServer((pod.ip, 0), handler)
             pod.port = server.server_address[1]
             threading.Thread(target=server.serve_forever, daemon=True).start()
             self._servers.append(server)
+            if pod.metrics_port:
+                side = type(f"Side_{pod.uid}", (_Handler,), {"pod": pod, "side": True})
+                server = ThreadingHTTPServer((pod.ip, pod.metrics_port), side)
+                threading.Thread(target=server.serve_forever, daemon=True).start()
+                self._servers.append(server)
         return self
 
     def __exit__(self, *_exc) -> None:

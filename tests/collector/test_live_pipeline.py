@@ -178,6 +178,13 @@ def test_two_pods_of_one_deployment_merge_into_one_series(exported):
             assert set(p.attributes) <= {"model", "finish_reason"}, p
 
 
+def test_a_deployments_kv_cache_arrives_as_the_two_sums_of_its_pods(exported):
+    _, points, _ = exported
+    # Pods at 0.25 and 0.75: one pod's worth in use, out of two (the fleet ratio's parts).
+    assert 1.0 in {p.value for p in _of(points, "modelplane_kv_cache_used", "llama-8b")}
+    assert 2.0 in {p.value for p in _of(points, "modelplane_kv_cache_pods", "llama-8b")}
+
+
 def test_a_release_serving_old_and_new_names_is_counted_once(exported):
     _, points, _ = exported
     # Pod a (vLLM 0.8) has only gpu_prefix_cache_hits (40); pod b (0.9) has the new name

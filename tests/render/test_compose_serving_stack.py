@@ -184,13 +184,15 @@ def test_a_destination_composes_the_collector_with_the_rendered_config(rendered)
     config_map = _manifest(composed["collector-config"])
     config = yaml.safe_load(config_map["data"][collector_objects.CONFIG_KEY])
     # The same config the pure renderer gives for these inputs, whole: no MetricMapping
-    # was applied, so that is the built-ins'.
+    # was applied, so that is the built-ins'. The example destination remote-writes to
+    # Prometheus, which carries no traces or logs, so none are collected.
     parsed = mappings.parse_mappings([yaml.safe_load(p.read_text()) for p in BUILTIN])
     expected = collector.render_cluster_collector_config(
         collector.CollectorCluster("us-east-1", contracts.STACK_STANDARD),
         parsed.accepted,
-        collector.CollectorDestination(telemetry["destination"]),
+        collector.CollectorDestination(telemetry["destination"], traces_and_logs=False),
     )
+    assert collector.OTLP_RECEIVER not in config["receivers"]
     assert config == expected
     deployment = _manifest(composed[collector_objects.DEPLOYMENT_KEY])
     mounts = deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
@@ -224,7 +226,7 @@ def test_the_builtin_mappings_are_in_effect_with_nothing_applied(rendered):
     telemetry = rendered["with-destination"][0]["status"]["telemetry"]
     assert telemetry["mappings"] == [
         {"engineType": engine, "mapping": engine, "source": mappings.SOURCE_BUILTIN}
-        for engine in ("sglang", "trtllm", "vllm")
+        for engine in ("sglang", "triton-trtllm", "trtllm", "vllm")
     ]
     config_text = _manifest(_composed(rendered["with-destination"])["collector-config"])["data"][
         collector_objects.CONFIG_KEY
@@ -233,11 +235,12 @@ def test_the_builtin_mappings_are_in_effect_with_nothing_applied(rendered):
         "vllm:num_requests_running",
         "sglang:num_queue_reqs",
         "trtllm_kv_cache_utilization",
+        "nv_trt_llm_request_metrics",
     ):
         assert f'"{source}"' in config_text
     accepted = _condition(rendered["with-destination"], conditions.MAPPINGS_ACCEPTED)
     assert accepted["status"] == "True"
-    assert "3 built-in, 0 MetricMappings" in accepted["message"]
+    assert "4 built-in, 0 MetricMappings" in accepted["message"]
 
 
 def test_a_platform_teams_mapping_replaces_the_builtin_for_its_engine_type(rendered):
@@ -304,6 +307,11 @@ def test_every_member_gets_the_runtime_and_a_profile_per_peer(rendered):
         "eu-west-1=/etc/modelplane/peers/eu-west-1/kubeconfig",
         # No --prometheus-url: the example names no PromQL endpoint, and vocabulary
         # signals come from the collector in-cluster (the agent's default --signals-url).
+        # Each pool's fabric label, for the inventory (the L40S pool declares none).
+        "--fabric-label",
+        "network.example.com/fabric:karpenter.sh/nodepool=h100",
+        "--fabric-label",
+        "modelplane.ai/fabric:node.kubernetes.io/instance-type=g6e.12xlarge",
     ]
     assert agent["volumes"] == [
         {"name": "modelplane-peer-eu-west-1", "secret": {"secretName": "modelplane-peer-eu-west-1"}}

@@ -103,7 +103,8 @@ def test_builtin_mappings_are_valid(function_servers, builtin):
     result = render.render(function_servers, builtin, required=BUILTIN)
     assert result.returncode == 0, result.stderr + function_servers.logs()
     composite = result.documents[0]
-    assert condition(composite, conditions.MAPPING_VALID)["status"] == "True"
+    valid = condition(composite, conditions.MAPPING_VALID)
+    assert valid["status"] == "True", valid.get("message")
     assert composed(result) == []
 
 

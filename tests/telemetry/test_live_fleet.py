@@ -50,6 +50,7 @@ from functions.common import contracts
 from functions.common.exposition import prometheus_label
 from functions.common.metricmapping import parse_mappings
 from functions.common.telemetrydestination import parse_destination
+from functions.common.vocabulary import VOCABULARY_BY_NAME
 from functions.compose_serving_stack.collector import (
     ENGINES_JOB,
     CollectorCluster,
@@ -314,13 +315,21 @@ def self_signed_certificate(workdir: Path) -> tuple[Path, Path]:
 
 
 def cluster_collector_config(
-    name: str, engine: FakeEngine, listen: gateway.Listen, token: Path, ca: Path
+    name: str,
+    engine: FakeEngine | list[FakeEngine],
+    listen: gateway.Listen,
+    token: Path,
+    ca: Path,
 ) -> dict:
+    pods = engine if isinstance(engine, list) else [engine]
     vllm = yaml.safe_load((REPO / "functions/common/builtin_mappings/vllm.yaml").read_text())
     config = render_cluster_collector_config(
         CollectorCluster(name),
         parse_mappings([vllm]).accepted,
-        CollectorDestination(endpoint=f"127.0.0.1:{listen.grpc_port}", token_file=str(token)),
+        # The destination remote-writes to Prometheus: metrics only, as compose renders it.
+        CollectorDestination(
+            endpoint=f"127.0.0.1:{listen.grpc_port}", token_file=str(token), traces_and_logs=False
+        ),
         scrape_interval_seconds=2,
     )
     # test substitution: a static scrape of the fake engine instead of pod discovery.
@@ -328,7 +337,8 @@ def cluster_collector_config(
         {
             "job_name": ENGINES_JOB,
             "scrape_interval": "2s",
-            "static_configs": [{"targets": [f"127.0.0.1:{engine.port}"]}],
+            # One target per pod: the scrape instance tells a cluster's pods apart.
+            "static_configs": [{"targets": [f"127.0.0.1:{pod.port}" for pod in pods]}],
         }
     ]
     # test substitution: the attributes k8s_attributes would lift from the pod.
@@ -519,10 +529,46 @@ def test_the_fleet_kv_cache_ratio_is_a_ratio_not_a_sum(fleet):
     fleet.settle("cluster a's KV ratio", f'sum({KV_CACHE}{{{CLUSTER_LABEL}="a"}})', 0.6)
     fleet.settle("cluster b's KV ratio", f'sum({KV_CACHE}{{{CLUSTER_LABEL}="b"}})', 0.9)
     fleet.settle("the fleet KV ratio", rollup.fleet_ratio_query(KV_CACHE), 0.75)
+    fleet.settle("the mean of the clusters' ratios", f"sum({KV_CACHE}{{{FLEET}}})", 0.75)
     for series in fleet.query(f"{KV_CACHE}{{{FLEET}}}"):
         assert 0 <= float(series["value"][1]) <= 1
     sources = rollup.sources_metric(KV_CACHE)
     assert fleet.value(f"sum({sources}{{{FLEET}}})") == 2
+
+
+def test_the_fleet_kv_cache_ratio_weighs_each_cluster_by_its_size(fleet):
+    # A third, larger cluster joins: three pods with a quarter of their KV cache in use.
+    # A mean of the clusters' ratios would say (0.5 + 0.75 + 0.25) / 3 = 0.5; the fleet's
+    # cache is (0.5 + 0.75 + 3 x 0.25) / 5 pods = 0.4 full.
+    fleet.engines["a"].kv_cache.set(0.5)
+    fleet.engines["b"].kv_cache.set(0.75)
+    pods = [FakeEngine() for _ in range(3)]
+    for index, pod in enumerate(pods):
+        fleet.engines[f"c-{index}"] = pod  # closed with the others
+        pod.kv_cache.set(0.25)
+    config = cluster_collector_config("c", pods, fleet.listen, fleet.token, fleet.ca)
+    collector = Process(
+        "collector-c",
+        [
+            str(require_tool("otelcol")),
+            f"--config={write_yaml(fleet.workdir / 'cluster-c.yaml', config)}",
+        ],
+        fleet.workdir / "collector-c.log",
+    )
+    fleet.collectors["c"] = collector
+    collector.start()
+    try:
+        used, capacity = VOCABULARY_BY_NAME[KV_CACHE].weighted_by
+        fleet.settle("cluster c's pods", f'sum({capacity}{{{CLUSTER_LABEL}="c"}})', 3)
+        fleet.settle("cluster c's KV in use", f'sum({used}{{{CLUSTER_LABEL}="c"}})', 0.75)
+        fleet.settle("cluster c's mean ratio", f'sum({KV_CACHE}{{{CLUSTER_LABEL}="c"}})', 0.25)
+        fleet.settle("the fleet KV capacity", f"sum({capacity}{{{FLEET}}})", 5)
+        fleet.settle("the fleet KV in use", f"sum({used}{{{FLEET}}})", 2)
+        fleet.settle("the weighted fleet KV ratio", rollup.fleet_ratio_query(KV_CACHE), 0.4)
+        assert 0 <= fleet.value(rollup.fleet_ratio_query(KV_CACHE)) <= 1
+    finally:
+        collector.stop()
+        del fleet.collectors["c"]
 
 
 def test_a_merged_histogram_is_the_bucket_by_bucket_sum(fleet):

@@ -11,6 +11,7 @@ golden file, and tests/collector/test_live_pipeline.py runs one in the real coll
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "testdata" / "collector"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 DESTINATION = collector.CollectorDestination("telemetry.fleet.example.com:4317")
+METRICS_ONLY_DESTINATION = collector.CollectorDestination(
+    "telemetry.fleet.example.com:4317", traces_and_logs=False
+)
 
 
 def builtin() -> mappings.ParsedMappings:
@@ -61,6 +65,13 @@ def _cases() -> dict[str, dict]:
             standard, mappings.parse_mappings([MILLISECONDS]).accepted, DESTINATION
         ),
         "node-tier": collector.render_node_collector_config(standard, DESTINATION),
+        # A destination that carries metrics only (remote write): no traces, no logs.
+        "node-tier-metrics-only": collector.render_node_collector_config(
+            standard, METRICS_ONLY_DESTINATION
+        ),
+        "push-metrics-only": collector.render_cluster_collector_config(
+            standard, builtin().accepted, METRICS_ONLY_DESTINATION
+        ),
         # No destination, replicas autoscaled from vocabulary signals: the agent's page only.
         "signals-only": collector.render_cluster_collector_config(
             standard, builtin().accepted, None, signals=True
@@ -141,7 +152,7 @@ def test_cardinality_is_controlled_by_aggregation_never_by_deleting_labels():
     for name in ("attributes", "resource"):
         assert not [p for p in processors if p == name or p.startswith(f"{name}/delete")]
     # The per-pod identity moves to labels the aggregation drops; the roll-up keys stay.
-    kept = processors["transform/instance"]["metric_statements"][1]["statements"][0]
+    kept = processors["transform/instance"]["metric_statements"][-1]["statements"][0]
     for attribute in (
         contracts.RESOURCE_ATTRIBUTE_CLUSTER,
         contracts.RESOURCE_ATTR_ENGINE,
@@ -237,3 +248,35 @@ def test_the_picker_job_scrapes_both_endpoint_pickers_we_compose():
     for image in (EPP_IMAGE, PD_EPP_IMAGE):
         assert re.fullmatch(collector.ENDPOINT_PICKER_IMAGE, image), image
     assert not re.fullmatch(collector.ENDPOINT_PICKER_IMAGE, "vllm/vllm-openai:v0.11.0")
+
+
+def test_traces_and_logs_are_collected_only_for_a_destination_that_carries_them():
+    standard = collector.CollectorCluster("us-east-1")
+    full = collector.render_cluster_collector_config(standard, (), DESTINATION)
+    metrics_only = collector.render_cluster_collector_config(standard, (), METRICS_ONLY_DESTINATION)
+    assert {"traces", "logs"} <= set(full["service"]["pipelines"])
+    assert not {"traces", "logs"} & set(metrics_only["service"]["pipelines"])
+    assert collector.OTLP_RECEIVER not in metrics_only["receivers"]
+    # Workload state is metrics: it goes to every destination, with the node tier.
+    state = collector.render_cluster_collector_config(
+        standard, (), replace(METRICS_ONLY_DESTINATION, cluster_state=True)
+    )
+    assert state["service"]["pipelines"]["metrics/cluster-state"]["receivers"] == [
+        collector.CLUSTER_STATE_RECEIVER
+    ]
+    assert "metrics/cluster-state" not in full["service"]["pipelines"]
+    node = collector.render_node_collector_config(standard, METRICS_ONLY_DESTINATION)
+    assert collector.LOGS_RECEIVER not in node["receivers"]
+
+
+def test_the_signals_page_alone_runs_no_cluster_state_traces_or_logs():
+    config = collector.render_cluster_collector_config(
+        collector.CollectorCluster("us-east-1"), (), None, signals=True
+    )
+    assert list(config["service"]["pipelines"]) == ["metrics"]
+
+
+@pytest.mark.parametrize("stack", [contracts.STACK_STANDARD, contracts.STACK_DYNAMO])
+def test_both_stacks_scrape_their_shared_substrate_and_the_scheduler(stack):
+    jobs = {j["job_name"] for j in collector.scrape_configs(stack)}
+    assert {"envoy-proxies", "nvidia-dra-driver", "cert-manager", "kube-scheduler"} <= jobs

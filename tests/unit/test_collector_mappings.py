@@ -94,6 +94,75 @@ REFUSALS = {
         "spec.labels[0].from",
     ),
     "no_spec": ({"metadata": {"name": "m"}}, "spec"),
+    "a_selected_value_with_a_quote": (
+        _mapping(
+            metrics=[{"to": "modelplane_requests_running", "from": ["a"], "select": {"t": 'x"'}}]
+        ),
+        "spec.metrics[0].select.t",
+    ),
+    "a_selected_label_that_is_not_a_label_name": (
+        _mapping(
+            metrics=[{"to": "modelplane_requests_running", "from": ["a"], "select": {"t]": "x"}}]
+        ),
+        "spec.metrics[0].select key",
+    ),
+    "a_selection_by_le": (
+        _mapping(
+            metrics=[{"to": "modelplane_requests_running", "from": ["a"], "select": {"le": "1"}}]
+        ),
+        "spec.metrics[0].select.le",
+    ),
+    "a_select_that_is_a_list": (
+        _mapping(metrics=[{"to": "modelplane_requests_running", "from": ["a"], "select": ["t"]}]),
+        "spec.metrics[0].select",
+    ),
+    "a_source_selected_twice_by_the_same_value": (
+        _mapping(
+            metrics=[
+                {"to": "modelplane_requests_running", "from": ["a"], "select": {"t": "x"}},
+                {"to": "modelplane_requests_waiting", "from": ["a"], "select": {"t": "x"}},
+            ]
+        ),
+        "spec.metrics[1].from[0]",
+    ),
+    "help_text_that_is_a_regex": (
+        _mapping(metrics=[{"to": "modelplane_requests_running", "from": ["a"], "help": "tok.*"}]),
+        "spec.metrics[0].help",
+    ),
+    "help_text_with_a_quote": (
+        _mapping(
+            metrics=[{"to": "modelplane_requests_running", "from": ["a"], "help": 'a") or ("'}]
+        ),
+        "spec.metrics[0].help",
+    ),
+    "a_scrape_path_that_is_relative": (
+        {**_mapping(), "spec": {**_mapping()["spec"], "scrape": {"path": "metrics"}}},
+        "spec.scrape.path",
+    ),
+    "a_scrape_path_that_climbs": (
+        {**_mapping(), "spec": {**_mapping()["spec"], "scrape": {"path": "/a/../b"}}},
+        "spec.scrape.path",
+    ),
+    "a_scrape_path_with_a_query": (
+        {**_mapping(), "spec": {**_mapping()["spec"], "scrape": {"path": "/m?x=1"}}},
+        "spec.scrape.path",
+    ),
+    "a_target_the_collector_derives": (
+        _mapping(metrics=[{"to": "modelplane_kv_cache_used", "from": ["a"]}]),
+        "spec.metrics[0].to",
+    ),
+    "a_scrape_port_out_of_range": (
+        {**_mapping(), "spec": {**_mapping()["spec"], "scrape": {"port": 70000}}},
+        "spec.scrape.port",
+    ),
+    "a_scrape_port_with_a_fraction": (
+        {**_mapping(), "spec": {**_mapping()["spec"], "scrape": {"port": 8002.5}}},
+        "spec.scrape.port",
+    ),
+    "a_scrape_port_that_is_a_string": (
+        {**_mapping(), "spec": {**_mapping()["spec"], "scrape": {"port": "8002"}}},
+        "spec.scrape.port",
+    ),
 }
 
 
@@ -106,11 +175,19 @@ def test_refuses(case):
     assert parsed.refused[0].message.startswith(f"MetricMapping m: {field}: ")
 
 
+def test_a_scrape_port_read_from_a_protobuf_struct_is_a_whole_number():
+    # Crossplane hands a function every number as a double: 8002 arrives as 8002.0.
+    resource = {**_mapping(), "spec": {**_mapping()["spec"], "scrape": {"port": 8002.0}}}
+    parsed = mappings.parse_mappings([resource])
+    assert parsed.refused == ()
+    assert parsed.accepted[0].scrape.port == 8002
+
+
 def test_accepts_every_builtin_mapping():
     paths = sorted((REPO / "functions" / "common" / "builtin_mappings").glob("*.yaml"))
     parsed = mappings.parse_mappings([yaml.safe_load(p.read_text()) for p in paths])
     assert parsed.refused == ()
-    assert sorted(parsed.mapped_engines) == ["sglang", "trtllm", "vllm"]
+    assert sorted(parsed.mapped_engines) == ["sglang", "triton-trtllm", "trtllm", "vllm"]
 
 
 BUILTINS = [
@@ -173,9 +250,78 @@ def test_a_builtin_that_does_not_parse_is_a_bug_not_a_status():
 
 
 def test_the_shipped_builtins_load_as_package_data():
-    assert builtin_mappings.builtin_mapping_files() == ("sglang.yaml", "trtllm.yaml", "vllm.yaml")
+    assert builtin_mappings.builtin_mapping_files() == (
+        "sglang.yaml",
+        "triton-trtllm.yaml",
+        "trtllm.yaml",
+        "vllm.yaml",
+    )
     resolved = mappings.resolve_mappings([], builtin_mappings.builtin_mapping_resources())
-    assert [m.source for m in resolved.in_use] == ["BuiltIn"] * 3
+    assert [m.source for m in resolved.in_use] == ["BuiltIn"] * 4
+
+
+def test_builtins_name_where_each_engine_serves_prometheus_text():
+    resolved = mappings.resolve_mappings([], builtin_mappings.builtin_mapping_resources())
+    scrape = {m.engine: (m.scrape.path, m.scrape.port) for m in resolved.accepted}
+    assert scrape == {
+        "sglang": ("/metrics", None),
+        "triton-trtllm": ("/metrics", 8002),
+        "trtllm": ("/prometheus/metrics", None),
+        "vllm": ("/metrics", None),
+    }
+
+
+def test_one_source_split_by_a_label_feeds_one_target_per_selected_value():
+    parsed = mappings.parse_mapping(
+        _mapping(
+            engine="triton",
+            metrics=[
+                {"to": "modelplane_requests_running", "from": ["r"], "select": {"t": "active"}},
+                {"to": "modelplane_requests_waiting", "from": ["r"], "select": {"t": "waiting"}},
+            ],
+            labels=[{"from": "t", "to": "kind"}, {"from": "model", "to": "triton_model"}],
+        )
+    )
+    config = collector.render_cluster_collector_config(
+        collector.CollectorCluster("c"), [parsed], DESTINATION
+    )
+    statements = [
+        s
+        for g in config["processors"]["transform/normalize"]["metric_statements"]
+        for s in g["statements"]
+    ]
+    assert 'copy_metric(name="modelplane_requests_running") where metric.name == "r"' in statements
+    assert 'copy_metric(name="modelplane_requests_waiting") where metric.name == "r"' in statements
+    assert not [s for s in statements if s.startswith('set(metric.name, "modelplane_requests_')]
+    # The filter selects by the renamed label, since it runs after the renames.
+    assert config["processors"]["filter/select"]["metrics"]["datapoint"] == [
+        'resource.attributes["modelplane.engine"] == "triton" and metric.name == '
+        '"modelplane_requests_running" and not (datapoint.attributes["kind"] == "active")',
+        'resource.attributes["modelplane.engine"] == "triton" and metric.name == '
+        '"modelplane_requests_waiting" and not (datapoint.attributes["kind"] == "waiting")',
+    ]
+    assert collector.PROCESSORS.index("filter/select") == (
+        collector.PROCESSORS.index("transform/normalize") + 1
+    )
+
+
+def test_an_engine_with_its_own_endpoint_is_scraped_there_and_only_there():
+    parsed = mappings.parse_mapping(
+        {
+            **_mapping(engine="triton"),
+            "spec": {**_mapping(engine="triton")["spec"], "scrape": {"port": 8002}},
+        }
+    )
+    jobs = collector.scrape_configs("Standard", 30, [parsed])
+    engines = next(j for j in jobs if j["job_name"] == collector.ENGINES_JOB)
+    assert engines["relabel_configs"][-1] == {
+        "action": "drop",
+        "source_labels": ["__meta_kubernetes_pod_label_modelplane_ai_engine"],
+        "regex": "triton",
+    }
+    own = next(j for j in jobs if j["job_name"] == f"{collector.ENGINES_JOB}-triton")
+    assert own["metrics_path"] == "/metrics"
+    assert own["relabel_configs"][-1]["replacement"] == "$${1}:8002"
 
 
 def test_a_second_mapping_for_one_engine_is_refused_and_the_first_by_name_kept():

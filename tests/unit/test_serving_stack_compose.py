@@ -2,11 +2,13 @@
 
 import importlib
 import os
+from dataclasses import replace
 
 import pytest
 import yaml
 
 from functions.common import contracts
+from functions.common.inventory import fabric_labels_of_pools
 from functions.common.metricmapping import ResolvedMappings
 from functions.compose_serving_stack import (
     adaptivepolicy_crd,
@@ -31,6 +33,7 @@ from functions.compose_serving_stack.status import (
     replicas_needing_signals,
     unmapped_engine_types,
 )
+from functions.runtime.cli import parse_fabric_labels
 from tests.unit.test_collector import REPO
 
 XR = yaml.safe_load((REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml").read_text())
@@ -233,9 +236,17 @@ def test_the_runtime_uses_the_shared_names():
     composed = runtime_hosting.runtime_hosting(Target("a", "a"), "img", [])
     manifests = [c.resource["spec"]["forProvider"]["manifest"] for c in composed]
     services = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "Service"}
-    assert set(services) == {contracts.SCALER_SERVICE_NAME, contracts.AGENT_SERVICE_NAME}
+    assert set(services) == {
+        contracts.SCALER_SERVICE_NAME,
+        contracts.AGENT_SERVICE_NAME,
+        contracts.ACTIVATOR_SERVICE_NAME,
+    }
     assert {s["metadata"]["namespace"] for s in services.values()} == {contracts.SYSTEM_NAMESPACE}
-    # Both components have a metrics Service (what a scrape targets).
+    # The agent and the scaler have a metrics Service (what a scrape targets); the
+    # activator's is what on-demand routes name.
+    assert services.pop(contracts.ACTIVATOR_SERVICE_NAME)["spec"]["ports"] == [
+        {"name": "http", "port": contracts.ACTIVATOR_PORT, "targetPort": "http"}
+    ]
     for service in services.values():
         assert {"name": "metrics", "port": contracts.METRICS_PORT, "targetPort": "metrics"} in (
             service["spec"]["ports"]
@@ -338,7 +349,11 @@ def test_the_runtime_roles_grant_what_the_runtime_calls(account, group, resource
 def _agent_args(xr: dict) -> list[str]:
     cluster = parse_cluster(xr)
     composed = runtime_hosting.runtime_hosting(
-        cluster.target, "img", [], prometheus_url=cluster.prometheus_url
+        cluster.target,
+        "img",
+        [],
+        prometheus_url=cluster.prometheus_url,
+        fabric_labels=cluster.fabric_labels,
     )
     manifests = [c.resource["spec"]["forProvider"]["manifest"] for c in composed]
     agent = next(
@@ -363,6 +378,41 @@ def test_the_agent_queries_the_clusters_own_prometheus():
 
 def test_without_a_prometheus_the_agent_gets_no_url():
     assert "--prometheus-url" not in _agent_args(_cluster_xr())
+
+
+def test_the_agent_reads_each_pools_fabric_from_the_label_the_pool_declares():
+    xr = _cluster_xr()
+    xr["spec"]["nodePools"] = [
+        {
+            "name": "h100",
+            "nodeSelector": {"karpenter.sh/nodepool": "h100"},
+            "fabricNodeLabel": "network.example.com/fabric",
+        },
+        {"name": "a100"},
+    ]
+    args = _agent_args(xr)
+    given = [args[i + 1] for i, a in enumerate(args) if a == "--fabric-label"]
+    assert given == [
+        "network.example.com/fabric:karpenter.sh/nodepool=h100",
+        "modelplane.ai/fabric",
+    ]
+    # What the agent's command makes of them is the pools' labels again.
+    parsed = parse_fabric_labels(None, None, tuple(given))
+    assert parsed == fabric_labels_of_pools(xr["spec"]["nodePools"])
+
+
+def test_pools_on_the_default_fabric_label_add_no_agent_argument():
+    xr = _cluster_xr()
+    xr["spec"]["nodePools"] = [{"name": "h100", "nodeSelector": {"pool": "h100"}}]
+    assert "--fabric-label" not in _agent_args(xr)
+
+
+def test_a_fabric_label_that_would_not_survive_the_argument_is_refused():
+    xr = _cluster_xr()
+    xr["spec"]["nodePools"] = [{"name": "h100", "nodeSelector": {"a": "b,c=d"}}]
+    with pytest.raises(InvalidCluster) as refused:
+        parse_cluster(xr)
+    assert refused.value.field == "spec.nodePools[0]"
 
 
 def test_a_prometheus_url_that_could_break_out_of_an_argument_is_refused():
@@ -450,3 +500,45 @@ def test_a_cluster_may_not_name_both_a_provider_config_and_a_kubeconfig():
     both = {**KUBECONFIG_XR, "spec": {**KUBECONFIG_XR["spec"], "providerConfigRef": {"name": "x"}}}
     with pytest.raises(InvalidCluster, match=r"spec\.kubeconfigSecretRef"):
         parse_cluster(both)
+
+
+def test_engines_are_told_where_to_send_traces_only_while_the_destination_carries_them():
+    otlp = _plan(DestinationState(ACTIVE)).telemetry.to_status()
+    assert otlp["tracesEndpoint"] == "modelplane-collector.modelplane-system.svc:4317"
+    metrics_only = replace(ACTIVE, traces_and_logs=False)
+    status = _plan(DestinationState(metrics_only)).telemetry.to_status()
+    assert "tracesEndpoint" not in status
+
+
+def test_the_substrate_components_no_mapping_covers_are_surfaced():
+    status = _plan(DestinationState(ACTIVE)).telemetry.to_status()
+    assert {"kube-scheduler", "cert-manager", "envoy-proxies"} <= set(status["unmappedComponents"])
+
+
+def test_the_activator_reaches_only_the_control_plane_with_copied_credentials():
+    """Its kubeconfig arrives from the control plane's per-member Secret by reference
+    (no credential in a manifest), and nothing on the member grants it anything."""
+    composed = runtime_hosting.runtime_hosting(Target("us-east-1", "us-east-1"), "img", [])
+    objects = [c.resource["spec"] for c in composed]
+    manifests = [o["forProvider"]["manifest"] for o in objects]
+    (secret_object,) = [
+        o
+        for o in objects
+        if o["forProvider"]["manifest"]["kind"] == "Secret"
+        and o["forProvider"]["manifest"]["metadata"]["name"] == "modelplane-activator-control-plane"
+    ]
+    assert "data" not in secret_object["forProvider"]["manifest"]
+    (reference,) = secret_object["references"]
+    assert reference["patchesFrom"]["name"] == "modelplane-activator-us-east-1"
+    (deployment,) = [
+        m
+        for m in manifests
+        if m["kind"] == "Deployment" and m["metadata"]["name"] == contracts.ACTIVATOR_SERVICE_NAME
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["runtime", "activator"]
+    assert "--control-plane" in container["args"]
+    bound = [m["subjects"] for m in manifests if m["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert all(
+        s["name"] != contracts.ACTIVATOR_SERVICE_NAME for subjects in bound for s in subjects
+    )
