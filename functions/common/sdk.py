@@ -23,6 +23,20 @@ from functions.common.redact import redact
 
 T = TypeVar("T")
 
+# gRPC message limits, in MB as the SDK's flags take them. Crossplane v2.2.1 dials a
+# function with grpc-go's defaults (internal/xfn/function_runner.go: grpc.NewClient with
+# no call options): it sends requests of any size up to 2 GiB and receives responses of
+# at most 4 MiB. The SDK's server default (4 MB both ways) is what stops a fleet-wide
+# request first: every ModelReplica of the fleet travels in each compose-model-deployment
+# request, about 7 KB each as the API server lists them (managedFields, owner refs,
+# conditions): 4 MB stopped at ~219 deployments over 50 clusters (tests/bench/
+# bench_fleet_resync.py). Receiving 256 MB holds about 40,000 of them (~14,000
+# deployments of 1-20 replicas on up to three clusters each); sending stays at the 4 MiB
+# Crossplane accepts, so an oversized response fails here, naming the limit. Both stay
+# overridable by the SDK's flags and MAX_RECV_MESSAGE_SIZE / MAX_SEND_MESSAGE_SIZE.
+MAX_RECV_MESSAGE_MB: Final = 256
+MAX_SEND_MESSAGE_MB: Final = 4
+
 
 def make_cli(name: str, runner: Callable[[], grpcv1.FunctionRunnerServiceServicer]):
     """A click command that serves one function with the SDK's standard flags.
@@ -31,7 +45,17 @@ def make_cli(name: str, runner: Callable[[], grpcv1.FunctionRunnerServiceService
     mTLS Crossplane uses in a cluster.
     """
 
-    @click.command(name=name, help=f"Serve the {name} composition function over gRPC.")
+    @click.command(
+        name=name,
+        help=f"Serve the {name} composition function over gRPC.",
+        # Below the flags and their environment variables, above the SDK's defaults.
+        context_settings={
+            "default_map": {
+                "max_recv_message_size": MAX_RECV_MESSAGE_MB,
+                "max_send_message_size": MAX_SEND_MESSAGE_MB,
+            }
+        },
+    )
     @sdkcli.standard_options
     def cli(**kwargs) -> None:
         sdkcli.run(runner(), **kwargs)

@@ -278,3 +278,41 @@ def test_model_deployment_composes_names_and_labels_the_api_server_accepts(
     assert replicas, "nothing placed"
     # A ModelReplica's CRD comes from its XRD: its metadata is checked on a ConfigMap.
     _accepted(apiserver, [stand_in(r, namespace) for r in replicas])
+
+
+CACHE = yaml.safe_load((EXAMPLES / "modelcaches/llama-3-3-70b.yaml").read_text())
+CACHE_SOURCES = [
+    {"huggingFace": {"repo": "Qwen/Qwen3-8B", "tokenSecretRef": {"name": "t", "key": "k"}}},
+    {"objectStore": {"uri": "s3://bucket/qwen3-8b", "credentialsSecretRef": {"name": "s3"}}},
+    {"objectStore": {"uri": "gs://bucket/qwen3-8b", "credentialsSecretRef": {"name": "gcs"}}},
+    {"oci": {"reference": "r.example.com/m/qwen3-8b:v1", "pullSecretRef": {"name": "pull"}}},
+]
+
+
+@given(
+    name=SUBDOMAINS,
+    namespace=DNS_LABELS,
+    cluster_names=st.lists(DNS_LABELS, min_size=2, max_size=2, unique=True),
+    source=st.sampled_from(CACHE_SOURCES),
+)
+@DRY_RUN
+def test_model_cache_composes_a_volume_and_job_the_api_server_accepts(
+    apiserver, name, namespace, cluster_names, source
+):
+    if namespace in {"modelplane-system", "kube-system"}:
+        return
+    xr = yaml.safe_load(yaml.safe_dump(CACHE))
+    xr["metadata"].update(name=name, namespace=namespace)
+    xr["spec"]["source"] = source
+    xr["spec"].pop("clusterSelector")  # every cluster
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    req.required_resources[deployment_fn.REQUIRED_CLUSTERS].SetInParent()
+    for base, cluster in zip(CLUSTERS, cluster_names, strict=False):
+        body = yaml.safe_load(yaml.safe_dump(base))
+        body["metadata"]["name"] = cluster
+        req.required_resources[deployment_fn.REQUIRED_CLUSTERS].items.add().resource.update(body)
+    bodies = _composed(_run(deployment_fn.FunctionRunner(), req))
+    kinds = {b["kind"] for b in bodies}
+    assert {"PersistentVolumeClaim", "Job", "Object"} <= kinds, kinds
+    _accepted(apiserver, bodies)

@@ -264,6 +264,53 @@ def test_model_deployment_answers_a_broken_deployment(data):
         _kept_everything(req, rsp)
 
 
+# --- compose-model-deployment: a ModelCache ------------------------------------------------
+
+CACHE = _load(EXAMPLES / "modelcaches" / "llama-3-3-70b.yaml")
+
+
+def _cache_request(xr: dict) -> fnv1.RunFunctionRequest:
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    req.required_resources[deployment_fn.REQUIRED_CLUSTERS].SetInParent()
+    for item in CLUSTERS:
+        req.required_resources[deployment_fn.REQUIRED_CLUSTERS].items.add().resource.update(item)
+    return req
+
+
+@given(data=st.data())
+@FUZZ
+def test_model_cache_answers_a_broken_cache_or_a_broken_observed_object(data):
+    runner = deployment_fn.FunctionRunner()
+    first = _run(runner, _cache_request(CACHE))
+    assert not _fatal(first)
+    assert first.desired.resources
+    if data.draw(st.booleans()):
+        xr = data.draw(broken(CACHE, keep_identity=True))
+        if not _struct_safe(xr):
+            return
+        req = _cache_request(xr)
+        _observe(req, first)
+        rsp = _run(runner, req)
+        if _fatal(rsp):
+            _kept_everything(req, rsp)
+        return
+    # What a member returned, broken: the phase read from it never fails the cache.
+    req = _cache_request(CACHE)
+    _observe(req, first)
+    key = data.draw(st.sampled_from(sorted(req.observed.resources)))
+    body = resource.struct_to_dict(req.observed.resources[key].resource)
+    body["status"] = {"atProvider": {"manifest": {"status": {"active": 1, "conditions": []}}}}
+    body = data.draw(broken(body, keep_identity=True))
+    if not _struct_safe(body):
+        return
+    req.observed.resources[key].resource.Clear()
+    req.observed.resources[key].resource.update(body)
+    rsp = _run(runner, req)
+    assert not _fatal(rsp), "a member's odd answer was fatal to the cache"
+    _kept_everything(req, rsp)
+
+
 # --- compose-serving-stack --------------------------------------------------------------
 
 DESTINATION = _load(EXAMPLES / "telemetrydestinations" / "fleet.yaml")
