@@ -64,7 +64,7 @@ fmt: venv
 
 package: venv
 	@bash hack/tools.sh crossplane
-	bash hack/package.sh _output/modelplane.xpkg
+	bash hack/package.sh --all _output
 
 clean:
 	rm -rf $(VENV) _output .pytest_cache

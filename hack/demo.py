@@ -182,12 +182,35 @@ def _deployments(
                 f"{p['replicas']} → {composed}"
             )
         why = _condition(xr, "ReplicasScheduled").get("message", "")
-        lines += [f"    why        {why}", f"    conditions {_conditions(xr)}"]
+        lines += [f"    why        {why}"]
+        if status.get("modelCache"):
+            lines.append(f"    weights    {status['modelCache']['message']}")
+        lines += [f"    conditions {_conditions(xr)}"]
         for result in r.results:
             lines.append(
                 f"    {result.get('severity', '').removeprefix('SEVERITY_').lower():<10} "
                 f"{result.get('message', '')}"
             )
+    return lines
+
+
+def _caches(fleet: Fleet) -> list[str]:
+    lines = ["ModelCaches — compose-model-deployment (a volume and a download Job per cluster)"]
+    for r in fleet.of_kind(contracts.KIND_MODEL_CACHE):
+        if r.result.returncode != 0:
+            lines += _failed(r)
+            continue
+        meta, spec = r.composite["metadata"], r.xr["spec"]
+        status = r.composite.get("status") or {}
+        (kind, source), *_ = spec["source"].items()
+        where = source.get("repo") or source.get("uri") or source.get("reference")
+        lines.append(
+            f"  {meta['namespace']}/{meta['name']}: {kind} {where}, {spec['size']} on "
+            f"{status.get('selectedClusters', 0)} clusters "
+            f"({status.get('readyClusters', 0)} ready)"
+        )
+        for c in status.get("clusters", []):
+            lines.append(f"    {c['cluster']:<10} {c['phase']}: {c['message']}")
     return lines
 
 
@@ -244,6 +267,7 @@ def summarize(fleet: Fleet) -> str:
         kind: len(fleet.of_kind(kind))
         for kind in (
             contracts.KIND_INFERENCE_CLUSTER,
+            contracts.KIND_MODEL_CACHE,
             contracts.KIND_MODEL_DEPLOYMENT,
             contracts.KIND_MODEL_REPLICA,
             contracts.KIND_TELEMETRY_DESTINATION,
@@ -260,6 +284,7 @@ def summarize(fleet: Fleet) -> str:
     sections = [
         [header],
         _clusters(fleet, engines_on),
+        _caches(fleet),
         _deployments(fleet, replicas, products),
         _telemetry(fleet, clusters),
     ]

@@ -40,6 +40,7 @@ SETTLE_TIMEOUT = 180.0
 XR_KINDS = (
     "inferenceclusters",
     "telemetrydestinations",
+    "modelcaches",
     "modeldeployments",
     "modelreplicas",
     "metricmappings",

@@ -62,7 +62,11 @@ import fleetbox_gpu  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from functions.common.conditions import TRUE, condition_status  # noqa: E402
-from functions.common.contracts import FUNCTIONS  # noqa: E402
+from functions.common.contracts import (  # noqa: E402
+    ACTIVATOR_SECRET_KEY,
+    ACTIVATOR_SECRET_PREFIX,
+    FUNCTIONS,
+)
 from render import module_for, tools_bin  # noqa: E402
 from tests.runtime.cluster import Member, _die_with_parent, free_port  # noqa: E402
 
@@ -83,6 +87,7 @@ PEER_SECRET_PREFIX = "modelplane-peer-"
 SCALER_TLS_SECRET = "modelplane-scaler-tls"
 SCALER_CLIENT_SECRET = "modelplane-scaler-client"
 SCALER_DNS_NAME = "modelplane-scaler.modelplane-system.svc.cluster.local"
+KEDA_SCALER_CLIENT = "keda-scaler-client"  # the certificate KEDA presents to our scaler
 # The cluster inventory API's ClusterProfile, which compose-serving-stack writes one of
 # per peer on every member. Its CRD is a prerequisite the platform installs (no chart of
 # the substrate carries it, and its module is not served here), so the box stands in with
@@ -299,7 +304,7 @@ def _tls_secret(function: str) -> str:
 
 def example_paths() -> list[Path]:
     """The claims a user applies, in order: clusters and the destination, then models."""
-    kinds = ("inferenceclusters", "telemetrydestinations", "modeldeployments")
+    kinds = ("inferenceclusters", "telemetrydestinations", "modelcaches", "modeldeployments")
     return [p for kind in kinds for p in sorted((REPO / "examples" / kind).glob("*.yaml"))]
 
 
@@ -651,7 +656,7 @@ class FleetBox:
         # What the platform team provides for KEDA -> scaler client-certificate auth
         # (contracts.SCALER_TLS_SECRET / SCALER_CLIENT_SECRET), one pair for every member.
         scaler_server = self.certs.pair(SCALER_DNS_NAME, "127.0.0.1", "serverAuth")
-        keda_client = self.certs.pair("keda-scaler-client", None, "clientAuth")
+        keda_client = self.certs.pair(KEDA_SCALER_CLIENT, None, "clientAuth")
         targets = {**self.members, CONTROL_PLANE_CONFIG: self.control}
         for name, cluster in targets.items():
             config = cluster.kubeconfig()
@@ -678,6 +683,21 @@ class FleetBox:
                         "name": f"{PEER_SECRET_PREFIX}{name}", "namespace": CROSSPLANE_NAMESPACE,
                     },
                     "stringData": {"kubeconfig": yaml.safe_dump(config)},
+                })  # fmt: skip
+                # What the platform team provides for each member's on-demand activator
+                # (docs/activator-rbac.yaml): a control-plane kubeconfig. A real one is
+                # for a ServiceAccount bound to that ClusterRole; the box's carries the
+                # control plane's admin credentials (tests/e2e/test_on_demand.py runs its
+                # activator with a token bound to the shipped role instead).
+                documents.append({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {
+                        "name": f"{ACTIVATOR_SECRET_PREFIX}{name}",
+                        "namespace": CROSSPLANE_NAMESPACE,
+                    },
+                    "stringData": {
+                        ACTIVATOR_SECRET_KEY: yaml.safe_dump(self.control.kubeconfig()),
+                    },
                 })  # fmt: skip
             secret = f"{name}-kubeconfig"
             documents.append({

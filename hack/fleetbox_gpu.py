@@ -67,6 +67,9 @@ CONTROLLERS = (
     "replicaset-controller",
     "resourceclaim-controller",
     "horizontal-pod-autoscaler-controller",
+    # A pod bound to a node that is gone is marked (DisruptionTarget) and deleted, as in a
+    # cluster; its workload replaces it (the parking scenario's node loss).
+    "pod-garbage-collector-controller",
 )
 # What KWOK manages: only the nodes the box made (a node annotated so).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"

@@ -37,12 +37,21 @@ from pathlib import Path
 
 import yaml
 
-from functions.common.contracts import SCALER_PORT, SCALER_SERVICE_NAME, SYSTEM_NAMESPACE
+from functions.common.contracts import (
+    SCALED_OBJECT_API_VERSION,
+    SCALER_CLIENT_SECRET,
+    SCALER_PORT,
+    SCALER_SERVICE_NAME,
+    SCALER_TRIGGER_AUTHENTICATION,
+    SYSTEM_NAMESPACE,
+)
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleetbox import (
+    KEDA_SCALER_CLIENT,
     REPO,
+    SCALER_DNS_NAME,
     Certificates,
     FleetBoxError,
     Process,
@@ -57,9 +66,23 @@ EXTERNAL_METRICS_GROUP = "external.metrics.k8s.io"
 EXTERNAL_METRICS_APISERVICE = f"v1beta1.{EXTERNAL_METRICS_GROUP}"
 FRONT_PROXY_CLIENT = "front-proxy-client"
 RUNTIME_TOOLS = ("keda-operator", "keda-adapter")
+# The processes `Runtime` adds to the box, each named `<kind>-<member>`.
+PROCESS_KINDS = ("agent", "scaler", "keda-operator", "keda-adapter", "kube-controller-manager-hpa")
 ENTRYPOINT = [sys.executable, "-m", "functions.entrypoint", "runtime"]
 # How long the agents' Leases last: short, so a failover fits in a test.
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 1.0
+# The agents' steps, faster than a cluster's defaults so a scenario fits in a test, slow
+# enough for a loaded 2-core machine. `collector` is the interval of the collectors the
+# scenarios run (COLLECTOR_INTERVAL): a signal point older than three is stale.
+COLLECTOR_INTERVAL = 2
+AGENT_INTERVALS = {
+    "signal": 1,
+    "collector": COLLECTOR_INTERVAL,
+    "report": 2,
+    "hub": 1,
+    "health": 5,
+    "inventory": 30,
+}
 
 
 def in_cluster_name(service: str, namespace: str, port: int) -> str:
@@ -105,8 +128,11 @@ def aggregation_args(pki: Path) -> list[str]:
 
 
 class ServiceProxy(socketserver.ThreadingTCPServer):
-    """An HTTP CONNECT proxy on loopback that maps in-cluster Service addresses
-    (`name.namespace.svc.cluster.local:port`) to local ones and refuses the rest."""
+    """A proxy on loopback that maps in-cluster Service addresses
+    (`name.namespace.svc[.cluster.local]:port`) to local ones and refuses the rest: HTTP
+    CONNECT (KEDA's gRPC) and plain HTTP requests in absolute form (Python's urllib, as
+    our agent reads the collector's signals page, with `http_proxy` set). `routes` may
+    change while it runs (a test starts a member's collector late)."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -128,25 +154,43 @@ class ServiceProxy(socketserver.ThreadingTCPServer):
 
 class _Tunnel(socketserver.StreamRequestHandler):
     def handle(self) -> None:
-        request = self.rfile.readline(8192).decode("latin-1").split()
-        while self.rfile.readline(8192) not in (b"\r\n", b"\n", b""):
-            pass  # the request's headers: nothing in them changes the route
-        if len(request) != 3 or request[0] != "CONNECT":
+        line = self.rfile.readline(8192)
+        request = line.decode("latin-1").split()
+        headers = []
+        while (header := self.rfile.readline(8192)) not in (b"\r\n", b"\n", b""):
+            headers.append(header)
+        if len(request) != 3:
+            self.wfile.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            return
+        method, target, version = request
+        if method == "CONNECT":
+            address, first = target, b""
+        elif target.startswith("http://"):
+            address, _, path = target[len("http://") :].partition("/")
+            address = address if ":" in address else f"{address}:80"
+            # Relayed as one request to the origin, in origin form, closing after it.
+            kept = [h for h in headers if not h.lower().startswith((b"proxy-", b"connection"))]
+            first = f"{method} /{path} {version}\r\n".encode("latin-1")
+            first += b"".join(kept) + b"Connection: close\r\n\r\n"
+        else:
             self.wfile.write(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
             return
-        target = self.server.routes.get(request[1])
-        if target is None:
+        route = self.server.routes.get(address)
+        if route is None:
             self.wfile.write(b"HTTP/1.1 403 Forbidden\r\n\r\nno such in-cluster service\r\n")
             return
-        host, port = target.rsplit(":", 1)
+        host, port = route.rsplit(":", 1)
         try:
             upstream = socket.create_connection((host, int(port)), timeout=5)
         except OSError:
             self.wfile.write(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
             return
         upstream.settimeout(None)
-        self.wfile.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-        self.wfile.flush()
+        if first:
+            upstream.sendall(first)
+        else:
+            self.wfile.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            self.wfile.flush()
         pump = threading.Thread(target=_pump, args=(upstream, self.connection), daemon=True)
         pump.start()
         _pump(self.connection, upstream)
@@ -221,6 +265,36 @@ class Runtime:
         if result.returncode != 0 and "AlreadyExists" not in result.stderr:
             raise FleetBoxError(f"AdaptivePolicy CRD on {name}: {result.stderr.strip()}")
         box._wait_crds_established(name)
+        # KEDA dials the scaler with the client certificate compose-serving-stack copies
+        # from the platform's Secrets (the box's, `FleetBox._connect_members`) through the
+        # ClusterTriggerAuthentication every composed ScaledObject names. On a member
+        # without an InferenceCluster nothing composed them: the same objects, made here.
+        for document in self._scaler_authentication():
+            result = box.kubectl(name, "create", "-f", "-", stdin=yaml.safe_dump(document),
+                                 check=False)  # fmt: skip
+            if result.returncode != 0 and "AlreadyExists" not in result.stderr:
+                raise FleetBoxError(f"{document['kind']} on {name}: {result.stderr.strip()}")
+
+    def _scaler_authentication(self) -> list[dict]:
+        client = self.box.certs.root / KEDA_SCALER_CLIENT
+        keys = ("ca.crt", "tls.crt", "tls.key")
+        return [
+            {
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": SCALER_CLIENT_SECRET, "namespace": KEDA_NAMESPACE},
+                "stringData": {key: (client / key).read_text() for key in keys},
+            },
+            {
+                "apiVersion": SCALED_OBJECT_API_VERSION, "kind": "ClusterTriggerAuthentication",
+                "metadata": {"name": SCALER_TRIGGER_AUTHENTICATION},
+                "spec": {"secretTargetRef": [
+                    {"parameter": parameter, "name": SCALER_CLIENT_SECRET, "key": key}
+                    for parameter, key in zip(
+                        ("caCert", "tlsClientCert", "tlsClientKey"), keys, strict=True
+                    )
+                ]},
+            },
+        ]  # fmt: skip
 
     def _start_hpa_controller(self, name: str) -> None:
         """A GPU member's controller manager runs the HPA controller already; on another,
@@ -248,6 +322,9 @@ class Runtime:
                 *ENTRYPOINT, "scaler", f"--cluster={name}",
                 f"--kubeconfig={self.box.kubeconfigs[name]}",
                 f"--listen=127.0.0.1:{port}",
+                # TLS with client certificates, as composed: the box's pair for the
+                # scaler's in-cluster name, and its CA, which signed KEDA's.
+                f"--tls-cert-dir={self.box.certs.root / SCALER_DNS_NAME}",
                 f"--health-listen=127.0.0.1:{_free_port_on('127.0.0.1')}",
                 "--metrics-port=0",
             ],
@@ -257,6 +334,15 @@ class Runtime:
         self.proxies[name] = ServiceProxy({
             in_cluster_name(SCALER_SERVICE_NAME, SYSTEM_NAMESPACE, SCALER_PORT): f"127.0.0.1:{port}"
         })  # fmt: skip
+
+    def route(self, member: str, address: str, local: str | None) -> None:
+        """Make an in-cluster address (`host:port`, as a URL names it) reach a local one
+        for the member's runtime (None: unreachable again), e.g. the agent's collector
+        page (`contracts.COLLECTOR_SIGNALS_URL`) to a collector a test runs."""
+        if local is None:
+            self.proxies[member].routes.pop(address, None)
+        else:
+            self.proxies[member].routes[address] = local
 
     def _start_agent(self, name: str) -> None:
         workdir = self.box.members[name].workdir
@@ -268,9 +354,16 @@ class Runtime:
                 f"--lease-duration={LEASE_DURATION}", f"--renew-deadline={RENEW_DEADLINE}",
                 f"--retry-period={RETRY_PERIOD}",
                 f"--decision-log={workdir / 'decisions.jsonl'}",
+                *[f"--interval={step}={seconds}" for step, seconds in AGENT_INTERVALS.items()],
                 f"--metrics-port={_free_port_on('127.0.0.1')}",
             ],
             workdir / "agent.log",
+            # The agent reads in-cluster pages (the collector's signals) by name, through
+            # the member's proxy; its API servers are on loopback, never proxied.
+            env={
+                "http_proxy": self.proxies[name].url,
+                "no_proxy": f"127.0.0.1,localhost,{self.host}",
+            },
             cwd=REPO,
         ))  # fmt: skip
 

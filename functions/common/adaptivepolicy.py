@@ -8,6 +8,8 @@ writes the same bytes and a field added to the CRD (apis/adaptivepolicies) is on
 
 from typing import Final
 
+from functions.common.naming import service_name
+
 # AdaptivePolicy.spec's fields other than `workload`, in the order every copy writes them.
 POLICY_FIELDS: Final = (
     "mode",
@@ -30,14 +32,35 @@ POLICY_FIELDS: Final = (
 RESOLVED_FIELDS: Final = frozenset({"clusters", "route"})
 PASSTHROUGH_FIELDS: Final = tuple(f for f in POLICY_FIELDS if f not in RESOLVED_FIELDS)
 # Per-cluster settings a deployment's `autoscaling.clusters[]` may give a cluster entry.
+# Not `backendRef`: with managed traffic the suite composes each cluster's backend and
+# names it (cluster_backend_name), so the name the hub weights is the one on the route.
 CLUSTER_SETTINGS: Final = (
     "weight",
     "minWeight",
     "maxWeight",
     "costRank",
     "replicaCapacity",
-    "backendRef",
 )
+
+
+def endpoint_name(deployment: str) -> str:
+    """The model's Service, InferencePool and HTTPRoute on every member it runs on."""
+    return service_name(deployment)
+
+
+def cluster_backend_name(deployment: str, cluster: str) -> str:
+    """The backend that carries a deployment's traffic to one cluster: that cluster's
+    exported Service, the ServiceImport every member routes to, and the policy's
+    `clusters[].backendRef` (the name the hub writes the cluster's weight for)."""
+    return service_name(deployment, "at", cluster)
+
+
+def manages_traffic(autoscaling: object) -> bool:
+    """Whether the hub weights this deployment's routes: `traffic.routes` is named."""
+    if not isinstance(autoscaling, dict):
+        return False
+    traffic = autoscaling.get("traffic")
+    return isinstance(traffic, dict) and bool(traffic.get("routes"))
 
 
 def _valid_weights(entries: list[dict]) -> bool:
@@ -84,6 +107,49 @@ def fit_cluster_weights(entries: list[dict]) -> list[dict]:
         for e in out:
             e.pop("weight", None)
     return out
+
+
+def equal_shares(names: list[str], total: int = 100) -> dict[str, int]:
+    """`total` split evenly, the remainder to the first names."""
+    if not names:
+        return {}
+    share, extra = divmod(total, len(names))
+    return {n: share + (1 if i < extra else 0) for i, n in enumerate(names)}
+
+
+def fit_to_bounds(
+    weights: dict[str, int], lo: dict[str, int], hi: dict[str, int]
+) -> dict[str, int]:
+    """The nearest weights summing to 100 with each within [lo, hi]: clamped, then the
+    difference taken from (or given to) the members with most slack, names breaking
+    ties. The policy's rules guarantee the bounds admit a sum of 100."""
+    out = {n: min(hi[n], max(lo[n], w)) for n, w in weights.items()}
+    gap = 100 - sum(out.values())
+    while gap:
+        if gap > 0:
+            slack = {n: hi[n] - out[n] for n in out if out[n] < hi[n]}
+        else:
+            slack = {n: out[n] - lo[n] for n in out if out[n] > lo[n]}
+        if not slack:
+            break
+        name = max(slack, key=lambda n: (slack[n], n))
+        move = min(abs(gap), slack[name])
+        out[name] += move if gap > 0 else -move
+        gap += -move if gap > 0 else move
+    return out
+
+
+def steady_shares(entries: list[dict]) -> dict[str, int]:
+    """The weights a hub starts from for a policy's `clusters[]` (raw entries): the
+    `weight`s set (members without one share the rest evenly), else equal shares, within
+    each member's minWeight/maxWeight. Composed routes start here, so the weights the
+    hub believes on its first step are the ones the routes carry."""
+    set_weights = {e["name"]: int(e["weight"]) for e in entries if e.get("weight") is not None}
+    unset = sorted(e["name"] for e in entries if e.get("weight") is None)
+    weights = set_weights | equal_shares(unset, 100 - sum(set_weights.values()))
+    lo = {e["name"]: int(e.get("minWeight", 0)) for e in entries}
+    hi = {e["name"]: int(e.get("maxWeight", 100)) for e in entries}
+    return fit_to_bounds(weights, lo, hi)
 
 
 # The signal fields of AdaptivePolicy.spec.signals (besides `window`).

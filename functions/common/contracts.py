@@ -36,8 +36,18 @@ LABEL_ROLE: Final = "modelplane.ai/role"  # Standalone, Leader, Worker, Prefill,
 LABEL_CLUSTER: Final = "modelplane.ai/cluster"  # the InferenceCluster a ModelReplica runs on
 
 POD_LABELS: Final = (LABEL_SERVING, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_ROLE)
+# The endpoint picker's own engine-type label (Gateway API Inference Extension's metrics
+# extractor, `engineLabelKey` default; llm-d's scheduler reads it as its fallback): it
+# picks which engine's queue and KV-cache metric names the picker reads. Stamped with
+# the extension's name for the engines it maps; a pod without it is read as vLLM.
+LABEL_PICKER_ENGINE_TYPE: Final = "inference.networking.k8s.io/engine-type"
+PICKER_ENGINE_TYPES: Final = {"vllm": "vllm", "sglang": "sglang"}
 
 ANNOTATION_RETRY: Final = "modelplane.ai/retry"  # a new value unparks a parked model
+# Set by a member's on-demand activator on a ModelDeployment (a new value each time) when a
+# request found no ready replica: compose-model-deployment makes one fresh placement attempt
+# for that value and answers it in status.onDemand.attempt.
+ANNOTATION_ACTIVATE: Final = "modelplane.ai/activate"
 # On every composed pod template: the definition (ModelReplica spec.definitionHash) the pod
 # runs. The member's agent counts start failures per definition from it.
 ANNOTATION_DEFINITION_HASH: Final = "modelplane.ai/definition-hash"
@@ -94,6 +104,15 @@ SYSTEM_NAMESPACE: Final = "modelplane-system"
 COLLECTOR_SERVICE_NAME: Final = "modelplane-collector"
 COLLECTOR_SIGNALS_PORT: Final = 9465
 PORT_NAME_SIGNALS: Final = "signals"
+# Where engines send OTLP traces and logs (with a TelemetryDestination that carries them):
+# the cluster collector's OTLP receiver, gRPC and HTTP, behind the same Service.
+COLLECTOR_OTLP_GRPC_PORT: Final = 4317
+COLLECTOR_OTLP_HTTP_PORT: Final = 4318
+PORT_NAME_OTLP_GRPC: Final = "otlp-grpc"
+PORT_NAME_OTLP_HTTP: Final = "otlp-http"
+COLLECTOR_OTLP_GRPC_HOST_PORT: Final = (
+    f"{COLLECTOR_SERVICE_NAME}.{SYSTEM_NAMESPACE}.svc:{COLLECTOR_OTLP_GRPC_PORT}"
+)
 # Where the agent reads that page by default (in-cluster DNS; no store in between).
 COLLECTOR_SIGNALS_URL: Final = (
     f"http://{COLLECTOR_SERVICE_NAME}.{SYSTEM_NAMESPACE}.svc:{COLLECTOR_SIGNALS_PORT}/metrics"
@@ -194,6 +213,39 @@ INFERENCE_GATEWAY_NAMESPACE: Final = SYSTEM_NAMESPACE
 # Extension's body-based router from the OpenAI request's `model`): the deployment name.
 HEADER_MODEL_NAME: Final = "X-Gateway-Model-Name"
 
+# The InferencePool (Gateway API Inference Extension) a member's route sends its own
+# share to: a pool selects pods in its own cluster only, so on a member's route an
+# InferencePool backendRef is always that member's pods.
+INFERENCE_POOL_GROUP: Final = "inference.networking.k8s.io"
+KIND_INFERENCE_POOL: Final = "InferencePool"
+# Managed traffic reaches another member through the Multi-Cluster Services API
+# (KEP-1645): each member exports a per-cluster Service of its serving pods
+# (ServiceExport), and the ClusterSet's MCS controller imports it into every member as
+# a ServiceImport of the same name, which Gateway API accepts as a backendRef (GEP-1748).
+MULTICLUSTER_GROUP: Final = "multicluster.x-k8s.io"
+MULTICLUSTER_VERSION: Final = "v1alpha1"
+KIND_SERVICE_EXPORT: Final = "ServiceExport"
+KIND_SERVICE_IMPORT: Final = "ServiceImport"
+
+
+# --- On-demand models ---------------------------------------------------------------------
+
+# The activator every member runs: an on-demand model's route points at it while the model
+# has no ready replica on that member. The route names the ModelDeployment in
+# HEADER_DEPLOYMENT (`namespace/name`); the activator proxies on with HEADER_ACTIVATED set,
+# and answers (never proxies) a request that already carries it, so no loop can form.
+ACTIVATOR_SERVICE_NAME: Final = "modelplane-activator"
+ACTIVATOR_PORT: Final = 8090
+HEADER_DEPLOYMENT: Final = "X-Modelplane-Deployment"
+HEADER_ACTIVATED: Final = "X-Modelplane-Activated"
+# The control plane's Secret (in the composed namespace, key `kubeconfig`) with the
+# activator's credentials for one member: a ServiceAccount bound to ACTIVATOR_CLUSTER_ROLE
+# (get/list/watch ModelDeployments, patch them to set ANNOTATION_ACTIVATE), copied to the
+# member as ACTIVATOR_SERVICE_NAME + "-control-plane".
+ACTIVATOR_SECRET_PREFIX: Final = "modelplane-activator-"
+ACTIVATOR_SECRET_KEY: Final = "kubeconfig"
+ACTIVATOR_CLUSTER_ROLE: Final = "modelplane-activator"
+
 # AdaptivePolicy.spec.workload names the model's KEDA ScaledObject (named after the
 # deployment), not the Deployment / LeaderWorkerSet / PodCliqueSet behind it: the copy
 # must be byte-identical on every member, and members on different stacks run different
@@ -213,3 +265,8 @@ ADAPTIVE_POLICY_MAX_CLUSTERS: Final = 100
 KAI_QUEUE_LABEL: Final = "kai.scheduler/queue"
 KAI_ROOT_QUEUE: Final = "modelplane-root"
 KAI_QUEUE: Final = "modelplane"
+
+# --- ModelCache (compose-model-deployment composes it; compose-model-replica mounts it) ---
+
+KIND_MODEL_CACHE: Final = "ModelCache"
+LABEL_MODEL_CACHE: Final = "modelplane.ai/model-cache"  # on a cache's volume and Job

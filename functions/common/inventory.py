@@ -12,7 +12,8 @@ the InferenceCluster XRD's status.inventory schema (apis/inferenceclusters).
 """
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from functions.common.contracts import SYSTEM_NAMESPACE
@@ -28,6 +29,65 @@ KEY_INVENTORY: Final = "inventory"
 # multi-node replica may not span. A GPU node without it counts under FABRIC_UNLABELLED.
 LABEL_FABRIC: Final = "modelplane.ai/fabric"
 FABRIC_UNLABELLED: Final = "unlabelled"
+
+
+@dataclass(frozen=True)
+class FabricLabel:
+    """Which node label names a pool's fabric: the InferenceCluster pool's
+    `fabricNodeLabel` (LABEL_FABRIC when unset), for the nodes its `nodeSelector` matches
+    (every node when it has none). compose-serving-stack passes one per pool to the
+    agent as `--fabric-label` (`format_fabric_label`); the agent's inventory reads each
+    node's fabric through them (`node_fabric`)."""
+
+    label: str = LABEL_FABRIC
+    node_selector: tuple[tuple[str, str], ...] = field(default=())
+
+
+def fabric_labels_of_pools(pools: Sequence[Mapping[str, Any]]) -> tuple[FabricLabel, ...]:
+    """An InferenceCluster's spec.nodePools, as the agent's fabric labels (pool order)."""
+    return tuple(
+        FabricLabel(
+            str(pool.get("fabricNodeLabel") or LABEL_FABRIC),
+            tuple(sorted((str(k), str(v)) for k, v in (pool.get("nodeSelector") or {}).items())),
+        )
+        for pool in pools
+    )
+
+
+def format_fabric_label(fabric: FabricLabel) -> str:
+    """`LABEL` or `LABEL:key=value,key=value` (label keys and values hold no `:`, `,`, `=`
+    beyond the key's own prefix slash, so the form is unambiguous)."""
+    if not fabric.node_selector:
+        return fabric.label
+    return fabric.label + ":" + ",".join(f"{k}={v}" for k, v in fabric.node_selector)
+
+
+def parse_fabric_label(text: str) -> FabricLabel:
+    """The inverse of `format_fabric_label`; ValueError naming what is wrong."""
+    label, _, selector = text.partition(":")
+    if not label:
+        raise ValueError(f"{text!r}: expected LABEL or LABEL:key=value,...")
+    pairs = []
+    for part in filter(None, selector.split(",")):
+        key, eq, value = part.partition("=")
+        if not key or not eq:
+            raise ValueError(f"{text!r}: node selector part {part!r} is not key=value")
+        pairs.append((key, value))
+    return FabricLabel(label, tuple(sorted(pairs)))
+
+
+def node_fabric(node_labels: Mapping[str, str], fabrics: Sequence[FabricLabel]) -> str:
+    """A node's fabric: the label of the first pool whose nodeSelector matches it, else
+    the first selector-less pool label the node carries, else LABEL_FABRIC's value, else
+    FABRIC_UNLABELLED."""
+    for fabric in fabrics:
+        if fabric.node_selector and all(node_labels.get(k) == v for k, v in fabric.node_selector):
+            return node_labels.get(fabric.label) or FABRIC_UNLABELLED
+    for fabric in fabrics:
+        if not fabric.node_selector and node_labels.get(fabric.label):
+            return node_labels[fabric.label]
+    return node_labels.get(LABEL_FABRIC) or FABRIC_UNLABELLED
+
 
 # The DRA driver whose devices are counted as GPUs (NVIDIA's k8s-dra-driver-gpu).
 GPU_DRIVER: Final = "gpu.nvidia.com"

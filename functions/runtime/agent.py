@@ -28,8 +28,9 @@ from functions.common.contracts import (
     COLLECTOR_SIGNALS_URL,
     LABEL_SERVING,
 )
+from functions.common.inventory import FabricLabel
 from functions.runtime import planner
-from functions.runtime.acting import Actor, NotHub, policy_path, route_path
+from functions.runtime.acting import Actor, NotHub, is_own_pool, policy_path, route_path
 from functions.runtime.advisor import ChatAdvisor
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
@@ -158,6 +159,8 @@ class AgentConfig:
     hub_interval: float = HUB_STEP_SECONDS
     health_interval: float = HEALTH_INTERVAL_SECONDS
     inventory_interval: float = REPORT_INTERVAL_SECONDS
+    # Which node label names each pool's fabric (the InferenceCluster's pools).
+    fabric_labels: tuple[FabricLabel, ...] = ()
 
 
 class Agent:
@@ -205,6 +208,7 @@ class Agent:
             (lambda: counters_from_signals(self.history))
             if config.signals_url
             else (lambda: counters_from_prometheus(config.prometheus_url)),
+            config.fabric_labels,
         )
 
     # --- reading -----------------------------------------------------------------------
@@ -353,6 +357,9 @@ class Agent:
         for rule in (obj.get("spec") or {}).get("rules") or []:
             for ref in rule.get("backendRefs") or []:
                 member = by_backend.get(ref.get("name"))
+                own = policy.spec.cluster(self.config.cluster) is not None
+                if member is None and own and is_own_pool(ref, by_backend):
+                    member = self.config.cluster  # this member's own pods (see acting)
                 if member is not None:
                     weights[member] = weights.get(member, 0) + int(ref.get("weight", 1))
         total = sum(weights.values())
@@ -662,6 +669,8 @@ def start_loop(
     runtime_metrics=None,
     *,
     signals_url: str | None = COLLECTOR_SIGNALS_URL,
+    fabric_labels: tuple[FabricLabel, ...] = (),
+    intervals: dict[str, float] | None = None,
 ) -> RunningLoop:
     """The agent's reports, hub steps and health records beside a running election agent
     (functions/runtime/election.py), on the runtime's metrics when they are served."""
@@ -675,7 +684,11 @@ def start_loop(
     log_file = None if decision_log == "-" else open(decision_log, "a", encoding="utf-8")  # noqa: SIM115
     agent = Agent(
         AgentConfig(
-            cluster=election.cluster, prometheus_url=prometheus_url, signals_url=signals_url
+            cluster=election.cluster,
+            prometheus_url=prometheus_url,
+            signals_url=signals_url,
+            fabric_labels=fabric_labels,
+            **(intervals or {}),
         ),
         members,
         ElectionRole(election),

@@ -25,6 +25,7 @@ from pathlib import Path
 import click
 
 from functions.common.contracts import (
+    ACTIVATOR_PORT,
     COLLECTOR_SIGNALS_URL,
     HEALTHZ_PATH,
     METRICS_PORT,
@@ -40,6 +41,8 @@ from functions.runtime.election_core import (
 )
 
 IN_CLUSTER = "in-cluster"
+DEFAULT_UPSTREAM = "http://{service}.{namespace}.svc:{port}"
+DEFAULT_ATTEMPT_TIMEOUT = 60.0
 
 log = logging.getLogger("modelplane.runtime")
 
@@ -58,6 +61,8 @@ def main(log_level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
 
+
+AGENT_STEPS = ("signal", "collector", "report", "hub", "health", "inventory")
 
 # --- shared options ----------------------------------------------------------------
 
@@ -93,6 +98,15 @@ def parse_member(_ctx, _param, values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"{value!r}: member {name!r} is given twice")
         members[name] = source
     return members
+
+
+def parse_fabric_labels(_ctx, _param, values: tuple[str, ...]) -> tuple:
+    from functions.common.inventory import parse_fabric_label  # noqa: PLC0415
+
+    try:
+        return tuple(parse_fabric_label(v) for v in values)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
 
 
 def client_for(source: str):
@@ -168,10 +182,28 @@ def election_agent(
     help="The cluster collector's page of merged vocabulary series ('' for none).",
 )
 @click.option(
+    "--fabric-label",
+    "fabric_labels",
+    multiple=True,
+    callback=parse_fabric_labels,
+    help="The node label naming a node pool's fabric, as LABEL or LABEL:key=value,... "
+    "(the pool's nodeSelector); one per pool of this InferenceCluster, in its order. "
+    "None: modelplane.ai/fabric.",
+)
+@click.option(
     "--decision-log",
     default="-",
     show_default=True,
     help="Append hub decisions here, one JSON line each ('-': stdout).",
+)
+@click.option(
+    "--interval",
+    "intervals",
+    multiple=True,
+    metavar="STEP=SECONDS",
+    help="How often one of the agent's steps runs: " + ", ".join(AGENT_STEPS) + " (e.g. "
+    "report=2); repeat. The defaults suit a cluster; a test box runs faster. `collector` "
+    "is the collector's own interval (how old a signal point may get).",
 )
 @metrics_option
 def agent(
@@ -184,7 +216,9 @@ def agent(
     retry_period,
     prometheus_url,
     signals_url,
+    fabric_labels,
     decision_log,
+    intervals,
     metrics_port,
 ):
     from functions.runtime import cert_expiry  # noqa: PLC0415
@@ -195,6 +229,7 @@ def agent(
         timings = Timings(lease_duration, renew_deadline, retry_period)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--lease-duration") from error
+    steps = parse_intervals(intervals)
     running: list = []  # the loop, once started; until then the probes say "starting"
 
     def probe(check):
@@ -220,13 +255,43 @@ def agent(
     election = election_agent(cluster, pod, members, timings, metrics).start()
     clients = {name: client_for(source) for name, source in sorted(members.items())}
     loop = start_loop(
-        election, clients, prometheus_url, decision_log, metrics, signals_url=signals_url or None
+        election,
+        clients,
+        prometheus_url,
+        decision_log,
+        metrics,
+        signals_url=signals_url or None,
+        fabric_labels=fabric_labels,
+        intervals=steps,
     )
     running.append(loop)
     wait_for_shutdown()
     loop.stop()
     log.info("agent %s: shutting down, releasing its Leases", election.identity)
     election.stop(release=True)
+
+
+def parse_intervals(values: tuple[str, ...]) -> dict[str, float]:
+    """`--interval STEP=SECONDS` values as AgentConfig fields (`<step>_interval`)."""
+    out = {}
+    for value in values:
+        step, _, seconds = value.partition("=")
+        if step not in AGENT_STEPS:
+            raise click.BadParameter(
+                f"{value!r}: the step must be one of {', '.join(AGENT_STEPS)}",
+                param_hint="--interval",
+            )
+        try:
+            number = float(seconds)
+        except ValueError:
+            number = 0.0
+        if not 0 < number <= 3600:
+            raise click.BadParameter(
+                f"{value!r}: seconds must be a number above 0 and at most 3600",
+                param_hint="--interval",
+            )
+        out[f"{step}_interval"] = number
+    return out
 
 
 # --- scaler --------------------------------------------------------------------------
@@ -326,6 +391,62 @@ def model_health(*, kubeconfig, metrics_port):
     log.info("model health for the control plane on :%d/metrics", metrics_port)
     wait_for_shutdown()
     metrics.shutdown()
+
+
+# --- on-demand activator ----------------------------------------------------------------
+
+
+@main.command(
+    help="Hold a request for an on-demand model with no ready replica for one placement "
+    "attempt, then proxy it or answer why."
+)
+@cluster_option
+@click.option(
+    "--control-plane",
+    required=True,
+    help="A kubeconfig for the control plane (read and patch ModelDeployments only).",
+)
+@click.option(
+    "--listen",
+    default=f"0.0.0.0:{ACTIVATOR_PORT}",
+    show_default=True,
+    help="HOST:PORT to serve requests on.",
+)
+@click.option(
+    "--upstream",
+    default=DEFAULT_UPSTREAM,
+    show_default=True,
+    help="This member's model endpoint; {service}, {namespace}, {port}, {deployment} "
+    "and {cluster} are filled in.",
+)
+@click.option(
+    "--gateway",
+    "gateways",
+    multiple=True,
+    callback=parse_member,
+    help="Another member's inference gateway as NAME=URL; repeat per member.",
+)
+@click.option(
+    "--attempt-timeout",
+    type=float,
+    default=DEFAULT_ATTEMPT_TIMEOUT,
+    show_default=True,
+    help="Seconds the control plane has to answer a placement attempt.",
+)
+def activator(*, cluster, control_plane, listen, upstream, gateways, attempt_timeout):
+    from functions.runtime import activator as activator_shell  # noqa: PLC0415
+
+    plane = activator_shell.ControlPlane(client_for(control_plane))
+    server = activator_shell.serve(
+        plane,
+        cluster,
+        listen,
+        activator_shell.Upstreams(cluster, upstream, gateways),
+        attempt_timeout=attempt_timeout,
+    )
+    log.info("activator for %s listening on %s", cluster, listen)
+    wait_for_shutdown()
+    server.shutdown()
 
 
 if __name__ == "__main__":

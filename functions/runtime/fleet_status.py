@@ -33,6 +33,7 @@ STATE_SHORT: Final = "Short"
 STATE_PENDING: Final = "Pending"  # status not written yet: nothing decided
 STATE_SATISFIED: Final = "Satisfied"
 STATES: Final = (STATE_PARKED, STATE_UNPLACEABLE, STATE_SHORT, STATE_PENDING, STATE_SATISFIED)
+ON_DEMAND_IDLE: Final = "Idle"  # status.onDemand.state before the first request
 
 SCHEMA_VERSION: Final = "modelplane.ai/fleet-status/v1"
 
@@ -101,6 +102,9 @@ class ModelSummary:
     placements: list[Placement]
     unplaceable: Unplaceable | None
     parked: Parked | None
+    # An on-demand model's activity (Idle or Active, status.onDemand.state); "" for a
+    # model that always runs. An idle one wants 0 now, so at 0 it is satisfied.
+    on_demand: str = ""
 
     @property
     def satisfied(self) -> bool:
@@ -433,6 +437,11 @@ def read_model(
         placements=placements,
         unplaceable=unplaceable,
         parked=parked,
+        on_demand=(
+            str((status.get("onDemand") or {}).get("state") or ON_DEMAND_IDLE)
+            if (deployment.get("spec") or {}).get("onDemand") is not None
+            else ""
+        ),
     )
 
 
@@ -592,7 +601,7 @@ def render_table(fleet: FleetStatus) -> str:
         [
             [
                 f"{x.namespace}/{x.name}",
-                x.state,
+                f"{x.state} (on demand: {x.on_demand.lower()})" if x.on_demand else x.state,
                 str(x.ready),
                 str(x.desired),
                 str(x.placed),

@@ -10,7 +10,8 @@ Read from what the member's API server says and nothing else:
   device, unhealthy when its node is unreachable or the device carries a NoSchedule or
   NoExecute taint. An unhealthy device is never also counted as used, so free = total -
   used - unhealthy cannot go below zero;
-- per fabric (the node label `modelplane.ai/fabric`) its GPU nodes and the largest block
+- per fabric (the node label each InferenceCluster pool declares, `fabricNodeLabel`,
+  `modelplane.ai/fabric` by default; see `node_fabric`) its GPU nodes and the largest block
   of entirely free ones — ready nodes whose every device is healthy and unallocated, the
   number that decides whether a multi-node replica can land there;
 - replicas by state, one per replica's head pod (Standalone, Leader or Decode role);
@@ -28,7 +29,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -46,7 +47,6 @@ from functions.common.contracts import (
 from functions.common.inventory import (
     COUNTERS_AVAILABLE,
     COUNTERS_UNAVAILABLE,
-    FABRIC_UNLABELLED,
     GPU_DRIVER,
     IDLE_AFTER_SECONDS,
     INVENTORY_RECORD_API_VERSION,
@@ -54,8 +54,9 @@ from functions.common.inventory import (
     INVENTORY_RECORD_NAME,
     INVENTORY_RECORD_NAMESPACE,
     KEY_INVENTORY,
-    LABEL_FABRIC,
+    FabricLabel,
     device_class,
+    node_fabric,
 )
 from functions.runtime.policy import rfc3339
 from functions.runtime.rest import APPLY_PATCH, kube_request
@@ -276,6 +277,7 @@ def _gpus_and_fabrics(
     states: Mapping[str, str],
     held: Mapping[Any, set[DeviceKey]],
     driver: str,
+    fabric_labels: Sequence[FabricLabel] = (),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     devices = published_devices(objects.slices, driver)
     used_keys = set().union(*held.values()) if held else set()
@@ -295,7 +297,7 @@ def _gpus_and_fabrics(
     labels_by_node = {_name(n): _labels(n) for n in objects.nodes}
     fabrics: dict[str, dict[str, int]] = {}
     for node_name in sorted({d.node for d in devices if d.node}):
-        fabric = labels_by_node.get(node_name, {}).get(LABEL_FABRIC) or FABRIC_UNLABELLED
+        fabric = node_fabric(labels_by_node.get(node_name, {}), fabric_labels)
         entry = fabrics.setdefault(fabric, {"nodes": 0, "largestFreeBlock": 0})
         entry["nodes"] += 1
         if states.get(node_name) == NODE_READY and node_name not in busy_nodes:
@@ -377,11 +379,12 @@ def compute_inventory(
     now: float,
     *,
     driver: str = GPU_DRIVER,
+    fabric_labels: Sequence[FabricLabel] = (),
 ) -> tuple[dict[str, Any], IdleMemory]:
     """The inventory document (status.inventory's shape) and the idle memory to keep."""
     states = _node_states(objects)
     held = allocated_devices(objects.claims)
-    gpus, fabrics = _gpus_and_fabrics(objects, states, held, driver)
+    gpus, fabrics = _gpus_and_fabrics(objects, states, held, driver, fabric_labels)
     replicas = _replicas(objects.pods, held)
     idle, kept = _idle(replicas, counters, memory, now)
     document: dict[str, Any] = {
@@ -455,9 +458,15 @@ class InventoryAgent:
     """Lists the member's nodes, ResourceSlices, ResourceClaims and pods, and writes the
     record (server-side apply, its own field manager)."""
 
-    def __init__(self, api, counters: Callable[[], Counters]):
+    def __init__(
+        self,
+        api,
+        counters: Callable[[], Counters],
+        fabric_labels: Sequence[FabricLabel] = (),
+    ):
         self.api = api
         self.counters = counters
+        self.fabric_labels = tuple(fabric_labels)
 
     def _memory(self) -> IdleMemory:
         try:
@@ -480,7 +489,11 @@ class InventoryAgent:
             slices, claims = [], []  # DRA not served: no devices published
         pods = _list(self.api, "/api/v1/pods", [("fieldSelector", "status.phase!=Succeeded")])
         document, memory = compute_inventory(
-            MemberObjects(nodes, slices, claims, pods), self.counters(), self._memory(), now
+            MemberObjects(nodes, slices, claims, pods),
+            self.counters(),
+            self._memory(),
+            now,
+            fabric_labels=self.fabric_labels,
         )
         kube_request(
             self.api,

@@ -12,13 +12,13 @@ The runtime's timings that the policy does not carry (report period, staleness, 
 step, intent lifetime) are constants here, so the agent, the hub and the tests agree.
 """
 
-import re
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from functions.common import vocabulary
+from functions.common.durations import parse_duration
 from functions.common.naming import stable_hash
 
 REPORT_INTERVAL_SECONDS: Final = 30.0
@@ -40,24 +40,6 @@ DEFAULT_SATURATION_THRESHOLD: Final = 0.9
 HUB_ONLY_CLUSTER_FIELDS: Final = ("weight", "minWeight", "maxWeight", "costRank")
 # Built-in signal names; an extra named metric may not reuse one.
 BUILTIN_SIGNALS: Final = ("demand", "pressure", "latency", "errorRate", "saturation")
-
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-_DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration (`1m30s`, `500ms`, `2h`); the CRD's pattern, no sign."""
-    if not isinstance(text, str) or not text:
-        raise ValueError(f"duration {text!r}: expected e.g. 30s, 2m, 1h30m")
-    position, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        position = match.end()
-    if position != len(text):
-        raise ValueError(f"duration {text!r}: expected e.g. 30s, 2m, 1h30m")
-    return total
 
 
 def rfc3339(seconds: float) -> str:

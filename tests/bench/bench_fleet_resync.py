@@ -15,12 +15,14 @@ observed resources, and as required resources every InferenceCluster and every
 ModelReplica in the fleet (compose-model-deployment asks for both without a selector).
 
 The function runs as Crossplane runs it (`python -m
-functions.compose_model_deployment.main --insecure`), with the receive limit raised so
-that sizes past the default still measure; the request size is then compared with the
-limits:
+functions.compose_model_deployment.main --insecure`, our own default limits); the request
+size is then compared with the limits:
 
-- the SDK's server (crossplane-function-sdk-python, cli.py): receive and send 4 MiB by
-  default (`--max-recv-message-size` / MAX_RECV_MESSAGE_SIZE, in MB);
+- the SDK's server default (crossplane-function-sdk-python, cli.py): receive and send
+  4 MiB (`--max-recv-message-size` / MAX_RECV_MESSAGE_SIZE, in MB) — what our functions
+  used before;
+- ours (functions/common/sdk.py MAX_RECV_MESSAGE_MB / MAX_SEND_MESSAGE_MB): receive
+  256 MiB, send 4 MiB;
 - Crossplane v2.2.1 (internal/xfn/function_runner.go) dials with grpc-go defaults: it
   sends up to math.MaxInt32 and receives responses up to 4 MiB, and has no flag to
   change either.
@@ -56,6 +58,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1  # noqa: E402
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1  # noqa: E402
 
 from functions.common import contracts  # noqa: E402
+from functions.common.sdk import MAX_RECV_MESSAGE_MB, MAX_SEND_MESSAGE_MB  # noqa: E402
 from functions.compose_model_deployment.fn import (  # noqa: E402
     REQUIRED_CLUSTERS,
     REQUIRED_REPLICAS,
@@ -70,7 +73,7 @@ from functions.compose_model_deployment.model import read_cluster, read_deployme
 MIB = 1024 * 1024
 SDK_DEFAULT_LIMIT = 4 * MIB  # crossplane.function.cli.DEFAULT_MAX_RECV_MESSAGE_SIZE (MB)
 CROSSPLANE_RESPONSE_LIMIT = 4 * MIB  # grpc-go defaultClientMaxReceiveMessageSize
-BENCH_LIMIT_MB = 1024  # what this benchmark's function accepts, to measure past 4 MiB
+OUR_LIMIT = MAX_RECV_MESSAGE_MB * MIB
 SIZES = ((100, 50), (100, 200), (1000, 50), (1000, 200))
 POOLS = (
     ("h100", "NVIDIA H100 80GB HBM3", "Hopper", "80Gi", 8),
@@ -328,7 +331,8 @@ def _free_port() -> int:
 class Function:
     """compose-model-deployment as its own process, the way Crossplane runs it."""
 
-    def __init__(self, limit_mb: int) -> None:
+    def __init__(self, limit_mb: int | None = None) -> None:
+        """`limit_mb` None: the function's own default limits, as a user runs it."""
         self.port = _free_port()
         self.process = subprocess.Popen(
             [
@@ -338,7 +342,7 @@ class Function:
                 "--insecure",
                 "--address",
                 f"127.0.0.1:{self.port}",
-                f"--max-recv-message-size={limit_mb}",
+                *([f"--max-recv-message-size={limit_mb}"] if limit_mb else []),
             ],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
@@ -395,32 +399,49 @@ def resync(function: Function, fleet: Fleet) -> dict:
     }
 
 
-def limit_check(fleet: Fleet) -> str:
-    """What a function with the SDK's default limit says to the largest request."""
-    function = Function(SDK_DEFAULT_LIMIT // MIB)
+def limit_check(fleet: Fleet, limit_mb: int | None) -> str:
+    """What a function with a given receive limit says to the largest request."""
+    function = Function(limit_mb)
     try:
         function.stub.RunFunction(fleet.request(fleet.deployments[0]), timeout=120)
         return "accepted"
     except grpc.RpcError as err:
-        return f"{err.code().name}: {err.details()[:80]}"
+        return f"{err.code().name}"
     finally:
         function.close()
 
 
-def largest_fitting(cluster_count: int, limit: int = SDK_DEFAULT_LIMIT) -> tuple[int, int, int]:
-    """The most deployments whose reconcile request still fits `limit` (bisection on the
-    request size; nothing is run), with the fleet's replicas and ModelReplicas then."""
-    low, high = 1, 4000
-    while high - low > 1:
-        middle = (low + high) // 2
-        fleet = Fleet(middle, cluster_count)
-        if fleet.request(fleet.deployments[0]).ByteSize() <= limit:
-            low = middle
-        else:
-            high = middle
-    fleet = Fleet(low, cluster_count)
-    replicas = sum(d["spec"]["replicas"] for d in fleet.deployments)
-    return low, replicas, len(fleet.all_replicas)
+EXACT_UP_TO = 2000  # deployments; past this the edge is extrapolated (building it takes minutes)
+
+
+def largest_fitting(cluster_count: int, limit: int) -> tuple[int, int, int, int, bool]:
+    """The most deployments whose reconcile request still fits `limit`, with the fleet's
+    replicas, ModelReplicas and that request's bytes then, and whether it was found
+    exactly. The request grows linearly with the deployments (the fleet's ModelReplicas):
+    two fleets give the slope; an edge within EXACT_UP_TO is then walked to exactly,
+    one past it is extrapolated from the slope."""
+    sizes = {m: Fleet(m, cluster_count) for m in (200, 400)}
+    bytes_at = {m: f.request(f.deployments[0]).ByteSize() for m, f in sizes.items()}
+    replicas_at = {m: len(f.all_replicas) for m, f in sizes.items()}
+    slope = (bytes_at[400] - bytes_at[200]) / 200
+    guess = int(200 + (limit - bytes_at[200]) / slope)
+    if guess > EXACT_UP_TO:
+        per_deployment = (replicas_at[400] - replicas_at[200]) / 200
+        objects = int(replicas_at[200] + (guess - 200) * per_deployment)
+        replicas_per_deployment = sum(d["spec"]["replicas"] for d in sizes[400].deployments) / 400
+        return guess, int(guess * replicas_per_deployment), objects, limit, False
+    while True:  # the estimate is within a few deployments; walk to the exact edge
+        fleet = Fleet(guess, cluster_count)
+        size = fleet.request(fleet.deployments[0]).ByteSize()
+        if size > limit:
+            guess -= max(1, (size - limit) // int(slope) + 1)
+            continue
+        larger = Fleet(guess + 1, cluster_count)
+        if larger.request(larger.deployments[0]).ByteSize() <= limit:
+            guess += 1
+            continue
+        replicas = sum(d["spec"]["replicas"] for d in fleet.deployments)
+        return guess, replicas, len(fleet.all_replicas), size, True
 
 
 def main() -> None:
@@ -433,21 +454,22 @@ def main() -> None:
         help="deployments x clusters, comma-separated",
     )
     args = parser.parse_args()
-    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s]
     print(
-        f"full resync, median of {args.runs}; limits: SDK server receives/sends "
-        f"{SDK_DEFAULT_LIMIT // MIB} MiB by default, Crossplane receives responses up to "
+        f"full resync, median of {args.runs}; limits: the SDK's server default receives/sends "
+        f"{SDK_DEFAULT_LIMIT // MIB} MiB, ours receives {MAX_RECV_MESSAGE_MB} MiB and sends "
+        f"{MAX_SEND_MESSAGE_MB} MiB; Crossplane receives responses up to "
         f"{CROSSPLANE_RESPONSE_LIMIT // MIB} MiB and sends without limit"
     )
     header = (
         f"{'deployments':>11} {'clusters':>8} {'replicas':>8} {'MRs':>6} {'resync s':>9} "
         f"{'ms/call':>8} {'cpu ms':>7} {'request':>9} {'response':>9} {'rss MiB':>8} "
-        f"{'peak MiB':>8}  at the SDK's default limit"
+        f"{'peak MiB':>8}  SDK default 4 MiB / ours"
     )
     print(header)
     for deployments, cluster_count in sizes:
         fleet = Fleet(deployments, cluster_count)
-        function = Function(BENCH_LIMIT_MB)
+        function = Function()
         try:
             runs = [resync(function, fleet) for _ in range(args.runs)]
             rss, peak = function.rss_mib()
@@ -455,7 +477,11 @@ def main() -> None:
             function.close()
         median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         replicas = sum(d["spec"]["replicas"] for d in fleet.deployments)
-        verdict = limit_check(fleet) if median["request"] > SDK_DEFAULT_LIMIT else "fits"
+        verdict = (
+            f"{limit_check(fleet, SDK_DEFAULT_LIMIT // MIB)} / accepted"
+            if median["request"] > SDK_DEFAULT_LIMIT
+            else "fits / fits"
+        )
         print(
             f"{deployments:>11} {cluster_count:>8} {replicas:>8} {len(fleet.all_replicas):>6} "
             f"{median['wall']:>9.1f} {median['latency_ms']:>8.1f} "
@@ -466,11 +492,15 @@ def main() -> None:
     if args.no_limit_search:
         return
     for cluster_count in sorted({c for _, c in sizes}):
-        most, replicas, objects = largest_fitting(cluster_count)
-        print(
-            f"across {cluster_count} clusters a request passes {SDK_DEFAULT_LIMIT // MIB} MiB "
-            f"after {most} deployments ({replicas} replicas, {objects} ModelReplicas)"
-        )
+        for label, limit in (("the SDK's default", SDK_DEFAULT_LIMIT), ("ours", OUR_LIMIT)):
+            most, replicas, objects, size, exact = largest_fitting(cluster_count, limit)
+            print(
+                f"across {cluster_count} clusters a request passes {label} "
+                f"{limit // MIB} MiB after {'' if exact else '~'}{most} deployments "
+                f"({replicas} replicas, {objects} ModelReplicas, {size / objects:.0f} bytes "
+                f"each{'' if exact else '; extrapolated'})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -135,3 +135,14 @@ def deletes(obj: dict) -> bool:
 
 def observe_only(obj: dict) -> bool:
     return obj["spec"].get("managementPolicies") == ["Observe"]
+
+
+def wait_gone(box: fleetbox.FleetBox, remote: list[tuple[str, dict]]) -> None:
+    """Wait until none of the (member, stub) objects exists on its member any more."""
+
+    def gone():
+        left = [f"{describe(s)} on {m}" for m, s in remote if remote_get(box, m, s) is not None]
+        assert not left, left
+        return True
+
+    fleetbox.wait_for("composed resources gone from the members", gone, CONVERGE_SECONDS)

@@ -15,6 +15,7 @@ import time
 
 import fleetbox
 import fleetbox_gpu
+import fleetbox_runtime
 import pytest
 
 from tests.conftest import require_tool
@@ -51,6 +52,32 @@ def box():
         yield fleet
     finally:
         fleet.close()
+
+
+@pytest.fixture(scope="package")
+def runtime(box):
+    """Our agent and scaler, KEDA and the HPA controller on the examples' two members,
+    started once for the tier's runtime scenarios (fencing, parking, floors): an election
+    of two agents with a failover is enough for them, and two members' KEDA, agent and
+    scaler are already a lot on two cores."""
+    for tool in fleetbox_runtime.RUNTIME_TOOLS:
+        require_tool(tool)
+    running = fleetbox_runtime.Runtime(box, fleetbox.DEFAULT_MEMBERS)
+    try:
+        running.start()
+    except BaseException:
+        print(box.logs())
+        running.close()
+        raise
+    try:
+        yield running
+    finally:
+        running.close()
+        for kind in fleetbox_runtime.PROCESS_KINDS:
+            for name in running.members:
+                process = box.processes.pop(f"{kind}-{name}", None)
+                if process is not None:
+                    process.stop(grace=5)
 
 
 def pytest_collection_modifyitems(items):

@@ -75,19 +75,6 @@ def _wait_on_members(box, name: str, clusters: set[str]) -> list[tuple[str, dict
     )
 
 
-def _wait_gone(box, remote: list[tuple[str, dict]]) -> None:
-    def gone():
-        left = [
-            f"{claims.describe(s)} on {m}"
-            for m, s in remote
-            if claims.remote_get(box, m, s) is not None
-        ]
-        assert not left, left
-        return True
-
-    fleetbox.wait_for("composed resources gone from the members", gone, claims.CONVERGE_SECONDS)
-
-
 @pytest.fixture(scope="module")
 def clusters(box):
     """Copies of the example clusters on the spare members, in the tier E2E_TIER."""
@@ -144,7 +131,7 @@ def test_deleting_a_deployment_removes_everything_it_composed_everywhere(box, cl
         control_plane_clean,
         claims.CONVERGE_SECONDS,
     )
-    _wait_gone(box, remote)
+    claims.wait_gone(box, remote)
 
 
 def test_a_cluster_taken_out_of_the_selector_loses_its_replicas(box, clusters):
@@ -176,7 +163,9 @@ def test_a_cluster_taken_out_of_the_selector_loses_its_replicas(box, clusters):
             _wait_on_members(box, name, set(after))
             deleted = claims.everything_composed_for(box, name, NAMESPACE, deleted_with_it=True)
             assert not [m for m, _s in deleted if m == B200]
-            _wait_gone(box, [(m, s) for m, s in before if m == B200 and s["kind"] != "Namespace"])
+            claims.wait_gone(
+                box, [(m, s) for m, s in before if m == B200 and s["kind"] != "Namespace"]
+            )
         finally:
             box.kubectl(
                 claims.CONTROL,
@@ -281,7 +270,7 @@ def test_deleting_the_destination_removes_collectors_and_nothing_else(box, clust
         after = fleetbox.wait_for(
             "collectors no longer composed", collectors_gone, claims.CONVERGE_SECONDS
         )
-        _wait_gone(box, [v for k, v in before.items() if "collector" in k])
+        claims.wait_gone(box, [v for k, v in before.items() if "collector" in k])
         assert set(after) == set(kept), "deleting the destination changed more than the collector"
         now = {k: claims.remote_get(box, m, s)["metadata"]["uid"] for k, (m, s) in kept.items()}
         assert now == kept_uids, "something besides the collector was deleted or recreated"

@@ -5,6 +5,7 @@ reaches the member clusters through provider-kubernetes."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import fleetbox
@@ -17,6 +18,8 @@ from tests.e2e.conftest import measured
 
 EXAMPLE_DEPLOYMENTS = sorted((claims.EXAMPLES / "modeldeployments").glob("*.yaml"))
 EXAMPLE_CLUSTERS = sorted((claims.EXAMPLES / "inferenceclusters").glob("*.yaml"))
+# What a deployment reads besides the clusters: the ModelCaches it may name.
+EXAMPLE_CACHES = sorted((claims.EXAMPLES / "modelcaches").glob("*.yaml"))
 # What each stack's engine workload is on the member.
 WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet", "PodCliqueSet"}
 
@@ -73,10 +76,37 @@ def test_every_example_claim_is_synced_and_its_conditions_say_why(settled, kind,
         assert explained, f"{kind} {name} is not ready and no condition says why: {conditions}"
 
 
-def _rendered_status(function_servers, tmp_path, deployment):
-    required = tmp_path / "clusters.yaml"
-    required.write_text("\n---\n".join(p.read_text() for p in EXAMPLE_CLUSTERS))
-    result = render.render(function_servers, deployment, required=required)
+def _live_replicas(box, name: str) -> tuple[list[dict], list[dict]]:
+    """Every ModelReplica on the control plane, as (this deployment's, everyone else's)."""
+    items = json.loads(
+        box.kubectl(claims.CONTROL, "get", "modelreplicas", "-A", "-o", "json").stdout
+    )["items"]
+    own, others = [], []
+    for item in items:
+        item["metadata"].pop("managedFields", None)
+        owners = {o["name"] for o in item["metadata"].get("ownerReferences", [])}
+        (own if name in owners else others).append(item)
+    return own, others
+
+
+def _rendered_status(function_servers, tmp_path, deployment, box):
+    """What render prints for this deployment given the fleet as it stands live: every
+    ModelReplica read (as on the control plane), its own also observed (placement is sticky, and the
+    examples compete for room, so which deployment placed first decides who got it)."""
+    name = yaml.safe_load(deployment.read_text())["metadata"]["name"]
+    own, others = _live_replicas(box, name)
+    required = tmp_path / "required.yaml"
+    required.write_text(
+        "\n---\n".join(
+            [p.read_text() for p in EXAMPLE_CLUSTERS + EXAMPLE_CACHES]
+            + [yaml.safe_dump(r) for r in own + others]
+        )
+    )
+    observed = None
+    if own:
+        observed = tmp_path / "observed.yaml"
+        observed.write_text("\n---\n".join(yaml.safe_dump(r) for r in own))
+    result = render.render(function_servers, deployment, required=required, observed=observed)
     assert result.returncode == 0, result.stderr
     return result.documents[0]["status"]
 
@@ -96,22 +126,25 @@ def test_deployment_status_survives_the_api_server_and_matches_render(
     settled, function_servers, tmp_path, deployment
 ):
     document = yaml.safe_load(deployment.read_text())
-    expected = _rendered_status(function_servers, tmp_path, deployment)
+    rendered: dict = {}
 
     def placed():
+        rendered["status"] = _rendered_status(function_servers, tmp_path, deployment, settled)
         xr = claims.get(
             settled,
             "modeldeployment",
             document["metadata"]["name"],
             document["metadata"]["namespace"],
         )
-        return xr if xr.get("status", {}).get("placements") == expected.get("placements") else None
+        wanted = rendered["status"].get("placements")
+        return xr if xr.get("status", {}).get("placements") == wanted else None
 
     xr = fleetbox.wait_for(
-        f"{deployment.stem}'s placements as render printed them ({expected.get('placements')})",
+        f"{deployment.stem}'s placements as render printed them for the live fleet",
         placed,
         claims.CONVERGE_SECONDS,
     )
+    expected = rendered["status"]
     live = xr["status"]
     # Every field our function wrote is still there: an API server prunes, silently,
     # any status field its schema lacks.

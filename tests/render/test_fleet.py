@@ -38,6 +38,7 @@ def test_every_render_of_the_fleet_succeeds(fleet):
     kinds = {r.composite["kind"] for r in fleet.renders}
     assert kinds == {
         contracts.KIND_INFERENCE_CLUSTER,
+        contracts.KIND_MODEL_CACHE,
         contracts.KIND_MODEL_DEPLOYMENT,
         contracts.KIND_MODEL_REPLICA,
         contracts.KIND_TELEMETRY_DESTINATION,
@@ -49,6 +50,7 @@ def test_every_cluster_normalizes_the_builtin_engines_with_nothing_applied(fleet
         in_use = rendered.composite["status"]["telemetry"]["mappings"]
         assert [(m["engineType"], m["source"]) for m in in_use] == [
             ("sglang", "BuiltIn"),
+            ("triton-trtllm", "BuiltIn"),
             ("trtllm", "BuiltIn"),
             ("vllm", "BuiltIn"),
         ]

@@ -34,8 +34,11 @@ from functions.common.inventory import (
     IDLE_AFTER_SECONDS,
     INVENTORY_RECORD_NAME,
     LABEL_FABRIC,
+    fabric_labels_of_pools,
+    format_fabric_label,
     inventory_from_record,
 )
+from functions.runtime.cli import parse_fabric_labels
 from functions.runtime.inventory import ANNOTATION_IDLE_MEMORY, Counters, InventoryAgent
 from functions.runtime.rest import kube_request
 from tests.conftest import REPO
@@ -271,3 +274,53 @@ def test_the_agent_reports_the_members_inventory_and_modelplane_status_shows_it(
     table = modelplane("status")
     assert "NVIDIA H100 80GB HBM3  40     10    8          22" in table
     assert "ml-team/llama-70b-us-east-1  us-east-1  llama-70b  10m   8" in table
+
+
+@pytest.mark.tools
+def test_a_pool_that_declares_its_fabric_label_is_counted_by_it(member):
+    """Two nodes of a pool whose InferenceCluster entry says `fabricNodeLabel:
+    network.example.com/fabric` (nodeSelector karpenter.sh/nodepool: h200), as the agent
+    is told by compose-serving-stack's `--fabric-label`: they count under their fabric,
+    not as unlabelled, and the other pool's nodes keep the default label."""
+    api = member.client()
+    core = client.CoreV1Api(api)
+    pool = {"karpenter.sh/nodepool": "h200"}
+    declared = [
+        {"name": "h200", "nodeSelector": pool, "fabricNodeLabel": "network.example.com/fabric"},
+        {"name": "h100"},
+    ]
+    added = ("ib-1", "ib-2")
+    try:
+        for name in added:
+            core.create_node(
+                {
+                    "metadata": {
+                        "name": name,
+                        "labels": {**pool, "network.example.com/fabric": "ib-x"},
+                    }
+                }
+            )
+            node = core.read_node(name)
+            node.status = client.V1NodeStatus(
+                conditions=[client.V1NodeCondition(type="Ready", status="True", reason="Test")]
+            )
+            core.replace_node_status(name, node)
+            _slice(api, name, 8)
+        labels = parse_fabric_labels(
+            None, None, tuple(format_fabric_label(f) for f in fabric_labels_of_pools(declared))
+        )
+        document = InventoryAgent(api, lambda: Counters({}), labels).sync(NOW)
+        assert document["fabrics"] == [
+            {"name": "ib-x", "nodes": 2, "largestFreeBlock": 2},
+            {"name": "nvl-a", "nodes": 3, "largestFreeBlock": 1},
+            {"name": "nvl-b", "nodes": 2, "largestFreeBlock": 0},
+        ]
+        # An agent told nothing reads only modelplane.ai/fabric: the pool is unlabelled.
+        document = InventoryAgent(api, lambda: Counters({})).sync(NOW)
+        assert {"name": "unlabelled", "nodes": 2, "largestFreeBlock": 2} in document["fabrics"]
+    finally:
+        for name in added:
+            kube_request(api, "DELETE", f"{RESOURCE}/resourceslices/{name}-gpu")
+            core.delete_node(name)
+        InventoryAgent(api, lambda: Counters({})).sync(NOW)
+        api.close()

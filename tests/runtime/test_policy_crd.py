@@ -4,6 +4,8 @@ install), and a policy breaking a weight rule is refused naming the rule."""
 
 import contextlib
 import copy
+import json
+import time
 
 import pytest
 import yaml
@@ -89,4 +91,58 @@ def test_an_adaptivepolicy_breaking_a_weight_rule_is_refused(fleet, clusters, ru
         assert refused.value.status == 422
         assert rule in refused.value.body
     finally:
+        api.close()
+
+
+def test_a_bare_string_signal_is_refused_naming_the_field(fleet):
+    """The older `signals: {demand: "<PromQL>"}` form, on the real API server.
+
+    The refusal is the server's own type check: it names the field and the type wanted
+    (`spec.autoscaling.signals.demand ... must be of type object`), and the field's
+    description (kubectl explain) says to write `{promql: <query>}`. A message of our
+    own cannot be given there: a type error blocks every CEL rule, and a signal node
+    left untyped (x-kubernetes-preserve-unknown-fields, to let a string through to a
+    rule) is hidden from its own and its parent's CEL ("unable to convert structural
+    schema to CEL declarations" / "undefined field"), which would drop the signal rules.
+    """
+    api = fleet.members[0].client()
+    extensions = client.ApiextensionsV1Api(api)
+    crd = xrd_as_crd(REPO / "apis" / "modeldeployments" / "definition.yaml")
+    body = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "bare", "namespace": POLICY_NAMESPACE},
+        "spec": {
+            "autoscaling": {
+                "maxReplicas": 2,
+                "signals": {"demand": "sum(rate(vllm:request_success_total[1m]))"},
+            }
+        },
+    }
+    try:
+        extensions.create_custom_resource_definition(crd)
+        group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+        refused = None
+        for _ in range(50):  # the new kind is served a moment after it is created
+            try:
+                client.CustomObjectsApi(api).create_namespaced_custom_object(
+                    group, "v1alpha1", POLICY_NAMESPACE, plural, body, dry_run="All"
+                )
+            except ApiException as err:
+                if err.status == 404:
+                    time.sleep(0.2)
+                    continue
+                refused = err
+            break
+        assert refused is not None, "a bare string signal was accepted"
+        assert refused.status == 422
+        message = json.loads(refused.body)["message"]
+        assert "spec.autoscaling.signals.demand" in message
+        assert "must be of type object" in message
+        schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        signals = schema["properties"]["spec"]["properties"]["autoscaling"]["properties"]
+        assert "write {promql: <query>}" in signals["signals"]["description"]
+    finally:
+        with contextlib.suppress(ApiException):
+            extensions.delete_custom_resource_definition(crd["metadata"]["name"])
         api.close()

@@ -34,6 +34,18 @@ from tests.validate import crossplane_validate
 
 REPO = render.REPO
 INPUTS = sorted((REPO / "tests" / "unit" / "testdata" / "model_replica" / "inputs").glob("*.yaml"))
+# A managed-traffic model on three clusters (its route's ServiceImport backends, the
+# exported Service and ServiceExport): the ModelReplicas of its render golden.
+MANAGED_TRAFFIC = REPO / "tests/render/testdata/model_deployment/managed-traffic/expected.yaml"
+
+
+def managed_traffic_replicas() -> list[dict]:
+    replicas = []
+    for doc in yaml.safe_load_all(MANAGED_TRAFFIC.read_text()):
+        if doc["kind"] == "ModelReplica":
+            doc["metadata"] = {k: doc["metadata"][k] for k in ("name", "namespace", "labels")}
+            replicas.append(doc)
+    return replicas
 
 
 @pytest.fixture(scope="module")
@@ -119,14 +131,14 @@ def validate_objects(schemas: Path, resources: list[Path]) -> subprocess.Complet
 def test_objects_and_custom_resources_match_their_crds(schemas, fleet_replicas, tmp_path):
     core = core_schemas(schemas / "openapi")
     objects, custom = [], []
-    for xr_path in [*INPUTS, *fleet_replicas]:
+    for xr_path in [*INPUTS, *fleet_replicas, *managed_traffic_replicas()]:
         for c in composed(xr_path):
             objects.append(c.object)
             if not core.knows(c.manifest):
                 custom.append(c.manifest)
     kinds = {m["kind"] for m in custom}
     assert kinds >= {"LeaderWorkerSet", "PodCliqueSet", "InferencePool", "HTTPRoute"}
-    assert kinds >= {"ScaledObject", "AdaptivePolicy", "HTTPRouteFilter"}
+    assert kinds >= {"ScaledObject", "AdaptivePolicy", "HTTPRouteFilter", "ServiceExport"}
     files = [tmp_path / "objects.yaml", tmp_path / "custom.yaml"]
     files[0].write_text(yaml.safe_dump_all(objects))
     files[1].write_text(yaml.safe_dump_all(custom))
@@ -150,7 +162,7 @@ def test_core_kinds_of_the_example_fleet_match_the_kubernetes_openapi_document(
     schemas, fleet_replicas
 ):
     core = core_schemas(schemas / "openapi")
-    for replica in fleet_replicas:
+    for replica in [*fleet_replicas, *managed_traffic_replicas()]:
         for c in composed(replica):
             if core.knows(c.manifest):
                 name = replica["metadata"]["name"]

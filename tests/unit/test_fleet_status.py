@@ -330,3 +330,71 @@ def test_explain_shows_each_members_room_for_a_model_that_is_short():
         "room on us-east-1 (as of 2026-12-01T10:00:00Z): H100 8 free of 16; "
         "fabric nvl-a: 1 whole nodes free" in text
     )
+
+
+def on_demand(name, status):
+    obj = deployment(name, status)
+    obj["spec"] = {"onDemand": {"idleAfter": "10m"}}
+    return obj
+
+
+IDLE_AT_ZERO = on_demand(
+    "idle",
+    {"desiredReplicas": 0, "placedReplicas": 0, "readyReplicas": 0, "onDemand": {"state": "Idle"}},
+)
+ASKED_FITS_NOWHERE = on_demand(
+    "asked",
+    {
+        "desiredReplicas": 1,
+        "placedReplicas": 0,
+        "readyReplicas": 0,
+        "unplaceable": {
+            "replicas": 1,
+            "reason": "no H200 anywhere",
+            "since": "2026-12-01T00:00:00Z",
+        },
+        "onDemand": {"state": "Active", "activatedAt": "2026-12-01T00:00:00Z"},
+    },
+)
+ASKED_STARTING = on_demand(
+    "starting",
+    {
+        "desiredReplicas": 1,
+        "placedReplicas": 1,
+        "readyReplicas": 0,
+        "onDemand": {"state": "Active"},
+    },
+)
+
+
+@pytest.mark.parametrize(
+    ("obj", "state", "activity"),
+    [
+        pytest.param(IDLE_AT_ZERO, "Satisfied", "Idle", id="idle_at_zero_is_satisfied"),
+        pytest.param(
+            ASKED_FITS_NOWHERE, "Unplaceable", "Active", id="asked_and_fits_nowhere_is_short"
+        ),
+        pytest.param(ASKED_STARTING, "Short", "Active", id="asked_and_starting_is_short"),
+        pytest.param(
+            on_demand("new", {}), "Pending", "Idle", id="a_new_on_demand_claim_is_pending"
+        ),
+        pytest.param(PLACED, "Satisfied", "", id="an_always_on_model_says_nothing_of_demand"),
+    ],
+)
+def test_on_demand_models_count_against_what_they_should_have_now(obj, state, activity):
+    model = fleet_status.read_model(obj, [])
+    assert (model.state, model.on_demand) == (state, activity)
+
+
+def test_on_demand_models_in_the_json_and_the_table():
+    summary = summarize([], [IDLE_AT_ZERO, ASKED_FITS_NOWHERE], [])
+    assert summary.models == fleet_status.ModelTotals(total=2, satisfied=1, short=1)
+    document = summary.to_dict()
+    jsonschema.validate(document, SCHEMA)
+    assert {m["name"]: m["onDemand"] for m in document["modelList"]} == {
+        "idle": "Idle",
+        "asked": "Active",
+    }
+    table = fleet_status.render_table(summary)
+    assert "Satisfied (on demand: idle)" in table
+    assert "Unplaceable (on demand: active)" in table

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from functions.common.contracts import LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_SERVING
-from functions.common.inventory import GPU_DRIVER, IDLE_AFTER_SECONDS, LABEL_FABRIC
+from functions.common.inventory import (
+    GPU_DRIVER,
+    IDLE_AFTER_SECONDS,
+    LABEL_FABRIC,
+    FabricLabel,
+    fabric_labels_of_pools,
+    format_fabric_label,
+    node_fabric,
+    parse_fabric_label,
+)
 from functions.runtime.inventory import (
     Counters,
     IdleMemory,
@@ -206,6 +215,87 @@ def test_largest_free_block_counts_entirely_free_ready_nodes_per_fabric():
         {"name": "f1", "nodes": 3, "largestFreeBlock": 2},
         {"name": "f2", "nodes": 1, "largestFreeBlock": 0},
     ]
+
+
+# Two pools as an InferenceCluster declares them: h100 names its fabric in the
+# network.example.com/fabric label on its nodes (selected by karpenter.sh/nodepool),
+# a100 declares no label (the default, modelplane.ai/fabric).
+POOLS = [
+    {
+        "name": "h100",
+        "nodeSelector": {"karpenter.sh/nodepool": "h100"},
+        "fabricNodeLabel": "network.example.com/fabric",
+    },
+    {"name": "a100", "nodeSelector": {"karpenter.sh/nodepool": "a100"}},
+]
+
+
+def labelled(name, labels):
+    n = node(name)
+    n["metadata"]["labels"] = labels
+    return n
+
+
+def test_fabrics_are_read_from_the_label_each_pool_declares():
+    objects = MemberObjects(
+        nodes=[
+            labelled("a", {"karpenter.sh/nodepool": "h100", "network.example.com/fabric": "ib-a"}),
+            labelled("b", {"karpenter.sh/nodepool": "h100", "network.example.com/fabric": "ib-b"}),
+            # An h100 node carrying the default label too: its pool's label wins.
+            labelled(
+                "c",
+                {
+                    "karpenter.sh/nodepool": "h100",
+                    "network.example.com/fabric": "ib-a",
+                    LABEL_FABRIC: "stale",
+                },
+            ),
+            labelled("d", {"karpenter.sh/nodepool": "a100", LABEL_FABRIC: "nvl-1"}),
+            # The a100 pool's nodes are not read through h100's label.
+            labelled("e", {"karpenter.sh/nodepool": "a100", "network.example.com/fabric": "ib-a"}),
+        ],
+        slices=[resource_slice(n, ["gpu-0"]) for n in "abcde"],
+        claims=[],
+        pods=[],
+    )
+    fabrics = compute_inventory(
+        objects, Counters({}), IdleMemory(), NOW, fabric_labels=fabric_labels_of_pools(POOLS)
+    )[0]["fabrics"]
+    assert fabrics == [
+        {"name": "ib-a", "nodes": 2, "largestFreeBlock": 2},
+        {"name": "ib-b", "nodes": 1, "largestFreeBlock": 1},
+        {"name": "nvl-1", "nodes": 1, "largestFreeBlock": 1},
+        {"name": "unlabelled", "nodes": 1, "largestFreeBlock": 1},
+    ]
+    # Without the pools' labels (an agent given none), the default label only.
+    default = inventory(objects)[0]["fabrics"]
+    assert [f["name"] for f in default] == ["nvl-1", "stale", "unlabelled"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ({"x/fab": "f1"}, "f1"),
+        ({LABEL_FABRIC: "f2"}, "f2"),
+        ({"x/fab": "f1", LABEL_FABRIC: "f2"}, "f1"),
+        ({}, "unlabelled"),
+    ],
+    ids=["declared_label", "default_label", "declared_before_default", "neither"],
+)
+def test_a_selectorless_pool_label_is_read_on_any_node(labels, expected):
+    assert node_fabric(labels, [FabricLabel("x/fab")]) == expected
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: p["name"])
+def test_the_fabric_label_argument_round_trips(pool):
+    (fabric,) = fabric_labels_of_pools([pool])
+    assert parse_fabric_label(format_fabric_label(fabric)) == fabric
+
+
+@pytest.mark.parametrize("text", ["", ":a=b", "x/fab:nodepool"], ids=["empty", "no_label", "no_eq"])
+def test_a_malformed_fabric_label_argument_names_what_is_wrong(text):
+    with pytest.raises(ValueError, match=r"expected LABEL|is not key=value"):
+        parse_fabric_label(text)
 
 
 def _serving(counter_value=None, error=""):

@@ -20,6 +20,7 @@ RULES = REPO / "package" / "prometheusrule.yaml"
 HEALTHY = frozenset(
     {
         "Available",
+        "Complete",
         "Composed",
         "Creating",
         "NoneDesired",
@@ -28,6 +29,7 @@ HEALTHY = frozenset(
         "OldestDestination",
         "Progressing",
         "Ready",
+        "Running",
         "Scheduled",
         "Serving",
         "Valid",
