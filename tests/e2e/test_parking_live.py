@@ -34,6 +34,7 @@ from functions.common.contracts import (
 from functions.common.health import HealthRecord, health_record_name
 from functions.compose_model_deployment.parking import DEFAULT_MAX_CONSECUTIVE_FAILURES
 from functions.compose_model_replica.serving import ENVOY_GATEWAY_GROUP
+from functions.runtime.health_agent import ANNOTATION_COUNTED, Counted
 from tests.e2e import claims
 
 NAMESPACE = "ml-team"
@@ -88,15 +89,15 @@ def _definition(pod: dict) -> str:
     return (pod["metadata"].get("annotations") or {}).get(ANNOTATION_DEFINITION_HASH, "")
 
 
-def _record(box) -> HealthRecord | None:
-    """The member's health record of the deployment's ModelReplica, as the agent wrote it."""
+def _record(box) -> dict | None:
+    """The member's health record (a ConfigMap) of the deployment's ModelReplica, as the
+    agent wrote it."""
     (replica,) = _replica_names(box)
-    found = claims.remote_get(
+    return claims.remote_get(
         box, MEMBER,
         {"apiVersion": "v1", "kind": "ConfigMap",
          "metadata": {"name": health_record_name(replica), "namespace": NAMESPACE}},
     )  # fmt: skip
-    return HealthRecord.from_data(found.get("data") or {}) if found else None
 
 
 def _route_answer(box) -> dict | None:
@@ -249,14 +250,19 @@ def test_a_model_that_never_starts_is_parked_and_placed_again(box, runtime, clea
 
 
 def _settled_record(box, pod: dict) -> HealthRecord | None:
-    """The record once the agent has written it after `pod` was Ready."""
-    record = _record(box)
-    if record is None or not record.observed_at:
+    """The record once the agent has seen `pod` Ready: its counted annotation lists the
+    pod's uid among the ready ones. (The record's whole-second `observedAt` can equal the
+    pod's Ready time, and the agent rewrites a record only when something changed, so a
+    time comparison can wait forever.)"""
+    found = _record(box)
+    if not found:
         return None
-    ready_at = next(
-        c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "Ready"
+    counted = Counted.from_annotation(
+        (found["metadata"].get("annotations") or {}).get(ANNOTATION_COUNTED)
     )
-    return record if record.observed_at > ready_at else None
+    if pod["metadata"]["uid"] not in counted.ready:
+        return None
+    return HealthRecord.from_data(found.get("data") or {})
 
 
 def _lose_node_of(box, pod: dict) -> str:
