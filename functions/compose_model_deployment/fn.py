@@ -175,6 +175,21 @@ def _report(
         response.warning(rsp, f"{name}: {plan.unplaceable} replicas fit nowhere: {plan.reason}")
 
 
+def _hold(
+    rsp: fnv1.RunFunctionResponse, observed_own: dict, message: str
+) -> fnv1.RunFunctionResponse:
+    """Keep every observed ModelReplica as it is and say why nothing new is placed: what
+    this reconcile cannot read is never read as "nothing runs" (a dropped replica is a
+    deleted workload)."""
+    keep_observed(
+        rsp,
+        {key: plain(s) for key, s in observed_own.items()},
+        metadata=KEPT_REPLICA_METADATA,
+    )
+    set_conditions(rsp, *status.waiting_conditions(message))
+    return rsp
+
+
 def _require_inputs(rsp: fnv1.RunFunctionResponse, deployment: Deployment) -> None:
     """Every InferenceCluster and ModelReplica, and the referenced ModelCache if any."""
     response.require_resources(
@@ -328,37 +343,23 @@ class FunctionRunner(GuardedRunner):
             asked_clusters, asked_replicas, *([asked_cache] if asked_cache is not None else [])
         )
         if missing:
-            keep_observed(
+            return _hold(
                 rsp,
-                {key: plain(s) for key, s in observed_own.items()},
-                metadata=KEPT_REPLICA_METADATA,
+                observed_own,
+                f"asked for {' and '.join(missing)}; placing nothing new until they arrive",
             )
-            set_conditions(
-                rsp,
-                *status.waiting_conditions(
-                    f"asked for {' and '.join(missing)}; placing nothing new until they arrive"
-                ),
-            )
-            return rsp
         cache = _resolve_cache(rsp, name, deployment, asked_cache)
         if cache is False:
             return rsp
         if cache is not None and not cache.exists and observed_own:
             # A cache that went away is not "no cluster holds the weights" for what runs:
             # moving or removing replicas on that reading would be a deletion. Keep them.
-            keep_observed(
+            return _hold(
                 rsp,
-                {key: plain(s) for key, s in observed_own.items()},
-                metadata=KEPT_REPLICA_METADATA,
+                observed_own,
+                f"ModelCache {cache.name} (spec.modelCacheRef.name) does not exist; "
+                "keeping every ModelReplica as it is and placing nothing new",
             )
-            set_conditions(
-                rsp,
-                *status.waiting_conditions(
-                    f"ModelCache {cache.name} (spec.modelCacheRef.name) does not exist; "
-                    "keeping every ModelReplica as it is and placing nothing new"
-                ),
-            )
-            return rsp
         fleet = self._read_fleet(
             rsp,
             name,

@@ -16,6 +16,8 @@ pods.
 
 from __future__ import annotations
 
+import copy
+
 from functions.common.adaptivepolicy import POLICY_FIELDS
 from functions.common.contracts import (
     AUTOSCALING_GROUP_VERSION,
@@ -34,6 +36,14 @@ from functions.compose_model_replica.model import ModelReplica
 
 SCALER_ADDRESS = f"{SCALER_SERVICE_NAME}.{SYSTEM_NAMESPACE}.svc.cluster.local:{SCALER_PORT}"
 PAUSED_REPLICAS_ANNOTATION = "autoscaling.keda.sh/paused-replicas"
+# The hub already waits `calmFor` before it lowers a floor; the HPA's own 300 s
+# scale-down window on top would hold released GPUs five more minutes and leave the
+# workload disagreeing with the floor the hub reports. So the HPA follows the floor.
+ADVANCED = {
+    "horizontalPodAutoscalerConfig": {
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
+    }
+}
 
 
 def policy_name(replica: ModelReplica) -> str:
@@ -98,6 +108,7 @@ def scaled_object(replica: ModelReplica, workload: Workload, *, serving: bool) -
             "scaleTargetRef": workload.ref,
             "minReplicaCount": replica.replicas,
             "maxReplicaCount": max(ceiling, replica.replicas),
+            "advanced": copy.deepcopy(ADVANCED),
             "triggers": [
                 {
                     "type": "external-push",

@@ -24,6 +24,8 @@ from tests.e2e.floors import BURST, CALM, HELPER, HOME, Burst
 RAISE_SECONDS = 240.0
 # Calm: calmFor per step back home, then the release; KEDA's poll.
 CALM_SECONDS = 240.0
+# After the release: the HPA's next sync (15 s) and the pods' deletion, loaded machine.
+GIVE_BACK_SECONDS = 90.0
 # How long the new hub's floor is watched after the failover.
 HOLD_SECONDS = 30.0
 
@@ -81,6 +83,15 @@ def test_a_burst_raises_a_floor_on_a_helper_through_keda_and_calm_releases_it(bu
         return True
 
     fleetbox.wait_for("traffic home and the floor released", home_again, CALM_SECONDS)
+
+    # The GPUs come back: KEDA and the HPA follow the released floor down to the
+    # workload's minimum at once (no 5-minute scale-down window on top of calmFor).
+    def given_back():
+        replicas, _ready = burst.replicas(HELPER)
+        assert replicas == 1, f"{HELPER} still runs {replicas} replicas after the release"
+        return True
+
+    fleetbox.wait_for(f"{HELPER}'s extra replicas given back", given_back, GIVE_BACK_SECONDS)
     actions = [(d["action"], d["message"]) for d in burst.decisions()]
     returns = [i for i, (_, m) in enumerate(actions) if "back home" in m]
     releases = [i for i, (a, _) in enumerate(actions) if "ReleaseCapacity" in a]

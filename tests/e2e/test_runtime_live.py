@@ -30,6 +30,7 @@ from functions.common.contracts import (
     SCALER_TRIGGER_AUTHENTICATION,
     SYSTEM_NAMESPACE,
 )
+from functions.compose_model_replica import autoscaling
 from functions.compose_model_replica.autoscaling import SCALER_ADDRESS
 from functions.runtime.scaler import METRIC_NAME
 
@@ -117,6 +118,7 @@ def scaled_object(name: str, namespace: str) -> dict:
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "minReplicaCount": 1,
             "maxReplicaCount": 6,
+            "advanced": autoscaling.ADVANCED,
             "triggers": [{
                 "type": "external-push",
                 "metadata": {"scalerAddress": SCALER_ADDRESS, "policy": name},
