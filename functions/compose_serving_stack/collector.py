@@ -5,7 +5,10 @@ The pipeline, in order, and why each step sits where it does:
 
 1. `prometheus` discovers pods (Kubernetes service discovery) and keeps only those
    labelled `modelplane.ai/serving`, scraping their container port named `http`; plus
-   the endpoint pickers, the gateway's Envoy proxies and the stack's substrate. The
+   the endpoint pickers, the gateway's Envoy proxies and the stack's substrate, and (with
+   a destination) the member runtime's agent and scaler, whose own metrics (hub,
+   leadership, model health, certificate expiry, the cost of each model's GPUs) reach
+   the destination like any other series. The
    receiver itself sets `k8s.pod.name`, `k8s.pod.uid` and `k8s.namespace.name` on each
    target's resource from the discovery labels.
 2. `memory_limiter` first, so a scrape storm is refused before anything is buffered.
@@ -25,6 +28,8 @@ The pipeline, in order, and why each step sits where it does:
    every pod; `transform/align` stamps the vocabulary's points of the batch with one
    time (aggregation only merges points of equal timestamp); `groupbyattrs` compacts
    the now-identical resources into one.
+   The runtime's cost series is aligned too, and merged over the agent replicas (max):
+   one series per model and pool, whichever replica exports it.
 7. `metrics_transform/aggregate` merges each vocabulary metric's points over every label
    but the ones the vocabulary keeps (`model`, and `finish_reason` on requests): sums
    for counters, counts and histograms (bucket by bucket), the mean for the KV-cache
