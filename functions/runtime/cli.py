@@ -109,6 +109,15 @@ def parse_fabric_labels(_ctx, _param, values: tuple[str, ...]) -> tuple:
         raise click.BadParameter(str(error)) from error
 
 
+def parse_pool_prices(_ctx, _param, values: tuple[str, ...]) -> tuple:
+    from functions.common.cost import parse_pool_price  # noqa: PLC0415
+
+    try:
+        return tuple(parse_pool_price(v) for v in values)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
 def client_for(source: str):
     """A Kubernetes client from a kubeconfig path, or this pod's own service account."""
     from functions.runtime.kube import in_cluster_client, kubeconfig_client  # noqa: PLC0415
@@ -191,6 +200,15 @@ def election_agent(
     "None: modelplane.ai/fabric.",
 )
 @click.option(
+    "--pool-price",
+    "pool_prices",
+    multiple=True,
+    callback=parse_pool_prices,
+    help='A priced node pool as JSON: {"pool": NAME, "driver": DRA_DRIVER, '
+    '"pricePerDeviceHour": N, "nodeSelector": {...}}; one per priced pool. Each model\'s '
+    "devices on it are exported as modelplane_model_cost_per_hour.",
+)
+@click.option(
     "--decision-log",
     default="-",
     show_default=True,
@@ -217,6 +235,7 @@ def agent(
     prometheus_url,
     signals_url,
     fabric_labels,
+    pool_prices,
     decision_log,
     intervals,
     metrics_port,
@@ -262,6 +281,7 @@ def agent(
         metrics,
         signals_url=signals_url or None,
         fabric_labels=fabric_labels,
+        pool_prices=pool_prices,
         intervals=steps,
     )
     running.append(loop)

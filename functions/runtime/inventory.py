@@ -44,6 +44,7 @@ from functions.common.contracts import (
     ROLE_LEADER,
     ROLE_STANDALONE,
 )
+from functions.common.cost import PoolPrice
 from functions.common.inventory import (
     COUNTERS_AVAILABLE,
     COUNTERS_UNAVAILABLE,
@@ -58,6 +59,7 @@ from functions.common.inventory import (
     device_class,
     node_fabric,
 )
+from functions.runtime.cost import CostKey, model_costs
 from functions.runtime.policy import rfc3339
 from functions.runtime.rest import APPLY_PATCH, kube_request
 
@@ -463,10 +465,16 @@ class InventoryAgent:
         api,
         counters: Callable[[], Counters],
         fabric_labels: Sequence[FabricLabel] = (),
+        *,
+        pool_prices: Sequence[PoolPrice] = (),
+        on_costs: Callable[[dict[CostKey, float]], None] | None = None,
     ):
         self.api = api
         self.counters = counters
         self.fabric_labels = tuple(fabric_labels)
+        # Priced pools: each sync also hands what each model's devices cost to `on_costs`.
+        self.pool_prices = tuple(pool_prices)
+        self.on_costs = on_costs
 
     def _memory(self) -> IdleMemory:
         try:
@@ -495,6 +503,10 @@ class InventoryAgent:
             now,
             fabric_labels=self.fabric_labels,
         )
+        if self.on_costs is not None:
+            self.on_costs(
+                model_costs(nodes, pods, allocated_devices(claims), _pod_claims, self.pool_prices)
+            )
         kube_request(
             self.api,
             "PATCH",

@@ -312,6 +312,13 @@ def test_every_member_gets_the_runtime_and_a_profile_per_peer(rendered):
         "network.example.com/fabric:karpenter.sh/nodepool=h100",
         "--fabric-label",
         "modelplane.ai/fabric:node.kubernetes.io/instance-type=g6e.12xlarge",
+        # Each priced pool (both are, in the example), for the cost series.
+        "--pool-price",
+        '{"driver":"gpu.nvidia.com","nodeSelector":{"karpenter.sh/nodepool":"h100"},'
+        '"pool":"h100","pricePerDeviceHour":4.5}',
+        "--pool-price",
+        '{"driver":"gpu.nvidia.com","nodeSelector":{"node.kubernetes.io/instance-type":'
+        '"g6e.12xlarge"},"pool":"l40s","pricePerDeviceHour":1.8}',
     ]
     assert agent["volumes"] == [
         {"name": "modelplane-peer-eu-west-1", "secret": {"secretName": "modelplane-peer-eu-west-1"}}
