@@ -28,7 +28,7 @@ from functions.common.contracts import (
     COLLECTOR_SIGNALS_URL,
     LABEL_SERVING,
 )
-from functions.common.inventory import FabricLabel
+from functions.common.inventory import IDLE_AFTER_SECONDS, FabricLabel
 from functions.runtime import planner
 from functions.runtime.acting import Actor, NotHub, is_own_pool, policy_path, route_path
 from functions.runtime.advisor import ChatAdvisor
@@ -161,6 +161,8 @@ class AgentConfig:
     inventory_interval: float = REPORT_INTERVAL_SECONDS
     # Which node label names each pool's fabric (the InferenceCluster's pools).
     fabric_labels: tuple[FabricLabel, ...] = ()
+    # Seconds a serving replica's request counter must stand still to be named idle.
+    idle_after: float = IDLE_AFTER_SECONDS
 
 
 class Agent:
@@ -209,6 +211,7 @@ class Agent:
             if config.signals_url
             else (lambda: counters_from_prometheus(config.prometheus_url)),
             config.fabric_labels,
+            config.idle_after,
         )
 
     # --- reading -----------------------------------------------------------------------
@@ -671,6 +674,7 @@ def start_loop(
     signals_url: str | None = COLLECTOR_SIGNALS_URL,
     fabric_labels: tuple[FabricLabel, ...] = (),
     intervals: dict[str, float] | None = None,
+    idle_after: float = IDLE_AFTER_SECONDS,
 ) -> RunningLoop:
     """The agent's reports, hub steps and health records beside a running election agent
     (functions/runtime/election.py), on the runtime's metrics when they are served."""
@@ -688,6 +692,7 @@ def start_loop(
             prometheus_url=prometheus_url,
             signals_url=signals_url,
             fabric_labels=fabric_labels,
+            idle_after=idle_after,
             **(intervals or {}),
         ),
         members,
