@@ -83,6 +83,10 @@ AGENT_INTERVALS = {
     "health": 5,
     "inventory": 30,
 }
+# Seconds a serving replica's request counter must stand still before the box's agents
+# name it idle (`--idle-after`; a cluster's default is IDLE_AFTER_SECONDS, 10 minutes):
+# short enough that a scenario sees an idle replica, a few inventory turns at most.
+AGENT_IDLE_AFTER = 20
 
 
 def in_cluster_name(service: str, namespace: str, port: int) -> str:
@@ -355,6 +359,7 @@ class Runtime:
                 f"--retry-period={RETRY_PERIOD}",
                 f"--decision-log={workdir / 'decisions.jsonl'}",
                 *[f"--interval={step}={seconds}" for step, seconds in AGENT_INTERVALS.items()],
+                f"--idle-after={AGENT_IDLE_AFTER}",
                 f"--metrics-port={_free_port_on('127.0.0.1')}",
             ],
             workdir / "agent.log",
