@@ -422,3 +422,21 @@ def test_an_unread_signals_page_gives_no_counters_and_says_why():
     assert "no signals page read yet" in counters_from_signals(history).error
     history.failed("connection refused")
     assert "connection refused" in counters_from_signals(history).error
+
+
+def test_every_field_the_agent_writes_is_declared_in_the_xrd():
+    """The API server prunes status fields the InferenceCluster XRD does not declare: one
+    the agent writes but the XRD lacks would never reach `modelplane status`."""
+    import yaml  # noqa: PLC0415
+
+    from tests.conftest import REPO  # noqa: PLC0415
+
+    xrd = yaml.safe_load((REPO / "apis" / "inferenceclusters" / "definition.yaml").read_text())
+    status = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    declared = status["properties"]["inventory"]["properties"]
+    objects, counters = _serving(42.0)
+    _, memory = inventory(objects, counters)
+    document, _ = inventory(objects, counters, memory, NOW + IDLE_AFTER_SECONDS)
+    assert set(document) <= set(declared), set(document) - set(declared)
+    (idle,) = document["idleReplicas"]
+    assert set(idle) <= set(declared["idleReplicas"]["items"]["properties"])
