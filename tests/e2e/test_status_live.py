@@ -312,6 +312,17 @@ def _check_document(box, document: dict, replica: str, signals: str) -> None:
     assert _counter_the_agent_keeps(box, replica) == _counter_on_page(signals) == FINISHED
     assert (models[IDLE]["ready"], models[IDLE]["desired"]) == (1, 1)
 
+    # Fabrics as the member's pools declare them (the box labels each pool's nodes with its
+    # fabricNodeLabel; the agent reads that label, as compose-serving-stack tells it to).
+    declared = {
+        (MEMBER, fabric["name"]): fabric["nodes"]
+        for pool in fleetbox_gpu.example_cluster(MEMBER)["spec"]["nodePools"]
+        for fabric in pool.get("fabrics") or []
+    }
+    fabrics = {(f["cluster"], f["name"]): f["nodes"] for f in document["inventory"]["fabrics"]}
+    assert declared
+    assert {k: fabrics.get(k) for k in declared} == declared, document["inventory"]["fabrics"]
+
     # On demand, never asked for: it should have 0 now, and has.
     assert (models[ON_DEMAND]["desired"], models[ON_DEMAND]["ready"]) == (0, 0)
 
