@@ -29,7 +29,7 @@ from functions.common.contracts import (
     LABEL_SERVING,
 )
 from functions.common.cost import PoolPrice
-from functions.common.inventory import FabricLabel
+from functions.common.inventory import IDLE_AFTER_SECONDS, FabricLabel
 from functions.runtime import planner
 from functions.runtime.acting import Actor, NotHub, is_own_pool, policy_path, route_path
 from functions.runtime.advisor import ChatAdvisor
@@ -165,6 +165,8 @@ class AgentConfig:
     fabric_labels: tuple[FabricLabel, ...] = ()
     # The priced pools (spec.nodePools[].pricePerGPUHour): what each model's devices cost.
     pool_prices: tuple[PoolPrice, ...] = ()
+    # Seconds a serving replica's request counter must stand still to be named idle.
+    idle_after: float = IDLE_AFTER_SECONDS
 
 
 class Agent:
@@ -214,6 +216,7 @@ class Agent:
             if config.signals_url
             else (lambda: counters_from_prometheus(config.prometheus_url)),
             config.fabric_labels,
+            config.idle_after,
             pool_prices=config.pool_prices,
             on_costs=costs.update if costs is not None else None,
         )
@@ -679,6 +682,7 @@ def start_loop(
     fabric_labels: tuple[FabricLabel, ...] = (),
     pool_prices: tuple[PoolPrice, ...] = (),
     intervals: dict[str, float] | None = None,
+    idle_after: float = IDLE_AFTER_SECONDS,
 ) -> RunningLoop:
     """The agent's reports, hub steps and health records beside a running election agent
     (functions/runtime/election.py), on the runtime's metrics when they are served."""
@@ -697,6 +701,7 @@ def start_loop(
             signals_url=signals_url,
             fabric_labels=fabric_labels,
             pool_prices=pool_prices,
+            idle_after=idle_after,
             **(intervals or {}),
         ),
         members,

@@ -33,6 +33,7 @@ from functions.common.contracts import (
     SCALER_HEALTH_PORT,
     SCALER_PORT,
 )
+from functions.common.inventory import IDLE_AFTER_SECONDS
 from functions.runtime.election_core import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
@@ -223,6 +224,15 @@ def election_agent(
     "report=2); repeat. The defaults suit a cluster; a test box runs faster. `collector` "
     "is the collector's own interval (how old a signal point may get).",
 )
+@click.option(
+    "--idle-after",
+    type=click.FloatRange(min=1, max=86400),
+    default=IDLE_AFTER_SECONDS,
+    show_default=True,
+    help="Seconds a serving replica's request counter must stand still before the "
+    "inventory names it idle (holding GPUs nothing asks anything of). Shorter flaps "
+    "replicas in and out of the list; the fleet box sets seconds to see one in a test.",
+)
 @metrics_option
 def agent(
     *,
@@ -238,6 +248,7 @@ def agent(
     pool_prices,
     decision_log,
     intervals,
+    idle_after,
     metrics_port,
 ):
     from functions.runtime import cert_expiry  # noqa: PLC0415
@@ -283,6 +294,7 @@ def agent(
         fabric_labels=fabric_labels,
         pool_prices=pool_prices,
         intervals=steps,
+        idle_after=idle_after,
     )
     running.append(loop)
     wait_for_shutdown()
