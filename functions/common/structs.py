@@ -137,6 +137,33 @@ def plain(value: Any) -> Any:
     return value
 
 
+def plain_only(struct: struct_pb2.Struct, shape: Mapping[str, Any]) -> dict:
+    """Only the keys `shape` names of a Struct, as plain Python: a reader that needs a
+    few fields of a large resource (managedFields, conditions, pod templates) converts
+    just those. `shape` maps a key to None (the whole value) or to a nested shape,
+    applied to a Struct value and to each Struct in a list value; a value of any other
+    kind is converted whole, so a reader meets the same wrong shape it would have met."""
+    out = {}
+    fields = struct.fields
+    for key, inner in shape.items():
+        value = fields.get(key)
+        if value is None:
+            continue
+        kind = value.WhichOneof("kind")
+        if inner is not None and kind == "struct_value":
+            out[key] = plain_only(value.struct_value, inner)
+        elif inner is not None and kind == "list_value":
+            out[key] = [
+                plain_only(item.struct_value, inner)
+                if item.WhichOneof("kind") == "struct_value"
+                else _plain_list([item])[0]
+                for item in value.list_value.values
+            ]
+        else:
+            out[key] = _plain_list([value])[0]
+    return out
+
+
 def _plain_fields(fields) -> dict:
     out = {}
     for key, value in fields.items():

@@ -42,8 +42,15 @@ from functions.common.sdk import (
     set_conditions,
 )
 from functions.common.served_name import served_name_mismatch
-from functions.common.structs import entry_bytes, metadata_string, nested_entry_bytes, plain
+from functions.common.structs import (
+    entry_bytes,
+    metadata_string,
+    nested_entry_bytes,
+    plain,
+    plain_only,
+)
 from functions.compose_model_deployment import (
+    cel_env,
     manifests,
     modelcache,
     ondemand,
@@ -53,6 +60,8 @@ from functions.compose_model_deployment import (
 )
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.model import (
+    CLUSTER_FIELDS,
+    HOLDING_FIELDS,
     Cluster,
     Deployment,
     Holding,
@@ -250,11 +259,13 @@ def _warn_cache(
 
 
 class _Memo(Generic[T]):
-    """Parsed values by the exact bytes they were parsed from (bounded)."""
+    """Parsed values by the content they were parsed from (bounded); only the fields the
+    parser reads (`fields`, a structs.plain_only shape) are converted."""
 
-    def __init__(self, parse: Callable[[dict], T]) -> None:
+    def __init__(self, parse: Callable[[dict], T], fields: dict) -> None:
         self.parse = parse
-        self.values: dict[bytes, T] = {}
+        self.fields = fields
+        self.values: dict[object, T] = {}
 
     def __call__(self, struct: struct_pb2.Struct) -> T:
         key = _memo_key(struct)
@@ -262,7 +273,7 @@ class _Memo(Generic[T]):
         if found is None:
             if len(self.values) >= _CACHE_LIMIT:
                 self.values.clear()
-            found = self.values[key] = self.parse(plain(struct))
+            found = self.values[key] = self.parse(plain_only(struct, self.fields))
         return found
 
 
@@ -334,8 +345,9 @@ class FunctionRunner(GuardedRunner):
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         super().__init__()
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.clusters = _Memo(read_cluster)
-        self.holdings = _Memo(read_holding)
+        cel_env.warm_up()
+        self.clusters = _Memo(read_cluster, CLUSTER_FIELDS)
+        self.holdings = _Memo(read_holding, HOLDING_FIELDS)
 
     def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from functions.common import contracts
 from functions.common.durations import parse_duration
@@ -453,6 +453,14 @@ def cluster_name(ic: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
+# The fields read_cluster reads (as HOLDING_FIELDS): not its managedFields or conditions.
+CLUSTER_FIELDS: Final = {
+    "metadata": {"name": None, "labels": None},
+    "spec": None,
+    "status": {"telemetry": {"tracesEndpoint": None}},
+}
+
+
 def read_cluster(ic: dict) -> Cluster:
     """An InferenceCluster as typed values; InputError naming the field for any shape it
     cannot be read from (wrong types included), never another exception."""
@@ -628,6 +636,22 @@ class Holding:
     order: tuple[str, str, str]  # (creationTimestamp, namespace, name): older holds first
     ready_replicas: int = 0
     health: HealthRecord | None = None
+
+
+# The fields read_holding reads (a shape for structs.plain_only: None is a whole value).
+# A ModelReplica as listed is mostly managedFields, conditions and pod templates, which
+# placement never reads; a shell converts only these. Keep in step with _read_holding.
+HOLDING_FIELDS: Final = {
+    "metadata": {"namespace": None, "name": None, "creationTimestamp": None},
+    "spec": {
+        "deployment": None,
+        "cluster": {"name": None},
+        "nodePool": {"name": None},
+        "replicas": None,
+        "engines": {"members": {"role": None, "workerNodes": None, "devices": None}},
+    },
+    "status": {"health": None, "readyReplicas": None},
+}
 
 
 def read_holding(mr: dict) -> Holding:

@@ -8,6 +8,7 @@ own well-known-type helpers on arbitrary JSON-like values.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -16,6 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from functions.common import structs
+from functions.compose_model_deployment.model import (
+    CLUSTER_FIELDS,
+    HOLDING_FIELDS,
+    read_cluster,
+    read_holding,
+)
+from tests.bench.bench_fleet_resync import Fleet
 
 scalars = (
     st.none()
@@ -102,3 +110,66 @@ def test_metadata_string_reads_only_a_string():
     assert structs.metadata_string(struct, "name") is None
     assert structs.metadata_string(reference_struct({"metadata": "x"}), "uid") is None
     assert structs.metadata_string(reference_struct({}), "uid") is None
+
+
+# --- Reading only what a parser reads -----------------------------------------------------
+
+
+def _fleet_resources():
+    fleet = Fleet(6, 4)
+    return fleet.clusters, fleet.all_replicas
+
+
+def _broken(body: dict, path: tuple[str, ...], value) -> dict:
+    broken = copy.deepcopy(body)
+    target = broken
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return broken
+
+
+def _read(reader, body) -> str:
+    """The outcome as text: a Cluster compares by identity, so its repr is compared."""
+    try:
+        return repr(reader(body))
+    except Exception as err:  # the comparison is of the outcome, error included
+        return f"{type(err).__name__}: {err}"
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ((), None),
+        (("spec", "cluster"), "not-an-object"),
+        (("spec", "replicas"), 2.5),
+        (("spec", "engines"), [1, {"members": "x"}]),
+        (("metadata",), ["a"]),
+        (("status", "readyReplicas"), "three"),
+        (("status", "health"), {"consecutiveFailures": 2, "definitionHash": "h"}),
+    ],
+)
+def test_a_replica_read_from_its_fields_is_the_replica_read_whole(path, value):
+    _, replicas = _fleet_resources()
+    for listed in replicas:
+        struct = reference_struct(_broken(listed, path, value) if path else listed)
+        whole = _read(read_holding, structs.plain(struct))
+        assert _read(read_holding, structs.plain_only(struct, HOLDING_FIELDS)) == whole
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ((), None),
+        (("spec", "nodePools"), "x"),
+        (("metadata", "labels"), {"tier": "gold"}),
+        (("status",), {"telemetry": {"tracesEndpoint": "otel.example:4317"}, "x": [1]}),
+        (("metadata", "name"), 7),
+    ],
+)
+def test_a_cluster_read_from_its_fields_is_the_cluster_read_whole(path, value):
+    clusters, _ = _fleet_resources()
+    for listed in clusters:
+        struct = reference_struct(_broken(listed, path, value) if path else listed)
+        whole = _read(read_cluster, structs.plain(struct))
+        assert _read(read_cluster, structs.plain_only(struct, CLUSTER_FIELDS)) == whole
