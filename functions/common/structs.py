@@ -208,13 +208,16 @@ def _plain_list(values) -> list:
     return out
 
 
-def metadata_string(struct: struct_pb2.Struct, name: str) -> str | None:
-    """`metadata.<name>` of a resource when it is a string, else None; reads two map
-    entries, converting nothing else."""
+def metadata_strings(struct: struct_pb2.Struct, *names: str) -> tuple[str | None, ...]:
+    """`metadata.<name>` of a resource for each name, when it is a string, else None;
+    reads only those map entries, converting nothing else."""
     meta = struct.fields.get("metadata")
     if meta is None or meta.WhichOneof("kind") != "struct_value":
-        return None
-    value = meta.struct_value.fields.get(name)
-    if value is None or value.WhichOneof("kind") != "string_value":
-        return None
-    return value.string_value
+        return (None,) * len(names)
+    fields = meta.struct_value.fields
+    found = []
+    for name in names:
+        value = fields.get(name)
+        kind = value.WhichOneof("kind") if value is not None else None
+        found.append(value.string_value if kind == "string_value" else None)
+    return tuple(found)

@@ -44,7 +44,7 @@ from functions.common.sdk import (
 from functions.common.served_name import served_name_mismatch
 from functions.common.structs import (
     entry_bytes,
-    metadata_string,
+    metadata_strings,
     nested_entry_bytes,
     plain,
     plain_only,
@@ -87,8 +87,7 @@ T = TypeVar("T")
 def _memo_key(struct: struct_pb2.Struct) -> object:
     """What identifies a resource's content: its uid and resourceVersion when the API
     server set them (any change bumps the version), else its exact bytes."""
-    uid = metadata_string(struct, "uid")
-    version = metadata_string(struct, "resourceVersion")
+    uid, version = metadata_strings(struct, "uid", "resourceVersion")
     if uid and version is not None:
         return (uid, version)
     return struct.SerializeToString(deterministic=True)

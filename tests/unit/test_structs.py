@@ -103,13 +103,11 @@ def test_a_value_struct_update_refuses_is_refused():
         structs.struct_bytes({1: "v"})
 
 
-def test_metadata_string_reads_only_a_string():
+def test_metadata_strings_read_only_strings():
     struct = reference_struct({"metadata": {"uid": "u", "resourceVersion": 7}})
-    assert structs.metadata_string(struct, "uid") == "u"
-    assert structs.metadata_string(struct, "resourceVersion") is None
-    assert structs.metadata_string(struct, "name") is None
-    assert structs.metadata_string(reference_struct({"metadata": "x"}), "uid") is None
-    assert structs.metadata_string(reference_struct({}), "uid") is None
+    assert structs.metadata_strings(struct, "uid", "resourceVersion", "name") == ("u", None, None)
+    assert structs.metadata_strings(reference_struct({"metadata": "x"}), "uid") == (None,)
+    assert structs.metadata_strings(reference_struct({}), "uid", "name") == (None, None)
 
 
 # --- Reading only what a parser reads -----------------------------------------------------
