@@ -41,6 +41,12 @@ _LIST = b"\x32"  # Value.list_value (6)
 _LIST_VALUES = b"\x0a"  # ListValue.values (1)
 
 _SMALL = [bytes((n,)) for n in range(128)]
+# Keys and short strings recur in every resource a function writes (names, labels,
+# drivers): their encoded bytes are kept, up to a bound (then forgotten and rebuilt).
+_MEMO_LIMIT = 16384
+_SHORT = 128
+_keys: dict[str, bytes] = {}
+_strings: dict[str, bytes] = {}
 
 
 def _varint(n: int) -> bytes:
@@ -54,12 +60,23 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+def _string(value: str) -> bytes:
+    found = _strings.get(value)
+    if found is None:
+        data = value.encode()
+        found = _STRING + _varint(len(data)) + data
+        if len(value) <= _SHORT:
+            if len(_strings) >= _MEMO_LIMIT:
+                _strings.clear()
+            _strings[value] = found
+    return found
+
+
 def _value(value: Any) -> bytes:
     """A google.protobuf.Value's wire bytes."""
     kind = type(value)
     if kind is str:
-        data = value.encode()
-        return _STRING + _varint(len(data)) + data
+        return _string(value)
     if kind is dict:
         data = struct_bytes(value)
         return _STRUCT + _varint(len(data)) + data
@@ -76,7 +93,7 @@ def _value(value: Any) -> bytes:
     if isinstance(value, bool):
         return _TRUE if value else _FALSE
     if isinstance(value, str):
-        return _value(str(value))
+        return _string(str(value))
     if isinstance(value, int | float):
         return _NUMBER + _double(value)
     if isinstance(value, Mapping):
@@ -94,14 +111,26 @@ def _list(values: list | tuple) -> bytes:
     return b"".join(parts)
 
 
+def _key(key: str) -> bytes:
+    """A map entry's key field and the value field's tag."""
+    found = _keys.get(key)
+    if found is None:
+        if not isinstance(key, str):
+            raise ValueError(f"a Struct key must be a string, got {type(key).__name__}")
+        name = key.encode()
+        found = _ENTRY_KEY + _varint(len(name)) + name + _ENTRY_VALUE
+        if len(_keys) >= _MEMO_LIMIT:
+            _keys.clear()
+        _keys[key] = found
+    return found
+
+
 def entry_bytes(key: str, value: Any) -> bytes:
     """One key of a Struct, as wire bytes; a Struct's bytes are its entries joined."""
-    if not isinstance(key, str):
-        raise ValueError(f"a Struct key must be a string, got {type(key).__name__}")
-    name = key.encode()
+    head = _key(key)
     data = _value(value)
-    entry = _ENTRY_KEY + _varint(len(name)) + name + _ENTRY_VALUE + _varint(len(data)) + data
-    return _STRUCT_FIELDS + _varint(len(entry)) + entry
+    size = _varint(len(data))
+    return b"".join((_STRUCT_FIELDS, _varint(len(head) + len(size) + len(data)), head, size, data))
 
 
 def struct_bytes(body: Mapping[str, Any]) -> bytes:
@@ -111,10 +140,21 @@ def struct_bytes(body: Mapping[str, Any]) -> bytes:
 
 def nested_entry_bytes(key: str, entries: bytes) -> bytes:
     """A key whose value is a Struct already written as entry bytes."""
-    name = key.encode()
-    data = _STRUCT + _varint(len(entries)) + entries
-    entry = _ENTRY_KEY + _varint(len(name)) + name + _ENTRY_VALUE + _varint(len(data)) + data
-    return _STRUCT_FIELDS + _varint(len(entry)) + entry
+    head = _key(key)
+    size = _varint(len(entries))
+    data_len = 1 + len(size) + len(entries)
+    size_outer = _varint(data_len)
+    return b"".join(
+        (
+            _STRUCT_FIELDS,
+            _varint(len(head) + len(size_outer) + data_len),
+            head,
+            size_outer,
+            _STRUCT,
+            size,
+            entries,
+        )
+    )
 
 
 def to_struct(body: Mapping[str, Any]) -> struct_pb2.Struct:
