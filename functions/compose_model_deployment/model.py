@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Final
 
 from functions.common import contracts
@@ -412,6 +413,12 @@ class Pool:
     fabric_label: str = ""
     cost_rank: int = 0  # lower is preferred when placement would otherwise tie
     extra_devices: tuple[ExtraDevices, ...] = ()
+
+    @cached_property
+    def shape(self) -> tuple:
+        """What room in the pool depends on (nodes per fabric, devices per node), as
+        plain values: cheap to hash for the planner's per-shape answers."""
+        return (self.per_node, self.nodes, tuple((f.name, f.nodes) for f in self.fabrics))
 
     @property
     def match_key(self) -> tuple:

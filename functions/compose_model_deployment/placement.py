@@ -318,7 +318,7 @@ class _Planner:
         return found
 
     def structural_problem(self, pool: Pool) -> str:
-        key = (pool.per_node, pool.nodes, pool.fabrics)
+        key = pool.shape
         found = self.structural.get(key)
         if found is None:
             found = self.structural[key] = _structural_problem(pool, self.footprint)
@@ -334,7 +334,7 @@ class _Planner:
 
     def fresh_fit_and_free(self, pool: Pool, limit: int) -> tuple[int, int]:
         """fit_and_free for a pool nothing was taken from yet."""
-        key = (pool.per_node, pool.nodes, pool.fabrics, limit)
+        key = (pool.shape, limit)
         found = self.fits.get(key)
         if found is None:
             found = self.fits[key] = self.fit_and_free(PoolRoom(pool), limit)
