@@ -32,7 +32,7 @@ test-e2e: venv proto tools
 # functions) and two member API servers on loopback, with examples/ applied. It keeps
 # running until `make fleet-down`.
 fleet: venv proto
-	@bash hack/tools.sh crossplane provider_kubernetes etcd kube_apiserver kwok schemas keda
+	@bash hack/tools.sh crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok schemas keda
 	@$(PY) hack/fleet.py up
 
 fleet-down: venv

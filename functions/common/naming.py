@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+from functions.common.contracts import LABEL_DEPLOYMENT
+
 _DNS_LABEL_MAX = 63
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 LABEL_VALUE_MAX = 63
@@ -71,6 +73,13 @@ def is_label_value(value: object) -> bool:
 def label_value(value: str) -> str:
     """`value` as a label value: itself when valid, else shortened like `dns_label`."""
     return value if is_label_value(value) else dns_label(value)
+
+
+def deployment_pod_selector(deployment: str) -> str:
+    """The string-form label selector of a ModelDeployment's pods on every member: what
+    its scale subresource reports (`status.labelSelector`), built from the same label
+    value compose-model-replica stamps, so it matches them for any valid name."""
+    return f"{LABEL_DEPLOYMENT}={label_value(deployment)}"
 
 
 def service_name(*parts: str) -> str:

@@ -29,7 +29,7 @@ from google.protobuf import struct_pb2
 from functions.common import conditions, contracts
 from functions.common.conditions import Condition
 from functions.common.modelcache import user_model_flag
-from functions.common.naming import dns_label, label_value
+from functions.common.naming import deployment_pod_selector, dns_label, label_value
 from functions.common.objects import provider_object
 from functions.common.sdk import (
     GuardedRunner,
@@ -124,6 +124,7 @@ def _write_status(
     own: list[Holding],
     previous: dict,
     desired: int,
+    deployment: Deployment,
     decision: parking.Decision,
     cache,
     activity,
@@ -139,6 +140,7 @@ def _write_status(
     )
     built = status.build_status(
         desired=desired,
+        label_selector=deployment_pod_selector(deployment.name),
         plan=plan,
         ready_by_cluster=ready_by_cluster,
         unplaceable=unplaceable,
@@ -468,6 +470,7 @@ class FunctionRunner(GuardedRunner):
             own=own,
             previous=previous,
             desired=desired,
+            deployment=deployment,
             decision=decision,
             cache=cache,
             activity=activity,

@@ -2,9 +2,19 @@
 
 A model is counted against what it should have now (`spec.replicas`, its desired count),
 never against a minimum: a model that was asked for and fits nowhere is short, and a
-parked model is never satisfied. The unplaceable warning is rate limited with state kept
-in the status itself (the reason last warned about and when), so it is emitted when the
-reason changes or every ten minutes, not on every reconcile; `now` comes from the shell.
+parked model is never satisfied.
+
+`replicas` and `labelSelector` back the scale subresource (`kubectl scale`, an HPA or a
+KEDA ScaledObject targeting the ModelDeployment). `replicas` is the replicas placed, as a
+Deployment's `status.replicas` counts the pods it created whether or not they are ready:
+it follows `spec.replicas` once placement has made room, and stays below it while some
+fit nowhere, the model is parked, or an on-demand model is idle. Floors the fleet hub
+raises through KEDA inside a cluster's autoscaling bounds are not placements and are not
+counted: `spec.replicas` is the fleet total placement works from.
+
+The unplaceable warning is rate limited with state kept in the status itself (the reason
+last warned about and when), so it is emitted when the reason changes or every ten
+minutes, not on every reconcile; `now` comes from the shell.
 """
 
 from __future__ import annotations
@@ -109,6 +119,7 @@ def parked_message(parked: Parked) -> str:
 def build_status(
     *,
     desired: int,
+    label_selector: str,
     plan: PlacementPlan,
     ready_by_cluster: dict[str, int],
     unplaceable: UnplaceableReport,
@@ -129,6 +140,8 @@ def build_status(
         "desiredReplicas": desired,
         "placedReplicas": plan.placed,
         "readyReplicas": sum(ready_by_cluster.values()),
+        "replicas": plan.placed,
+        "labelSelector": label_selector,
         "placements": placements,
     }
     if cache is not None:

@@ -5,11 +5,14 @@ claims (named for it) and removes them."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import fleetbox
 import pytest
+from kubernetes import client
 
+from functions.common import contracts
 from tests.e2e import claims
 from tests.e2e.conftest import measured
 
@@ -104,6 +107,97 @@ def test_scaling_a_deployment_up_and_down_reaches_the_members(box, clusters):
             _wait_on_members(box, name, set(placed))
     finally:
         claims.delete(box, "modeldeployment", name, NAMESPACE)
+
+
+def _scale(box, name: str) -> dict:
+    """The deployment's scale subresource as an HPA reads it (autoscaling/v1 Scale)."""
+    done = box.kubectl(
+        claims.CONTROL, "get", "modeldeployment", name, "-n", NAMESPACE,
+        "--subresource=scale", "-o", "json",
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def _wait_scaled(box, name: str, replicas: int) -> None:
+    """Placement follows spec.replicas: the ModelReplicas hold `replicas` in all, and the
+    scale subresource reports them with the deployment's pod selector."""
+
+    def scaled():
+        held = sum(r["spec"]["replicas"] for r in claims.replicas_of(box, name, NAMESPACE))
+        assert held == replicas, f"ModelReplicas hold {held}"
+        scale = _scale(box, name)
+        assert scale["spec"]["replicas"] == replicas, scale
+        assert scale["status"].get("replicas") == replicas, scale
+        assert scale["status"].get("selector") == f"{contracts.LABEL_DEPLOYMENT}={name}", scale
+        return True
+
+    fleetbox.wait_for(f"{name} scaled to {replicas}", scaled, claims.CONVERGE_SECONDS)
+
+
+def test_kubectl_scale_moves_the_placement_and_the_scale_subresource_reports_it(box, clusters):
+    name = "e2e-kubectl-scale"
+    claims.apply_document(box, _deployment(name, 1, clusters))
+    try:
+        _wait_scaled(box, name, 1)
+        box.kubectl(
+            claims.CONTROL, "scale", "modeldeployment", name, "-n", NAMESPACE, "--replicas=3"
+        )
+        assert claims.get(box, "modeldeployment", name, NAMESPACE)["spec"]["replicas"] == 3
+        _wait_scaled(box, name, 3)
+        _wait_on_members(box, name, set(_wait_total(box, name, 3)))
+
+        # What an HPA or KEDA does: write /scale through the API, not kubectl.
+        client.CustomObjectsApi(box.api()).patch_namespaced_custom_object_scale(
+            contracts.API_GROUP, contracts.API_VERSION, NAMESPACE, "modeldeployments", name,
+            {"spec": {"replicas": 2}},
+        )  # fmt: skip
+        _wait_scaled(box, name, 2)
+        _wait_on_members(box, name, set(_wait_total(box, name, 2)))
+
+        # The schema's bounds hold through /scale too, and the error names the field.
+        refused = box.kubectl(
+            claims.CONTROL, "scale", "modeldeployment", name, "-n", NAMESPACE,
+            "--replicas=1001", check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0
+        assert "spec.replicas" in refused.stderr, refused.stderr
+        assert claims.get(box, "modeldeployment", name, NAMESPACE)["spec"]["replicas"] == 2
+    finally:
+        claims.delete(box, "modeldeployment", name, NAMESPACE)
+
+
+def test_the_scale_selector_selects_the_models_pods_on_a_member(box):
+    # The examples' llama-3-1-8b runs real (KWOK) pods on us-east-1: the selector its
+    # scale subresource reports is what selects them there, and no other model's pods.
+    name, member = "llama-3-1-8b", "us-east-1"
+
+    def pods(*selector: str) -> list[dict]:
+        done = box.kubectl(member, "get", "pods", "-A", "-o", "json", *selector)
+        return json.loads(done.stdout)["items"]
+
+    def selected():
+        selector = _scale(box, name)["status"]["selector"]
+        assert selector, "no selector yet"
+        chosen = pods("-l", selector)
+        assert chosen, f"no pod on {member} matches {selector}"
+        return selector, chosen
+
+    selector, chosen = fleetbox.wait_for(
+        f"{name}'s pods on {member} by its scale selector", selected, claims.CONVERGE_SECONDS
+    )
+
+    def key(pod: dict) -> tuple[str, str]:
+        return pod["metadata"]["namespace"], pod["metadata"]["name"]
+
+    chosen_keys = {key(p) for p in chosen}
+    others = [p for p in pods("-l", contracts.LABEL_DEPLOYMENT) if key(p) not in chosen_keys]
+    assert others, f"only {name}'s pods run on {member}: the test proves nothing"
+    assert all(p["metadata"]["labels"].get(contracts.LABEL_ENGINE) for p in chosen)
+    # Every pod the model's workloads made is selected: none of its pods is left out.
+    deployment_label = contracts.LABEL_DEPLOYMENT
+    left_out = [key(p) for p in others if p["metadata"]["labels"][deployment_label] == name]
+    assert not left_out, left_out
+    assert selector == f"{contracts.LABEL_DEPLOYMENT}={name}"
 
 
 def test_deleting_a_deployment_removes_everything_it_composed_everywhere(box, clusters):

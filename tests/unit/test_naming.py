@@ -4,8 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from functions.common.contracts import LABEL_DEPLOYMENT
 from functions.common.naming import (
     cluster_name_problem,
+    deployment_pod_selector,
     dns_label,
     label_value,
     resource_key,
@@ -67,6 +69,17 @@ def test_label_values_are_valid_for_any_valid_object_name(name):
     assert re.fullmatch(LABEL_VALUE, value)
     if len(name) <= 63:
         assert value == name  # a name that already fits is used whole
+
+
+@given(SUBDOMAINS)
+def test_a_deployments_pod_selector_is_one_equality_on_its_pod_label(name):
+    # The scale subresource's selector: one `key=value` requirement a selector parser
+    # accepts, on the label value compose-model-replica stamps on the pods.
+    key, value = deployment_pod_selector(name).split("=")
+    assert key == LABEL_DEPLOYMENT
+    assert value == label_value(name)
+    assert value
+    assert re.fullmatch(LABEL_VALUE, value)
 
 
 def test_label_values_keep_long_names_apart():

@@ -5,6 +5,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -17,7 +18,7 @@ from functions.compose_model_deployment.fn import (
     FunctionRunner,
 )
 from functions.compose_model_deployment.model import read_cluster, read_deployment
-from functions.compose_model_deployment.parking import Decision
+from functions.compose_model_deployment.parking import Decision, Parked
 from functions.compose_model_deployment.placement import Placement, PlacementPlan
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -95,6 +96,47 @@ def _request(with_required: bool, observed_replica: dict | None = None) -> fnv1.
         req.required_resources[REQUIRED_CLUSTERS].SetInParent()
         req.required_resources[REQUIRED_REPLICAS].SetInParent()
     return req
+
+
+NOT_PARKED = Decision(None, None, 0, "", "")
+
+
+def _scale_status(plan, ready_by_cluster, parking=NOT_PARKED):
+    built = status.build_status(
+        desired=3,
+        label_selector="modelplane.ai/deployment=llama-3-1-8b",
+        plan=plan,
+        ready_by_cluster=ready_by_cluster,
+        unplaceable=status.report_unplaceable(None, plan, NOW),
+        parking=parking,
+    )
+    return built["replicas"], built["labelSelector"]
+
+
+def test_the_scale_status_counts_replicas_placed_whether_or_not_they_are_ready():
+    # Two placed (one ready), one that fits nowhere: an HPA reading /scale sees 2, as it
+    # would see a Deployment's created pods.
+    plan = PlacementPlan((Placement("a", "p", 2),), 1, "needs 1 free H100; most free: a/p 0")
+    assert _scale_status(plan, {"a": 1}) == (2, "modelplane.ai/deployment=llama-3-1-8b")
+
+
+def test_a_parked_model_reports_no_replicas_to_the_scale_subresource():
+    parked = Parked("2026-12-02T11:00:00Z", 5, "CrashLoopBackOff", "abc", "")
+    decision = Decision(parked, None, 5, "", "")
+    assert _scale_status(PlacementPlan((), 0, ""), {}, decision)[0] == 0
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+def test_the_scale_status_follows_spec_replicas_through_the_function(replicas):
+    # What `kubectl scale` writes is spec.replicas; the function places that many and the
+    # scale subresource reads them back with the pods' selector.
+    req = _request(with_required=True)
+    req.observed.composite.resource["spec"]["replicas"] = replicas
+    ic = yaml.safe_load((REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml").read_text())
+    req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(ic)
+    built = resource.struct_to_dict(_run(req).desired.composite.resource)["status"]
+    assert built["replicas"] == built["placedReplicas"] == replicas
+    assert built["labelSelector"] == f"{contracts.LABEL_DEPLOYMENT}=llama-3-1-8b"
 
 
 def _run(req):
