@@ -432,6 +432,14 @@ def estimated_cost(node: Any) -> int:
     return min(cost, MAX_COST + 1)
 
 
+@lru_cache(maxsize=1)
+def warm_up() -> None:
+    """Build the parser's lexer now: lark builds it on its first parse (about 20 ms of
+    regular-expression compiling), which would otherwise fall on a server's first
+    reconcile. Once per process."""
+    _ENV.compile('device.driver == ""')
+
+
 def compile_selector(text: str) -> celpy.Runner:
     """Parse a selector and bind the DRA library; SelectorError if it cannot run anywhere
     or is over the cost limits above (the message names the limit)."""

@@ -42,7 +42,15 @@ from functions.common.sdk import (
     set_conditions,
 )
 from functions.common.served_name import served_name_mismatch
+from functions.common.structs import (
+    entry_bytes,
+    metadata_strings,
+    nested_entry_bytes,
+    plain,
+    plain_only,
+)
 from functions.compose_model_deployment import (
+    cel_env,
     manifests,
     modelcache,
     ondemand,
@@ -52,6 +60,8 @@ from functions.compose_model_deployment import (
 )
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.model import (
+    CLUSTER_FIELDS,
+    HOLDING_FIELDS,
     Cluster,
     Deployment,
     Holding,
@@ -74,25 +84,12 @@ _CACHE_LIMIT: Final = 20000
 T = TypeVar("T")
 
 
-def plain(value):
-    """A Struct value as plain Python, integral numbers as int (Structs carry floats)."""
-    if isinstance(value, struct_pb2.Struct):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, struct_pb2.ListValue):
-        return [plain(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
 def _memo_key(struct: struct_pb2.Struct) -> object:
     """What identifies a resource's content: its uid and resourceVersion when the API
     server set them (any change bumps the version), else its exact bytes."""
-    meta = struct["metadata"] if "metadata" in struct else None  # noqa: SIM401 (a Struct has no .get)
-    if isinstance(meta, struct_pb2.Struct) and "uid" in meta and "resourceVersion" in meta:
-        uid, version = meta["uid"], meta["resourceVersion"]
-        if uid and isinstance(uid, str) and isinstance(version, str):
-            return (uid, version)
+    uid, version = metadata_strings(struct, "uid", "resourceVersion")
+    if uid and version is not None:
+        return (uid, version)
     return struct.SerializeToString(deterministic=True)
 
 
@@ -263,11 +260,13 @@ def _warn_cache(
 
 
 class _Memo(Generic[T]):
-    """Parsed values by the exact bytes they were parsed from (bounded)."""
+    """Parsed values by the content they were parsed from (bounded); only the fields the
+    parser reads (`fields`, a structs.plain_only shape) are converted."""
 
-    def __init__(self, parse: Callable[[dict], T]) -> None:
+    def __init__(self, parse: Callable[[dict], T], fields: dict) -> None:
         self.parse = parse
-        self.values: dict[bytes, T] = {}
+        self.fields = fields
+        self.values: dict[object, T] = {}
 
     def __call__(self, struct: struct_pb2.Struct) -> T:
         key = _memo_key(struct)
@@ -275,7 +274,7 @@ class _Memo(Generic[T]):
         if found is None:
             if len(self.values) >= _CACHE_LIMIT:
                 self.values.clear()
-            found = self.values[key] = self.parse(plain(struct))
+            found = self.values[key] = self.parse(plain_only(struct, self.fields))
         return found
 
 
@@ -318,12 +317,38 @@ def _on_demand_status(
     return ondemand.status(activity, result=result, stamp=stamp)
 
 
+def _replica_bytes(body: dict, varying: dict[str, tuple[str, ...]], shared: dict) -> bytes:
+    """A ModelReplica's Struct bytes: the entries outside `varying` come from `shared`
+    (written by the first ModelReplica, identical in the others), the rest are written."""
+    entries = []
+    for section, value in body.items():
+        fields = varying.get(section)
+        if fields is None:
+            written = shared.get((section,))
+            if written is None:
+                written = shared[(section,)] = entry_bytes(section, value)
+            entries.append(written)
+            continue
+        inner = []
+        for field, item in value.items():
+            if field in fields:
+                inner.append(entry_bytes(field, item))
+                continue
+            written = shared.get((section, field))
+            if written is None:
+                written = shared[(section, field)] = entry_bytes(field, item)
+            inner.append(written)
+        entries.append(nested_entry_bytes(section, b"".join(inner)))
+    return b"".join(entries)
+
+
 class FunctionRunner(GuardedRunner):
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         super().__init__()
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.clusters = _Memo(read_cluster)
-        self.holdings = _Memo(read_holding)
+        cel_env.warm_up()
+        self.clusters = _Memo(read_cluster, CLUSTER_FIELDS)
+        self.holdings = _Memo(read_holding, HOLDING_FIELDS)
 
     def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
@@ -584,9 +609,13 @@ class FunctionRunner(GuardedRunner):
         )
         # Every ModelReplica of a deployment is the same but for a few per-cluster fields,
         # and the autoscaling member list in each grows with the clusters used (the output
-        # grows with their square). Convert the first one to protobuf, then copy it (in C)
-        # and set only what differs per cluster.
-        first: struct_pb2.Struct | None = None
+        # grows with their square). Write each shared entry's Struct bytes once, write only
+        # what differs per cluster, and let upb parse each ModelReplica in one call.
+        varying = {
+            section: (*fields, *(("modelCache", "activator") if section == "spec" else ()))
+            for section, fields in manifests.PER_CLUSTER_FIELDS.items()
+        }
+        shared: dict[tuple[str, ...], bytes] = {}
         for cluster, pool_name, replicas in decided.replicas:
             pool = cluster.pool(pool_name)
             if pool is None or manifests.replica_key(cluster.name) in frozen_keys:
@@ -608,18 +637,7 @@ class FunctionRunner(GuardedRunner):
             if activator_at is not None:
                 body["spec"]["activator"] = cluster.name in activator_at
             target = rsp.desired.resources[manifests.replica_key(cluster.name)].resource
-            if first is None:
-                target.update(body)
-                first = target
-                continue
-            target.CopyFrom(first)
-            for section, fields in manifests.PER_CLUSTER_FIELDS.items():
-                for field in fields:
-                    target[section][field] = body[section][field]
-            if cache_mount is not None:
-                target["spec"]["modelCache"]["ready"] = body["spec"]["modelCache"]["ready"]
-            if activator_at is not None:
-                target["spec"]["activator"] = body["spec"]["activator"]
+            target.MergeFromString(_replica_bytes(body, varying, shared))
 
     # --- ModelCache -------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, Final
 
 from functions.common import contracts
 from functions.common.durations import parse_duration
@@ -413,6 +414,12 @@ class Pool:
     cost_rank: int = 0  # lower is preferred when placement would otherwise tie
     extra_devices: tuple[ExtraDevices, ...] = ()
 
+    @cached_property
+    def shape(self) -> tuple:
+        """What room in the pool depends on (nodes per fabric, devices per node), as
+        plain values: cheap to hash for the planner's per-shape answers."""
+        return (self.per_node, self.nodes, tuple((f.name, f.nodes) for f in self.fabrics))
+
     @property
     def match_key(self) -> tuple:
         """What a device match depends on: pools alike in it match alike."""
@@ -451,6 +458,14 @@ def cluster_name(ic: Any) -> str:
     meta = ic.get("metadata") if isinstance(ic, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
+
+
+# The fields read_cluster reads (as HOLDING_FIELDS): not its managedFields or conditions.
+CLUSTER_FIELDS: Final = {
+    "metadata": {"name": None, "labels": None},
+    "spec": None,
+    "status": {"telemetry": {"tracesEndpoint": None}},
+}
 
 
 def read_cluster(ic: dict) -> Cluster:
@@ -628,6 +643,22 @@ class Holding:
     order: tuple[str, str, str]  # (creationTimestamp, namespace, name): older holds first
     ready_replicas: int = 0
     health: HealthRecord | None = None
+
+
+# The fields read_holding reads (a shape for structs.plain_only: None is a whole value).
+# A ModelReplica as listed is mostly managedFields, conditions and pod templates, which
+# placement never reads; a shell converts only these. Keep in step with _read_holding.
+HOLDING_FIELDS: Final = {
+    "metadata": {"namespace": None, "name": None, "creationTimestamp": None},
+    "spec": {
+        "deployment": None,
+        "cluster": {"name": None},
+        "nodePool": {"name": None},
+        "replicas": None,
+        "engines": {"members": {"role": None, "workerNodes": None, "devices": None}},
+    },
+    "status": {"health": None, "readyReplicas": None},
+}
 
 
 def read_holding(mr: dict) -> Holding:

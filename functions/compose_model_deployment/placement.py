@@ -162,6 +162,11 @@ class PoolRoom:
             count += 1
         return count
 
+    def state(self) -> tuple:
+        """What `fitting` and `free_devices` depend on: rooms alike in it answer alike (a
+        large fleet's untouched pools are mostly alike)."""
+        return (self.per_node, self.loose, tuple(self.partial), tuple(self.fabric_free.items()))
+
     def free_devices(self) -> int:
         whole = sum(self.fabric_free.values()) + self.loose
         return whole * self.per_node + sum(f * n for f, n in enumerate(self.partial[:-1]))
@@ -282,6 +287,11 @@ class _Planner:
             contracts.ADAPTIVE_POLICY_MAX_CLUSTERS if deployment.autoscaling else len(clusters)
         )
         self.capped = False
+        # Answers by room state (see PoolRoom.state) and by pool shape: the footprint is
+        # this deployment's throughout, so pools and rooms alike answer alike.
+        self.fits: dict[tuple, tuple[int, int]] = {}
+        self.structural: dict[tuple, str] = {}
+        self.pool_matches: dict[int, ProfileMatch] = {}  # by id(pool); pools outlive it
 
     def took(self, cluster: str, room: PoolRoom) -> None:
         """Remember the fabrics one of our replicas just took on `cluster`."""
@@ -298,9 +308,36 @@ class _Planner:
         return h.namespace == self.deployment.namespace and h.deployment == self.deployment.name
 
     def profile_match(self, pool: Pool) -> ProfileMatch:
-        found = self.matches.get(pool.match_key)
+        # By the pool object first: hashing a match key hashes its whole device profile.
+        found = self.pool_matches.get(id(pool))
         if found is None:
-            found = self.matches[pool.match_key] = match_pool(self.deployment, pool)
+            found = self.matches.get(pool.match_key)
+            if found is None:
+                found = self.matches[pool.match_key] = match_pool(self.deployment, pool)
+            self.pool_matches[id(pool)] = found
+        return found
+
+    def structural_problem(self, pool: Pool) -> str:
+        key = pool.shape
+        found = self.structural.get(key)
+        if found is None:
+            found = self.structural[key] = _structural_problem(pool, self.footprint)
+        return found
+
+    def fit_and_free(self, room: PoolRoom, limit: int) -> tuple[int, int]:
+        """How many more replicas fit the room (at most `limit`), and its free devices."""
+        key = (room.state(), limit)
+        found = self.fits.get(key)
+        if found is None:
+            found = self.fits[key] = (room.fitting(self.footprint, limit), room.free_devices())
+        return found
+
+    def fresh_fit_and_free(self, pool: Pool, limit: int) -> tuple[int, int]:
+        """fit_and_free for a pool nothing was taken from yet."""
+        key = (pool.shape, limit)
+        found = self.fits.get(key)
+        if found is None:
+            found = self.fits[key] = self.fit_and_free(PoolRoom(pool), limit)
         return found
 
     def room(self, cluster: Cluster, pool: Pool) -> PoolRoom:
@@ -352,7 +389,7 @@ class _Planner:
             return f"{where} no longer exists"
         if not self.profile_match(pool).matched:
             return f"{where} no longer has matching devices"
-        problem = _structural_problem(pool, self.footprint)
+        problem = self.structural_problem(pool)
         if problem:
             return f"{where}: {problem}"
         taint = _untolerated(self.deployment, pool, ("NoExecute",))
@@ -399,7 +436,7 @@ class _Planner:
                 continue
             if not self.profile_match(pool).matched:
                 continue
-            if _structural_problem(pool, self.footprint):
+            if self.structural_problem(pool):
                 continue
             if _untolerated(self.deployment, pool, ("NoSchedule", "NoExecute")):
                 continue
@@ -450,25 +487,32 @@ class _Planner:
                 heapq.heappush(heap, (uncached, count + 1, False, *preference, name))
         return need
 
-    def usable_pools(self, cluster: Cluster, pools: list[Pool], need: int) -> list[Pool]:
+    def usable_pools(
+        self, cluster: Cluster, pools: list[Pool], need: int
+    ) -> list[tuple[Pool, int]]:
         """The pools one more replica could go to on this cluster, best first: the
         deployment's pool there once it has one. Else by cost rank, then best fit: the
         smallest pool that holds this cluster's share (`need`) of the replicas still to
         place (one pool per cluster per deployment, so a pool that fits only the first
-        would cap the rest), else the one that holds the most."""
+        would cap the rest), else the one that holds the most. Each with its free devices."""
         chosen = self.placed_pool.get(cluster.name)
         if chosen is not None:
             pools = [p for p in pools if p.name == chosen]
             need = 1  # the pool is decided: all that matters is whether one more fits
         ranked = []
         for pool in pools:
-            room = self.room(cluster, pool)
-            fit = room.fitting(self.footprint, max(1, need))
+            room = self.rooms.get((cluster.name, pool.name))
+            if room is None:
+                # Nobody holds anything there: answered by the pool's shape alone,
+                # without building a room for every pool of a large fleet.
+                fit, free = self.fresh_fit_and_free(pool, max(1, need))
+            else:
+                fit, free = self.fit_and_free(room, max(1, need))
             if fit:
-                free = room.free_devices()
                 holds_all = fit >= need
-                ranked.append(((pool.cost_rank, not holds_all, free if holds_all else -free), pool))
-        return [pool for _key, pool in sorted(ranked, key=lambda kp: (kp[0], kp[1].name))]
+                key = (pool.cost_rank, not holds_all, free if holds_all else -free, pool.name)
+                ranked.append((key, free, pool))
+        return [(pool, free) for _key, free, pool in sorted(ranked, key=lambda kp: kp[0])]
 
     def preference(self, cluster: Cluster, pools: list[Pool], need: int) -> tuple[int, int] | None:
         """(cost rank, free devices) of the pool the next replica would use; None: full."""
@@ -479,8 +523,8 @@ class _Planner:
         usable = self.usable_pools(cluster, pools, need)
         if not usable:
             return None
-        best = usable[0]
-        return best.cost_rank, self.room(cluster, best).free_devices()
+        best, free = usable[0]
+        return best.cost_rank, free
 
     def take_one(self, cluster: Cluster, pools: list[Pool], need: int) -> bool:
         chosen = self.placed_pool.get(cluster.name)
@@ -490,7 +534,7 @@ class _Planner:
                 return False
             self.took(cluster.name, self.room(cluster, pool))
             return True
-        for pool in self.usable_pools(cluster, pools, need):
+        for pool, _free in self.usable_pools(cluster, pools, need):
             if self.room(cluster, pool).take(self.footprint):
                 self.placed_pool[cluster.name] = pool.name
                 self.took(cluster.name, self.room(cluster, pool))

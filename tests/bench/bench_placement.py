@@ -1,6 +1,6 @@
 """How long compose-model-deployment takes on fleets of growing size.
 
-    .venv/bin/python tests/bench/bench_placement.py [--runs 7]
+    .venv/bin/python tests/bench/bench_placement.py [--runs 7] [--sizes 10x10,50x100]
 
 For each size (clusters x replicas) the fleet has 4 node pools per cluster (H100, A100,
 L40S, B200; different device profiles), one other deployment holding capacity on every
@@ -14,6 +14,9 @@ runs of:
   the API server sets them, and the CEL caches are warm: the steady state of a running
   function, which sees the same fleet on every reconcile);
 - RunFunction cold: the same on a fresh FunctionRunner with every cache cleared;
+- cold, fresh process: the first RunFunction of a new Python process (the function's
+  modules imported, as a server has them before its first request; nothing parsed,
+  compiled or evaluated yet), one process per run;
 - warm, no autoscaling: the same deployment without `autoscaling`. With it, every
   ModelReplica carries the full member list (the AdaptivePolicy contract), so the
   response grows with the square of the clusters used (at most 100: the AdaptivePolicy's
@@ -24,7 +27,9 @@ runs of:
 Each is given as wall time and, after the bar, as process CPU time (the function's
 worker thread included): on a shared, loaded machine the wall time of a call that hops
 to a worker thread is mostly waiting for a core, so the ratios to the floor are taken
-on CPU time.
+on CPU time, and always against the warm floor (the fresh-process floor is higher, so a
+ratio against it would flatter the function). The load average is printed before and
+after: above the machine's cores, even CPU time is inflated (cache misses, frequency).
 
 Not a test: pytest does not collect bench_*.py.
 """
@@ -33,8 +38,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -268,12 +276,11 @@ class DoNothing:
         return response.to(req)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=7)
-    args = parser.parse_args()
-    # The function logs each placement at debug; a benchmark prints only its table.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _handler():
     loop = asyncio.new_event_loop()
 
     def handle(runner, payload: bytes) -> bytes:
@@ -281,15 +288,69 @@ def main() -> None:
         rsp = loop.run_until_complete(runner.RunFunction(req))
         return rsp.SerializeToString()
 
+    return handle
+
+
+def first_call(clusters: int, replicas: int, floor: bool) -> None:
+    """In a fresh process: time the first call, print {"wall": ms, "cpu": ms}."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    *_, payload = scenario(clusters, replicas)
+    handle = _handler()
+    runner = DoNothing() if floor else FunctionRunner()  # a server builds it before serving
+    start, start_cpu = time.perf_counter(), time.process_time()
+    handle(runner, payload)
+    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    print(json.dumps({"wall": wall * 1000, "cpu": cpu * 1000}))
+
+
+def fresh_process_ms(clusters: int, replicas: int, runs: int, floor: bool = False):
+    """Median wall and CPU ms of the first call in `runs` fresh processes."""
+    samples = []
+    for _ in range(runs):
+        out = subprocess.run(
+            [sys.executable, __file__, "--first-call", f"{clusters}x{replicas}"]
+            + (["--floor"] if floor else []),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return (
+        statistics.median(s["wall"] for s in samples),
+        statistics.median(s["cpu"] for s in samples),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument(
+        "--sizes",
+        default=",".join(f"{c}x{r}" for c, r in SIZES),
+        help="clusters x replicas, comma-separated",
+    )
+    parser.add_argument("--first-call", help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.first_call:
+        first_call(*(int(v) for v in args.first_call.split("x")), floor=args.floor)
+        return
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s]
+    # The function logs each placement at debug; a benchmark prints only its table.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    handle = _handler()
+    print(f"load average before: {loadavg()} ({os.cpu_count()} cores)")
+
     header = (
         f"{'clusters x replicas':>19} {'pools':>6} {'placed':>7} {'request KB':>10} "
         f"{'placement ms':>12} {'warm ms':>8} {'cold ms':>8} {'warm, no autoscaling ms':>23} "
-        f"{'floor ms':>8} | {'cpu: warm':>9} {'cold':>7} {'floor':>6} {'warm/floor':>10} "
-        f"{'cold/floor':>10} {'response KB':>11}"
+        f"{'floor ms':>8} | {'cpu: warm':>9} {'cold':>7} {'fresh process':>13} "
+        f"{'floor':>6} {'warm/floor':>10} {'cold/floor':>10} {'fresh/floor':>11} "
+        f"{'response KB':>11}"
     )
     print(header)
     print("-" * len(header))
-    for clusters, replicas in SIZES:
+    for clusters, replicas in sizes:
         xr, ics, mrs, payload = scenario(clusters, replicas)
         deployment = read_deployment(xr)
         parsed_clusters = [read_cluster(ic) for ic in ics]
@@ -317,14 +378,17 @@ def main() -> None:
         floor, floor_cpu = median_wall_and_cpu_ms(
             lambda p=payload: handle(DoNothing(), p), args.runs
         )
+        _, fresh_cpu = fresh_process_ms(clusters, replicas, args.runs)
         print(
             f"{f'{clusters} x {replicas}':>19} {clusters * len(POOLS):>6} {plan.placed:>7} "
             f"{len(payload) / 1024:>10.0f} {placement:>12.2f} {warm:>8.2f} {cold_ms:>8.2f} "
             f"{no_autoscaling:>23.2f} {floor:>8.2f} | {warm_cpu:>9.2f} {cold_cpu:>7.2f} "
-            f"{floor_cpu:>6.2f} {warm_cpu / floor_cpu:>10.1f} {cold_cpu / floor_cpu:>10.1f} "
+            f"{fresh_cpu:>13.2f} {floor_cpu:>6.2f} {warm_cpu / floor_cpu:>10.1f} "
+            f"{cold_cpu / floor_cpu:>10.1f} {fresh_cpu / floor_cpu:>11.1f} "
             f"{len(handle(runner, payload)) / 1024:>11.0f}",
             flush=True,
         )
+    print(f"load average after: {loadavg()}")
 
 
 if __name__ == "__main__":
