@@ -2,6 +2,7 @@
 pass-through config on the same load.
 
     .venv/bin/python tests/bench/bench_collector.py [--runs 3] [--seconds 20] [--pods 50 200]
+        [--profile DIR]
 
 For each size, N fake vLLM pods (tests/collector/engines.py pages plus the rest of
 vLLM's latency and token histograms: ~30 series families, several hundred samples per
@@ -19,6 +20,12 @@ really scraped per second (pages the fake engines served in the window x samples
 page: a loaded machine misses scrapes, more of them at 200 pods), CPU microseconds per
 scraped sample, and the collector's resident memory at the end. The ratio is of CPU per
 scraped sample. Not a test: pytest does not collect bench_*.py.
+
+`--profile DIR` runs each config once per size with the collector's own pprof extension
+and takes a CPU profile over the measured window (the figures of a profiled run carry the
+profiler's small cost and are marked so): DIR/<pods>-<config>.pb.gz, read with
+`go tool pprof -top -cum <otelcol> FILE`. The table after each profile is the share of
+CPU under each pipeline component's entry point, which is where the cost is attributed.
 """
 
 from __future__ import annotations
@@ -26,10 +33,13 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -44,6 +54,21 @@ from functions.compose_serving_stack import collector  # noqa: E402
 from tests.collector import engines, harness  # noqa: E402
 
 WARMUP_SECONDS = 5
+PPROF_EXTENSION = "pprof"
+# A component's cost in a CPU profile: everything under its entry point (cumulative).
+# The transform and filter processors share one package, so their entry points are
+# told apart by the processor instance in the profile's labels only; summed here.
+PROFILED_COMPONENTS = (
+    ("prometheus receiver (scrape, parse)", r"prometheusreceiver/internal\.\(\*transaction\)"),
+    ("transform processors", r"transformprocessor/internal/metrics\.\(\*Processor\)"),
+    ("filter processor", r"filterprocessor\.\(\*filterMetricProcessor\)"),
+    ("groupbyattrs", r"groupbyattrsprocessor\.\(\*groupByAttrsProcessor\)"),
+    ("metrics_transform", r"metricstransformprocessor\.\(\*metricsTransformProcessor\)"),
+    ("resource processor", r"resourceprocessor\.\(\*resourceProcessor\)"),
+    ("batch", r"batchprocessor\."),
+    ("exporter (OTLP/HTTP JSON)", r"otlphttpexporter\.\(\*baseExporter\)"),
+    ("garbage collector", r"runtime\.gcBgMarkWorker"),
+)
 STARTUP_TIMEOUT = 120
 # The rendered config's scrape interval (--interval); a list so main() can set it.
 SCRAPE_INTERVAL_SECONDS = [1]
@@ -180,7 +205,46 @@ class CountedPages:
         engines._Handler.do_GET = self._serve
 
 
-def run_once(otelcol: Path, make_config, size: int, seconds: float) -> tuple[float, float, int]:
+def with_pprof(config: dict) -> tuple[dict, str]:
+    """The config with the pprof extension on a free loopback port, and its base URL."""
+    endpoint = f"127.0.0.1:{harness.free_port()}"
+    profiled = copy.deepcopy(config)
+    profiled["extensions"][PPROF_EXTENSION] = {"endpoint": endpoint}
+    profiled["service"]["extensions"].append(PPROF_EXTENSION)
+    return profiled, f"http://{endpoint}"
+
+
+def take_profile(base_url: str, seconds: float, to: Path) -> None:
+    """A CPU profile of `seconds` from the collector's pprof extension (blocks that long)."""
+    url = f"{base_url}/debug/pprof/profile?seconds={max(1, round(seconds))}"
+    with urllib.request.urlopen(url, timeout=seconds + 30) as answer:
+        to.write_bytes(answer.read())
+
+
+def component_shares(otelcol: Path, profile: Path) -> list[tuple[str, float]]:
+    """Each component's cumulative share of the profile's CPU samples, in percent."""
+    top = subprocess.run(
+        ["go", "tool", "pprof", "-top", "-cum", "-nodecount=100000", str(otelcol), str(profile)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    shares = []
+    for label, pattern in PROFILED_COMPONENTS:
+        found = 0.0
+        for line in top.splitlines():
+            fields = line.split()
+            # flat flat% sum% cum cum% function: the largest cum% under the pattern is the
+            # entry point (its callees are under it, never above).
+            if len(fields) >= 6 and re.search(pattern, fields[5]):
+                found = max(found, float(fields[4].rstrip("%")))
+        shares.append((label, found))
+    return shares
+
+
+def run_once(
+    otelcol: Path, make_config, size: int, seconds: float, profile_to: Path | None = None
+) -> tuple[float, float, int]:
     """CPU seconds, resident MiB at the end, and pages scraped over the measured window."""
     with tempfile.TemporaryDirectory(prefix="bench-collector-") as tmp:
         folder = Path(tmp)
@@ -191,6 +255,9 @@ def run_once(otelcol: Path, make_config, size: int, seconds: float) -> tuple[flo
             harness.OtlpJsonSink() as sink,
         ):
             config = make_config(targets, folder, sink.endpoint)
+            pprof_url = ""
+            if profile_to is not None:
+                config, pprof_url = with_pprof(config)
             with harness.running_collector(otelcol, config, folder) as log:
                 # Measure from the first export on: building hundreds of OTTL statements
                 # takes seconds of CPU on a loaded machine, which is start-up, not load.
@@ -200,7 +267,10 @@ def run_once(otelcol: Path, make_config, size: int, seconds: float) -> tuple[flo
                 time.sleep(WARMUP_SECONDS)
                 pid = collector_pid(log)
                 start, served = cpu_seconds(pid), pages.served
-                time.sleep(seconds)
+                if profile_to is None:
+                    time.sleep(seconds)
+                else:
+                    take_profile(pprof_url, seconds, profile_to)
                 used, scraped = cpu_seconds(pid) - start, pages.served - served
                 rss = rss_mib(pid)
             if not sink.exports:
@@ -227,6 +297,12 @@ def main() -> int:
         help="scrape interval in seconds: a longer one keeps a loaded machine's fake "
         "engines from missing scrapes at 200 pods (CPU per sample is compared either way)",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="one profiled run per config and size (pprof extension); profiles saved in DIR",
+    )
     args = parser.parse_args()
     otelcol = render.tools_bin() / "otelcol"
     if not otelcol.exists():
@@ -248,6 +324,8 @@ def main() -> int:
     )
     print(header)
     print("-" * len(header))
+    if args.profile is not None:
+        return profile(otelcol, args.profile, args.pods, args.seconds, per_pod)
     for size in args.pods:
         rate = size * per_pod // args.interval
         per_sample = {}
@@ -267,6 +345,22 @@ def main() -> int:
             )
         ratio = per_sample["ours"] / per_sample["pass-through"]
         print(f"{'':>5} {'':>10} | {'ours/pass':<12} {ratio:>7.2f}x  (CPU per scraped sample)")
+    return 0
+
+
+def profile(otelcol: Path, folder: Path, sizes: list[int], seconds: float, per_pod: int) -> int:
+    folder.mkdir(parents=True, exist_ok=True)
+    for size in sizes:
+        for label, make in (("pass-through", passthrough), ("ours", ours)):
+            path = folder / f"{size}-{label}.pb.gz"
+            used, rss, scraped = run_once(otelcol, make, size, seconds, profile_to=path)
+            micros = 1e6 * used / (scraped * per_pod) if scraped else float("nan")
+            print(
+                f"{size} pods, {label} (profiled): {used / seconds:.3f} cores, "
+                f"{micros:.2f} us/sample, RSS {rss:.0f} MiB -> {path}"
+            )
+            for component, share in component_shares(otelcol, path):
+                print(f"    {share:5.1f}%  {component}")
     return 0
 
 
