@@ -315,11 +315,15 @@ def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
 
 
 def select_conditions(mapping: MetricMapping) -> list[str]:
-    """filter/select's drop conditions for one mapping: a selecting target's points whose
-    labels lack a selected value. Label names are the mapping's renamed ones, since
-    filter/select runs after the renames."""
+    """filter/select's drop condition for one mapping (none if it selects nothing): a
+    selecting target's points whose labels lack a selected value. Label names are the
+    mapping's renamed ones, since filter/select runs after the renames.
+
+    One condition per mapping, its engine tested first: the filter evaluates every
+    condition on every data point of the cluster, so one engine test per point (rather
+    than one per selecting target) is what a point of another engine costs."""
     renamed = {label.source: label.target for label in mapping.labels}
-    conditions = []
+    targets = []
     for rename in mapping.metrics:
         if not rename.select:
             continue
@@ -328,11 +332,10 @@ def select_conditions(mapping: MetricMapping) -> list[str]:
             f"{_ottl_string(value)}"
             for label, value in rename.select
         )
-        conditions.append(
-            f"{_engine_condition(mapping.engine)} and "
-            f"metric.name == {_ottl_string(rename.target)} and not ({matches})"
-        )
-    return conditions
+        targets.append(f"(metric.name == {_ottl_string(rename.target)} and not ({matches}))")
+    if not targets:
+        return []
+    return [f"{_engine_condition(mapping.engine)} and ({' or '.join(targets)})"]
 
 
 def _select_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
@@ -387,24 +390,36 @@ def _weighted_ratio_groups() -> list[dict[str, Any]]:
     copies: list[str] = []
     units: list[str] = []
     ones: list[str] = []
+    # Every metric of every pod passes these groups: each is gated on the names its
+    # statements touch, so any other metric costs one name test per group.
+    copied: list[str] = []
+    parts: list[str] = []
+    denominators: list[str] = []
     for metric in vocabulary.VOCABULARY:
         if metric.weighted_by is None:
             continue
         ratio = _ottl_string(metric.name)
+        copied.append(metric.name)
         for part in metric.weighted_by:
             copies.append(f"copy_metric(name={_ottl_string(part)}) where metric.name == {ratio}")
             unit = vocabulary.VOCABULARY_BY_NAME[part].unit
             units.append(
                 f"set(metric.unit, {_ottl_unit(unit)}) where metric.name == {_ottl_string(part)}"
             )
+            parts.append(part)
         _, denominator = metric.weighted_by
         ones.append(
             f"set(datapoint.value_double, 1.0) where metric.name == {_ottl_string(denominator)}"
         )
+        denominators.append(denominator)
     if not copies:
         return []
     # Copies in a group of their own, so the next groups see them.
-    return [{"statements": copies}, {"statements": units}, {"statements": ones}]
+    return [
+        {"conditions": [_any_name(copied)], "statements": copies},
+        {"conditions": [_any_name(parts)], "statements": units},
+        {"conditions": [_any_name(denominators)], "statements": ones},
+    ]
 
 
 def _instance_processor() -> dict[str, Any]:
@@ -426,7 +441,14 @@ def _instance_processor() -> dict[str, Any]:
 
 
 def _vocabulary_condition() -> str:
-    return _any_name([m.name for m in vocabulary.VOCABULARY])
+    """True for a vocabulary metric. Evaluated on every data point of a batch: a point
+    outside the vocabulary (most of an engine's own series) fails on the shared prefix
+    with one test, instead of a test per vocabulary name."""
+    names = [m.name for m in vocabulary.VOCABULARY]
+    prefix = vocabulary.VOCABULARY_PREFIX
+    if not all(n.startswith(prefix) for n in names):
+        raise ValueError(f"every vocabulary name must start with {prefix!r}")
+    return f"HasPrefix(metric.name, {_ottl_string(prefix)}) and ({_any_name(names)})"
 
 
 def _align_processor() -> dict[str, Any]:
