@@ -145,11 +145,13 @@ POD_LOGS_DIR: Final = "/var/log/pods"
 NODE_CONDITIONS: Final = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 ALLOCATABLE_TYPES: Final = ("cpu", "memory", "ephemeral-storage", "pods")
 
-# Per-instance identity: resource attribute -> the data-point label it becomes.
+# Per-instance identity: resource attribute -> the data-point label it becomes. Only
+# what the metrics pipeline's resources carry (the receiver sets the pod's name and uid
+# from discovery and the scrape instance; k8s_attributes extracts no container id): each
+# move is a statement on every data point.
 INSTANCE_LABELS: Final = (
     ("k8s.pod.name", "pod"),
     ("k8s.pod.uid", "pod_uid"),
-    ("container.id", "container_id"),
     ("service.instance.id", "instance"),
 )
 
@@ -382,11 +384,14 @@ def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
     return {"error_mode": "ignore", "metric_statements": groups}
 
 
-def _weighted_ratio_groups() -> list[dict[str, Any]]:
+def _weighted_ratio_groups() -> tuple[list[dict[str, Any]], list[str]]:
     """Each weighted ratio's two sums, from every pod's ratio before pods merge: the ratio
     itself as the numerator, 1 per pod as the denominator. Here, after filter/select, so
     only the ratio's selected points count; aggregation then sums both over pods, and the
-    gateway over clusters, so the fleet ratio is sum(used) / sum(capacity)."""
+    gateway over clusters, so the fleet ratio is sum(used) / sum(capacity).
+
+    Returns the metric groups (copies, then units) and the per-point statements that set
+    each denominator's points to 1."""
     copies: list[str] = []
     units: list[str] = []
     ones: list[str] = []
@@ -394,7 +399,6 @@ def _weighted_ratio_groups() -> list[dict[str, Any]]:
     # statements touch, so any other metric costs one name test per group.
     copied: list[str] = []
     parts: list[str] = []
-    denominators: list[str] = []
     for metric in vocabulary.VOCABULARY:
         if metric.weighted_by is None:
             continue
@@ -411,15 +415,15 @@ def _weighted_ratio_groups() -> list[dict[str, Any]]:
         ones.append(
             f"set(datapoint.value_double, 1.0) where metric.name == {_ottl_string(denominator)}"
         )
-        denominators.append(denominator)
     if not copies:
-        return []
-    # Copies in a group of their own, so the next groups see them.
+        return [], []
+    # Copies in a group of their own, so the next groups see them. The per-point ones
+    # are the first statements of the identity moves' group (_instance_processor): one
+    # pass over the data points instead of two.
     return [
         {"conditions": [_any_name(copied)], "statements": copies},
         {"conditions": [_any_name(parts)], "statements": units},
-        {"conditions": [_any_name(denominators)], "statements": ones},
-    ]
+    ], ones
 
 
 def _instance_processor() -> dict[str, Any]:
@@ -430,11 +434,12 @@ def _instance_processor() -> dict[str, Any]:
             f"set(datapoint.attributes[{_ottl_string(label)}], {source}) where {source} != nil"
         )
     kept = ", ".join(_ottl_string(a) for a in KEPT_RESOURCE_ATTRIBUTES)
+    weighted_groups, ones = _weighted_ratio_groups()
     return {
         "error_mode": "ignore",
         "metric_statements": [
-            *_weighted_ratio_groups(),
-            {"statements": moves},
+            *weighted_groups,
+            {"statements": [*ones, *moves]},
             {"statements": [f"keep_keys(resource.attributes, [{kept}])"]},
         ],
     }
