@@ -16,6 +16,17 @@ RUNTIME = "runtime"
 # names as functions.runtime.operator_cli.COMMANDS (asserted by the unit tests), kept
 # here so the dispatcher imports nothing it does not run.
 OPERATOR_COMMANDS = ("status", "explain", "retry", "suggest")
+# The operator CLI's own options, which a user puts before the command as with kubectl
+# (`modelplane --kubeconfig cp.yaml status`); each takes a value.
+OPERATOR_OPTIONS = ("--kubeconfig", "--context")
+
+
+def _operator_command(args: list[str]) -> bool:
+    """Whether the arguments name an operator command, after any operator options."""
+    rest = list(args)
+    while rest and rest[0].split("=", 1)[0] in OPERATOR_OPTIONS:
+        rest = rest[1:] if "=" in rest[0] else rest[2:]
+    return bool(rest) and rest[0] in OPERATOR_COMMANDS
 
 
 def _components() -> list[str]:
@@ -24,7 +35,7 @@ def _components() -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in OPERATOR_COMMANDS:
+    if _operator_command(args):
         operator = importlib.import_module("functions.runtime.operator_cli").main
         operator(args=args, prog_name="modelplane")
         return

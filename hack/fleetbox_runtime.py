@@ -45,9 +45,11 @@ from functions.common.contracts import (
     SCALER_TRIGGER_AUTHENTICATION,
     SYSTEM_NAMESPACE,
 )
+from functions.common.inventory import fabric_labels_of_pools, format_fabric_label
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fleetbox_gpu
 from fleetbox import (
     KEDA_SCALER_CLIENT,
     REPO,
@@ -83,6 +85,10 @@ AGENT_INTERVALS = {
     "health": 5,
     "inventory": 30,
 }
+# Seconds a serving replica's request counter must stand still before the box's agents
+# name it idle (`--idle-after`; a cluster's default is IDLE_AFTER_SECONDS, 10 minutes):
+# short enough that a scenario sees an idle replica, a few inventory turns at most.
+AGENT_IDLE_AFTER = 20
 
 
 def in_cluster_name(service: str, namespace: str, port: int) -> str:
@@ -347,6 +353,14 @@ class Runtime:
     def _start_agent(self, name: str) -> None:
         workdir = self.box.members[name].workdir
         peers = [f"--member={m}={self.box.kubeconfigs[m]}" for m in self.members]
+        # The node label each pool's fabric is on, as compose-serving-stack gives the
+        # composed agent (the box labels the nodes with the pool's fabricNodeLabel):
+        # without it every node's fabric reads "unlabelled".
+        cluster = fleetbox_gpu.example_cluster(name) or {}
+        fabrics = [
+            f"--fabric-label={format_fabric_label(f)}"
+            for f in fabric_labels_of_pools((cluster.get("spec") or {}).get("nodePools") or [])
+        ]
         self._add(Process(
             f"agent-{name}",
             [
@@ -355,6 +369,8 @@ class Runtime:
                 f"--retry-period={RETRY_PERIOD}",
                 f"--decision-log={workdir / 'decisions.jsonl'}",
                 *[f"--interval={step}={seconds}" for step, seconds in AGENT_INTERVALS.items()],
+                f"--idle-after={AGENT_IDLE_AFTER}",
+                *fabrics,
                 f"--metrics-port={_free_port_on('127.0.0.1')}",
             ],
             workdir / "agent.log",

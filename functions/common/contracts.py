@@ -48,6 +48,11 @@ ANNOTATION_RETRY: Final = "modelplane.ai/retry"  # a new value unparks a parked 
 # request found no ready replica: compose-model-deployment makes one fresh placement attempt
 # for that value and answers it in status.onDemand.attempt.
 ANNOTATION_ACTIVATE: Final = "modelplane.ai/activate"
+# What compose-model-deployment writes in `status.onDemand.attempt.result` for a placed
+# attempt, and the activation timeout when `spec.onDemand.activationTimeout` is unset;
+# the member's activator reads both.
+ON_DEMAND_RESULT_PLACED: Final = "Placed"
+DEFAULT_ACTIVATION_TIMEOUT_SECONDS: Final = 300.0
 # On every composed pod template: the definition (ModelReplica spec.definitionHash) the pod
 # runs. The member's agent counts start failures per definition from it.
 ANNOTATION_DEFINITION_HASH: Final = "modelplane.ai/definition-hash"

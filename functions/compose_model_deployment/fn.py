@@ -285,6 +285,15 @@ class _Fleet:
     frozen_keys: set[str]  # their composed-resource keys, kept exactly as observed
 
 
+def _cache_ready_at(cache: modelcache.CacheView | None, own: list[Holding]) -> frozenset[str]:
+    """The clusters whose engine pods may start: the cache is Ready there, or replicas
+    already serve there (weights in GPU memory; a cache re-downloading under a serving
+    model does not stop it)."""
+    if cache is None:
+        return frozenset()
+    return cache.ready | {h.cluster for h in own if h.ready_replicas > 0}
+
+
 def _activator_at(
     activity: ondemand.Activity | None, decided: targets.Targets, own: list[Holding]
 ) -> set[str] | None:
@@ -423,6 +432,7 @@ class FunctionRunner(GuardedRunner):
             decided,
             fleet.frozen_keys,
             cache_mount=modelcache.replica_mount(cache) if cache is not None else None,
+            cache_ready_at=_cache_ready_at(cache, own),
             activator_at=_activator_at(activity, decided, own),
         )
 
@@ -561,6 +571,7 @@ class FunctionRunner(GuardedRunner):
         frozen_keys: set[str],
         *,
         cache_mount: dict | None,
+        cache_ready_at: frozenset[str],
         activator_at: set[str] | None,
     ) -> None:
         """`activator_at`: for an on-demand model, the clusters whose route goes through
@@ -585,7 +596,11 @@ class FunctionRunner(GuardedRunner):
                 autoscaling=autoscaling,
                 unavailable=decided.unavailable,
                 fabrics=decided.fabrics.get(cluster.name, ()),
-                model_cache=cache_mount,
+                model_cache=(
+                    {**cache_mount, "ready": cluster.name in cache_ready_at}
+                    if cache_mount is not None
+                    else None
+                ),
             )
             if activator_at is not None:
                 body["spec"]["activator"] = cluster.name in activator_at
@@ -598,6 +613,8 @@ class FunctionRunner(GuardedRunner):
             for section, fields in manifests.PER_CLUSTER_FIELDS.items():
                 for field in fields:
                     target[section][field] = body[section][field]
+            if cache_mount is not None:
+                target["spec"]["modelCache"]["ready"] = body["spec"]["modelCache"]["ready"]
             if activator_at is not None:
                 target["spec"]["activator"] = body["spec"]["activator"]
 

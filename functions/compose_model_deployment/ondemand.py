@@ -28,13 +28,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from functions.common import contracts
+
 STATE_IDLE: Final = "Idle"
 STATE_ACTIVE: Final = "Active"
-RESULT_PLACED: Final = "Placed"
+RESULT_PLACED: Final = contracts.ON_DEMAND_RESULT_PLACED
 RESULT_UNPLACEABLE: Final = "Unplaceable"
 RESULT_PARKED: Final = "Parked"
 DEFAULT_IDLE_AFTER: Final = 600.0
-DEFAULT_ACTIVATION_TIMEOUT: Final = 300.0
+DEFAULT_ACTIVATION_TIMEOUT: Final = contracts.DEFAULT_ACTIVATION_TIMEOUT_SECONDS
 
 
 @dataclass(frozen=True)

@@ -97,8 +97,9 @@ def scaled_object(replica: ModelReplica, workload: Workload, *, serving: bool) -
         "namespace": replica.namespace,
         "labels": replica.labels(),
     }
-    if replica.unavailable is not None:
-        # Parked or unplaceable: KEDA holds the workload at 0 whatever the scaler says.
+    if replica.unavailable is not None or replica.waiting_for_cache:
+        # Parked, unplaceable, or the weights not here yet: KEDA holds the workload at 0
+        # whatever the scaler says.
         metadata["annotations"] = {PAUSED_REPLICAS_ANNOTATION: "0"}
     return {
         "apiVersion": SCALED_OBJECT_API_VERSION,

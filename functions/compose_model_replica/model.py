@@ -136,6 +136,10 @@ class ModelCacheMount(_Spec):
     name: str
     claim_name: str = Field(alias="claimName")
     mount_path: str = Field(alias="mountPath")
+    # False: the weights are not on this cluster yet (the download is pending, running or
+    # failed) and nothing serves here; no engine pod starts (or holds a GPU) until they
+    # are. Absent (a ModelReplica written before the field): not gated.
+    ready: bool = True
 
 
 class Unavailable(_Spec):
@@ -193,9 +197,15 @@ class ModelReplica(_Spec):
         return Shape.STANDALONE
 
     @property
+    def waiting_for_cache(self) -> bool:
+        """The model's weights are not on this cluster yet: no engine pod starts."""
+        return self.model_cache is not None and not self.model_cache.ready
+
+    @property
     def desired_replicas(self) -> int:
-        """What should run now: nothing while parked or unplaceable."""
-        return 0 if self.unavailable is not None else self.replicas
+        """What should run now: nothing while parked or unplaceable, or until the
+        ModelCache is Ready here."""
+        return 0 if self.unavailable is not None or self.waiting_for_cache else self.replicas
 
     def member_port(self, engine: Engine, member: Member) -> int:
         """The `http` port of a member's engine container.

@@ -23,6 +23,7 @@ REASON_PROGRESSING = "Progressing"
 REASON_START_FAILING = "StartFailing"
 REASON_SERVING = "Serving"
 REASON_NO_READY_REPLICAS = "NoReadyReplicas"
+REASON_WAITING_FOR_CACHE = "WaitingForModelCache"
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,15 @@ def observe(
             "False",
             replica.unavailable.reason,
             f"no replicas run {where}: {replica.unavailable.message}",
+        )
+    elif replica.waiting_for_cache:
+        assert replica.model_cache is not None
+        workload_ready = Condition(
+            conditions.WORKLOAD_READY,
+            "False",
+            REASON_WAITING_FOR_CACHE,
+            f"no replicas run {where} until ModelCache {replica.model_cache.name} is Ready "
+            "here (no engine pod holds a GPU while the weights download)",
         )
     elif not all_observed:
         workload_ready = Condition(

@@ -5,7 +5,10 @@ The pipeline, in order, and why each step sits where it does:
 
 1. `prometheus` discovers pods (Kubernetes service discovery) and keeps only those
    labelled `modelplane.ai/serving`, scraping their container port named `http`; plus
-   the endpoint pickers, the gateway's Envoy proxies and the stack's substrate. The
+   the endpoint pickers, the gateway's Envoy proxies and the stack's substrate, and (with
+   a destination) the member runtime's agent and scaler, whose own metrics (hub,
+   leadership, model health, certificate expiry, the cost of each model's GPUs) reach
+   the destination like any other series. The
    receiver itself sets `k8s.pod.name`, `k8s.pod.uid` and `k8s.namespace.name` on each
    target's resource from the discovery labels.
 2. `memory_limiter` first, so a scrape storm is refused before anything is buffered.
@@ -25,6 +28,8 @@ The pipeline, in order, and why each step sits where it does:
    every pod; `transform/align` stamps the vocabulary's points of the batch with one
    time (aggregation only merges points of equal timestamp); `groupbyattrs` compacts
    the now-identical resources into one.
+   The runtime's cost series is aligned too, and merged over the agent replicas (max):
+   one series per model and pool, whichever replica exports it.
 7. `metrics_transform/aggregate` merges each vocabulary metric's points over every label
    but the ones the vocabulary keeps (`model`, and `finish_reason` on requests): sums
    for counters, counts and histograms (bucket by bucket), the mean for the KV-cache
@@ -78,6 +83,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from functions.common import contracts, vocabulary
+from functions.common import cost as cost_contract
 from functions.common.exposition import prometheus_label
 from functions.common.metricmapping import MetricMapping, ScrapeEndpoint
 from functions.compose_serving_stack import substrate_targets
@@ -434,22 +440,30 @@ def _instance_processor() -> dict[str, Any]:
             f"set(datapoint.attributes[{_ottl_string(label)}], {source}) where {source} != nil"
         )
     kept = ", ".join(_ottl_string(a) for a in KEPT_RESOURCE_ATTRIBUTES)
+    # The runtime's pods always run in the system namespace: on its series a namespace
+    # label would only be mistaken for the model's (the cost series names it `namespace`).
+    runtime_jobs = " or ".join(
+        f"resource.attributes[{_ottl_string('service.name')}] == {_ottl_string(t.job)}"
+        for t in substrate_targets.RUNTIME_TARGETS
+    )
+    namespace = _ottl_string(contracts.RESOURCE_ATTR_NAMESPACE)
     weighted_groups, ones = _weighted_ratio_groups()
     return {
         "error_mode": "ignore",
         "metric_statements": [
             *weighted_groups,
             {"statements": [*ones, *moves]},
+            {"statements": [f"delete_key(resource.attributes, {namespace}) where {runtime_jobs}"]},
             {"statements": [f"keep_keys(resource.attributes, [{kept}])"]},
         ],
     }
 
 
 def _vocabulary_condition() -> str:
-    """True for a vocabulary metric. Evaluated on every data point of a batch: a point
-    outside the vocabulary (most of an engine's own series) fails on the shared prefix
-    with one test, instead of a test per vocabulary name."""
-    names = [m.name for m in vocabulary.VOCABULARY]
+    """True for a vocabulary metric or the cost series the runtime exports. Evaluated on
+    every data point of a batch: a point outside them (most of an engine's own series)
+    fails on the shared prefix with one test, instead of a test per name."""
+    names = [*(m.name for m in vocabulary.VOCABULARY), cost_contract.MODEL_COST_PER_HOUR]
     prefix = vocabulary.VOCABULARY_PREFIX
     if not all(n.startswith(prefix) for n in names):
         raise ValueError(f"every vocabulary name must start with {prefix!r}")
@@ -485,6 +499,28 @@ def _aggregate_processor() -> dict[str, Any]:
                 ],
             }
         )
+    # The cost series is one per model and pool whichever agent replica is active: merged
+    # over the replicas' identity, a failover continues the series instead of starting a
+    # second one that the gateway's snapshot would add to the first until it expires; the
+    # maximum, not the sum, should both replicas briefly export the same facts.
+    transforms.append(
+        {
+            "include": cost_contract.MODEL_COST_PER_HOUR,
+            "match_type": "strict",
+            "action": "update",
+            "operations": [
+                {
+                    "action": "aggregate_labels",
+                    "label_set": [
+                        cost_contract.LABEL_NAMESPACE,
+                        cost_contract.LABEL_DEPLOYMENT,
+                        cost_contract.LABEL_POOL,
+                    ],
+                    "aggregation_type": "max",
+                }
+            ],
+        }
+    )
     return {"transforms": transforms}
 
 
@@ -710,12 +746,17 @@ def scrape_configs(
     stack: str,
     interval: int = DEFAULT_SCRAPE_INTERVAL_SECONDS,
     mappings: Sequence[MetricMapping] = (),
+    *,
+    runtime: bool = False,
 ) -> list[dict[str, Any]]:
     """The prometheus receiver's scrape jobs for a cluster of this stack: the engines
-    (a job per engine type whose mapping names its own endpoint), pickers, substrate."""
+    (a job per engine type whose mapping names its own endpoint), pickers, substrate, and
+    (`runtime`) the member runtime's agent and scaler."""
     endpoints = [(m.engine, m.scrape) for m in mappings if not m.scrape.is_default]
     jobs = _engine_jobs(interval, endpoints)
     jobs += [_substrate_job(t, interval) for t in substrate_targets.SUBSTRATE_TARGETS[stack]]
+    if runtime:
+        jobs += [_substrate_job(t, interval) for t in substrate_targets.RUNTIME_TARGETS]
     return jobs
 
 
@@ -818,7 +859,12 @@ def render_cluster_collector_config(
     receivers: dict[str, Any] = {
         RECEIVER: {
             "config": {
-                "scrape_configs": scrape_configs(cluster.stack, scrape_interval_seconds, mappings)
+                "scrape_configs": scrape_configs(
+                    cluster.stack,
+                    scrape_interval_seconds,
+                    mappings,
+                    runtime=destination is not None,
+                )
             }
         }
     }

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from functions.common import contracts
+from functions.common.cost import PRICE_FIELD, PoolPrice, pool_prices_of_pools, price_problem
 from functions.common.inventory import (
     FabricLabel,
     fabric_labels_of_pools,
@@ -67,6 +68,8 @@ class Cluster:
     kubeconfig: access.KubeconfigSecret | None = None
     # Which node label names each pool's fabric, for the agent's inventory.
     fabric_labels: tuple[FabricLabel, ...] = ()
+    # The priced pools, for the agent's cost series.
+    pool_prices: tuple[PoolPrice, ...] = ()
 
 
 def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
@@ -123,7 +126,18 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
         prometheus_url=prometheus_url,
         kubeconfig=kubeconfig,
         fabric_labels=_fabric_labels(spec.get("nodePools") or []),
+        pool_prices=_pool_prices(spec.get("nodePools") or []),
     )
+
+
+def _pool_prices(pools: list) -> tuple[PoolPrice, ...]:
+    """The priced pools; a price the schema should have refused is refused here too."""
+    for i, pool in enumerate(pools):
+        if isinstance(pool, dict) and pool.get(PRICE_FIELD) is not None:
+            problem = price_problem(pool[PRICE_FIELD])
+            if problem is not None:
+                raise InvalidCluster(f"spec.nodePools[{i}].{PRICE_FIELD}", problem)
+    return pool_prices_of_pools([p for p in pools if isinstance(p, dict)])
 
 
 def _fabric_labels(pools: list) -> tuple[FabricLabel, ...]:
@@ -216,6 +230,7 @@ def plan(
         peers,
         prometheus_url=cluster.prometheus_url,
         fabric_labels=cluster.fabric_labels,
+        pool_prices=cluster.pool_prices,
     )
     # Provider configs report no readiness of their own; they are not part of the
     # stack's (the Objects sent through them are).

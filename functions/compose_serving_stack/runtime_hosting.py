@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from functions.common import contracts
+from functions.common.cost import PoolPrice, format_pool_price
 from functions.common.inventory import (
     INVENTORY_RECORD_API_VERSION,
     INVENTORY_RECORD_KIND,
@@ -541,9 +542,11 @@ def runtime_hosting(
     *,
     prometheus_url: str = "",
     fabric_labels: Sequence[FabricLabel] = (),
+    pool_prices: Sequence[PoolPrice] = (),
 ) -> list[Composed]:
     """The runtime's resources on one member; `peers` are the other members' names;
-    `fabric_labels` which node label names each pool's fabric (the agent's inventory)."""
+    `fabric_labels` which node label names each pool's fabric (the agent's inventory);
+    `pool_prices` the priced pools (the agent's cost series)."""
     ordered_peers = sorted(set(peers) - {target.cluster})
     signals = ["--prometheus-url", prometheus_url] if prometheus_url else []
     # Only what differs from the default (every pool on modelplane.ai/fabric): the agent
@@ -576,6 +579,7 @@ def runtime_hosting(
                 ),
                 *signals,
                 *fabrics,
+                *(a for p in pool_prices for a in ("--pool-price", format_pool_price(p))),
             ],
             volumes=[(peer_secret_name(p), peer_mount_dir(p)) for p in ordered_peers],
             ports=[{"name": "metrics", "containerPort": contracts.METRICS_PORT}],

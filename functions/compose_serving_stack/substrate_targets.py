@@ -110,3 +110,19 @@ SUBSTRATE_TARGETS: Final[dict[str, tuple[ScrapeTarget, ...]]] = {
         ),
     ),
 }
+
+
+# The member runtime this cluster hosts (runtime_hosting.py): the agent (hub, leadership,
+# model health, cost, certificate expiry) and the scaler serve Prometheus text on their
+# `metrics` port. Scraped only when the collector pushes to a destination (the agent's
+# signals page has no use for the agent's own metrics). Not substrate: no MetricMapping
+# maps them, so they are not listed among a stack's mappable components.
+RUNTIME_TARGETS: Final = tuple(
+    ScrapeTarget(
+        job=name,
+        namespace=contracts.SYSTEM_NAMESPACE,
+        port_name=contracts.PORT_NAME_METRICS,
+        pod_labels=(("app.kubernetes.io/name", name),),
+    )
+    for name in (contracts.AGENT_SERVICE_NAME, contracts.SCALER_SERVICE_NAME)
+)

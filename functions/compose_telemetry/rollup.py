@@ -31,6 +31,12 @@ Each gateway replica rolls up the clusters connected to it and stamps its own na
 (`modelplane.gateway`), so two replicas never overwrite one another's fleet series;
 read-time queries sum over replicas (`sum without (modelplane_gateway)` or any `sum by`).
 
+Beside the vocabulary, one runtime series is rolled up: the cost of each model's devices
+per hour (`modelplane_model_cost_per_hour`, exported by each member's active agent from
+its priced node pools; functions/common/cost.py). A gauge, summed over clusters like any
+other, with the pool dropped, so the fleet series is one per model (namespace,
+deployment); the per-cluster series arrive beside it with `modelplane_cluster` and `pool`.
+
 Ratios (the vocabulary's `mean` metrics, the KV-cache usage) are never summed: two
 clusters at 0.8 are a fleet at 0.8, not 1.6. The KV-cache ratio is read as a ratio of two
 sums the cluster tier emits beside it (`modelplane_kv_cache_used`, the sum of its pods'
@@ -67,6 +73,7 @@ from functions.common.contracts import (
     RESOURCE_ATTRIBUTE_GATEWAY,
     RESOURCE_ATTRIBUTE_SCOPE,
 )
+from functions.common.cost import FLEET_DROPPED_LABELS, MODEL_COST_PER_HOUR
 from functions.common.exposition import ottl_float, plain_decimal, prometheus_label
 from functions.common.telemetrydestination import SloTargets
 from functions.common.vocabulary import (
@@ -146,9 +153,27 @@ def _fleet_aggregation_statements() -> list[str]:
     return statements
 
 
+# Rolled up beside the vocabulary: the runtime's cost gauge (functions/common/cost.py),
+# summed per model over clusters and pools like any gauge.
+RUNTIME_ROLLED_UP: Final = (MODEL_COST_PER_HOUR,)
+
+
+def rolled_up_names() -> tuple[str, ...]:
+    return tuple(sorted({*(m.name for m in VOCABULARY), *RUNTIME_ROLLED_UP}))
+
+
 def vocabulary_regex() -> str:
-    # Vocabulary names are constants matching ^modelplane_[a-z][a-z0-9_]*$: nothing to escape.
-    return "^(" + "|".join(sorted(m.name for m in VOCABULARY)) + ")$"
+    # Every name is a constant matching ^modelplane_[a-z][a-z0-9_]*$: nothing to escape.
+    return "^(" + "|".join(rolled_up_names()) + ")$"
+
+
+def cost_statements() -> list[str]:
+    """The fleet cost is per model: a pool is named per cluster, so pools do not add up
+    into anything; the per-cluster series keep it."""
+    return [
+        f'delete_key(datapoint.attributes, "{label}") where metric.name == "{MODEL_COST_PER_HOUR}"'
+        for label in FLEET_DROPPED_LABELS
+    ]
 
 
 def slo_boundary_statements(slo: SloTargets) -> list[str]:
@@ -243,6 +268,7 @@ def processors(slo: SloTargets | None = None) -> dict[str, Any]:
                         "set(datapoint.start_time_unix_nano, datapoint.time_unix_nano - 1) "
                         "where metric.aggregation_temporality == AGGREGATION_TEMPORALITY_DELTA",
                         *slo_boundary_statements(slo),
+                        *cost_statements(),
                     ],
                 },
                 {

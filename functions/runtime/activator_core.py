@@ -22,14 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from functions.common import contracts
 from functions.common.durations import parse_duration
 
 # RFC 1123 label (namespace) and subdomain (ModelDeployment name).
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
-RESULT_PLACED: Final = "Placed"
-DEFAULT_ACTIVATION_TIMEOUT: Final = 300.0
+RESULT_PLACED: Final = contracts.ON_DEMAND_RESULT_PLACED
+DEFAULT_ACTIVATION_TIMEOUT: Final = contracts.DEFAULT_ACTIVATION_TIMEOUT_SECONDS
 
 # The `reason` of an answer the activator gives instead of a model's (besides the
 # attempt's own Unplaceable and Parked); each has a runbook section.

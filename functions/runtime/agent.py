@@ -28,10 +28,12 @@ from functions.common.contracts import (
     COLLECTOR_SIGNALS_URL,
     LABEL_SERVING,
 )
-from functions.common.inventory import FabricLabel
+from functions.common.cost import PoolPrice
+from functions.common.inventory import IDLE_AFTER_SECONDS, FabricLabel
 from functions.runtime import planner
 from functions.runtime.acting import Actor, NotHub, is_own_pool, policy_path, route_path
 from functions.runtime.advisor import ChatAdvisor
+from functions.runtime.cost import CostMetrics
 from functions.runtime.decision_log import DecisionLog
 from functions.runtime.health_agent import HealthAgent, group_by_replica
 from functions.runtime.hub import plan
@@ -161,6 +163,10 @@ class AgentConfig:
     inventory_interval: float = REPORT_INTERVAL_SECONDS
     # Which node label names each pool's fabric (the InferenceCluster's pools).
     fabric_labels: tuple[FabricLabel, ...] = ()
+    # The priced pools (spec.nodePools[].pricePerGPUHour): what each model's devices cost.
+    pool_prices: tuple[PoolPrice, ...] = ()
+    # Seconds a serving replica's request counter must stand still to be named idle.
+    idle_after: float = IDLE_AFTER_SECONDS
 
 
 class Agent:
@@ -173,6 +179,7 @@ class Agent:
         decision_log: DecisionLog,
         *,
         clock: Callable[[], float] = time.time,
+        costs: CostMetrics | None = None,
     ):
         if config.cluster not in members:
             raise ValueError(f"the members must include this cluster ({config.cluster!r})")
@@ -209,6 +216,9 @@ class Agent:
             if config.signals_url
             else (lambda: counters_from_prometheus(config.prometheus_url)),
             config.fabric_labels,
+            config.idle_after,
+            pool_prices=config.pool_prices,
+            on_costs=costs.update if costs is not None else None,
         )
 
     # --- reading -----------------------------------------------------------------------
@@ -670,7 +680,9 @@ def start_loop(
     *,
     signals_url: str | None = COLLECTOR_SIGNALS_URL,
     fabric_labels: tuple[FabricLabel, ...] = (),
+    pool_prices: tuple[PoolPrice, ...] = (),
     intervals: dict[str, float] | None = None,
+    idle_after: float = IDLE_AFTER_SECONDS,
 ) -> RunningLoop:
     """The agent's reports, hub steps and health records beside a running election agent
     (functions/runtime/election.py), on the runtime's metrics when they are served."""
@@ -688,11 +700,15 @@ def start_loop(
             prometheus_url=prometheus_url,
             signals_url=signals_url,
             fabric_labels=fabric_labels,
+            pool_prices=pool_prices,
+            idle_after=idle_after,
             **(intervals or {}),
         ),
         members,
         ElectionRole(election),
         HubMetrics(provider.get_meter(METER_NAME)),
         DecisionLog(log_file or sys.stdout),
+        # Exported by the member's active replica only (both replicas run the inventory).
+        costs=CostMetrics(provider.get_meter(METER_NAME), election.replica.leading),
     )
     return RunningLoop(agent, log_file)

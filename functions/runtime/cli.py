@@ -33,6 +33,7 @@ from functions.common.contracts import (
     SCALER_HEALTH_PORT,
     SCALER_PORT,
 )
+from functions.common.inventory import IDLE_AFTER_SECONDS
 from functions.runtime.election_core import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
@@ -105,6 +106,15 @@ def parse_fabric_labels(_ctx, _param, values: tuple[str, ...]) -> tuple:
 
     try:
         return tuple(parse_fabric_label(v) for v in values)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
+def parse_pool_prices(_ctx, _param, values: tuple[str, ...]) -> tuple:
+    from functions.common.cost import parse_pool_price  # noqa: PLC0415
+
+    try:
+        return tuple(parse_pool_price(v) for v in values)
     except ValueError as error:
         raise click.BadParameter(str(error)) from error
 
@@ -191,6 +201,15 @@ def election_agent(
     "None: modelplane.ai/fabric.",
 )
 @click.option(
+    "--pool-price",
+    "pool_prices",
+    multiple=True,
+    callback=parse_pool_prices,
+    help='A priced node pool as JSON: {"pool": NAME, "driver": DRA_DRIVER, '
+    '"pricePerDeviceHour": N, "nodeSelector": {...}}; one per priced pool. Each model\'s '
+    "devices on it are exported as modelplane_model_cost_per_hour.",
+)
+@click.option(
     "--decision-log",
     default="-",
     show_default=True,
@@ -205,6 +224,15 @@ def election_agent(
     "report=2); repeat. The defaults suit a cluster; a test box runs faster. `collector` "
     "is the collector's own interval (how old a signal point may get).",
 )
+@click.option(
+    "--idle-after",
+    type=click.FloatRange(min=1, max=86400),
+    default=IDLE_AFTER_SECONDS,
+    show_default=True,
+    help="Seconds a serving replica's request counter must stand still before the "
+    "inventory names it idle (holding GPUs nothing asks anything of). Shorter flaps "
+    "replicas in and out of the list; the fleet box sets seconds to see one in a test.",
+)
 @metrics_option
 def agent(
     *,
@@ -217,8 +245,10 @@ def agent(
     prometheus_url,
     signals_url,
     fabric_labels,
+    pool_prices,
     decision_log,
     intervals,
+    idle_after,
     metrics_port,
 ):
     from functions.runtime import cert_expiry  # noqa: PLC0415
@@ -262,7 +292,9 @@ def agent(
         metrics,
         signals_url=signals_url or None,
         fabric_labels=fabric_labels,
+        pool_prices=pool_prices,
         intervals=steps,
+        idle_after=idle_after,
     )
     running.append(loop)
     wait_for_shutdown()

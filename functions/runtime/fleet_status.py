@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from functions.common import conditions
 from functions.common.health import HealthRecord, count_failures
-from functions.common.inventory import device_class
+from functions.common.inventory import IDLE_AFTER_SECONDS, device_class
 
 # A model's state, one word each, in the order an operator should look at them.
 STATE_PARKED: Final = "Parked"
@@ -54,7 +54,7 @@ class ClusterSummary:
     region: str
     stack: str
     ready: str  # the Ready condition's status: True, False or Unknown
-    telemetry: str  # Push, Disabled, or "" before compose-serving-stack said
+    telemetry: str  # Push, Local, Disabled, or "" before compose-serving-stack said
     pools: list[PoolSummary]
 
 
@@ -165,6 +165,9 @@ class InventoryReport:
     cluster: str
     observed_at: str
     request_counters: str
+    # The threshold its agent names replicas idle at (--idle-after); an agent that did not
+    # say used the default.
+    idle_after_seconds: int = IDLE_AFTER_SECONDS
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,7 @@ def read_inventory(clusters: Iterable[Mapping[str, Any]]) -> Inventory:
                 name,
                 str(inventory.get("observedAt", "")),
                 str(inventory.get("requestCounters", "")),
+                _int(inventory.get("idleAfterSeconds", IDLE_AFTER_SECONDS)),
             )
         )
         for state in NODE_STATES:
@@ -494,6 +498,17 @@ def summarize(
 # --- the table ----------------------------------------------------------------------------
 
 
+def duration(seconds: int) -> str:
+    """45s, 10m, 2m30s, 1h05m: short enough for a column, exact enough to compare."""
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes}m{rest:02d}s" if rest else f"{minutes}m"
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
     return [
@@ -534,7 +549,11 @@ def _inventory_lines(inventory: Inventory) -> list[str]:
         )
         lines.append("")
     if inventory.idle_replicas:
-        lines.append("IDLE (serving, nothing asked for 10 minutes; holding GPUs):")
+        thresholds = sorted({r.idle_after_seconds for r in inventory.reports})
+        lines.append(
+            f"IDLE (serving, nothing asked for {' or '.join(map(duration, thresholds))}; "
+            "holding GPUs):"
+        )
         lines += _table(
             ["  REPLICA", "CLUSTER", "MODEL", "IDLE", "GPUS"],
             [
@@ -542,7 +561,7 @@ def _inventory_lines(inventory: Inventory) -> list[str]:
                     f"  {i.namespace}/{i.name}",
                     i.cluster,
                     i.deployment or "-",
-                    f"{i.idle_seconds // 60}m",
+                    duration(i.idle_seconds),
                     str(i.gpus),
                 ]
                 for i in inventory.idle_replicas

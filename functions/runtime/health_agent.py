@@ -38,6 +38,11 @@ from functions.runtime.rest import APPLY_PATCH, kube_request
 
 ANNOTATION_COUNTED: Final = "modelplane.ai/health-counted"
 UNSCHEDULABLE_AFTER_SECONDS: Final = 900.0
+# PodScheduled=False reasons that keep a pod off every node: no node fits, or the
+# scheduler cannot evaluate the pod at all (kube-scheduler reports a DRA selector's CEL
+# runtime error, e.g. a version compared with a string, as SchedulerError, and retries
+# forever).
+_NOT_SCHEDULED: Final = frozenset({"Unschedulable", "SchedulerError"})
 LAST_ERROR_MAX: Final = 1024
 
 _PULL_FAILURES: Final = frozenset(
@@ -189,7 +194,7 @@ def count_start_failures(
             if (
                 condition.get("type") == "PodScheduled"
                 and condition.get("status") == "False"
-                and condition.get("reason") == "Unschedulable"
+                and condition.get("reason") in _NOT_SCHEDULED
                 and uid not in counted.unschedulable
                 and condition.get("lastTransitionTime")
                 and now - parse_time(condition["lastTransitionTime"]) >= UNSCHEDULABLE_AFTER_SECONDS

@@ -15,10 +15,12 @@ Read from what the member's API server says and nothing else:
   of entirely free ones — ready nodes whose every device is healthy and unallocated, the
   number that decides whether a multi-node replica can land there;
 - replicas by state, one per replica's head pod (Standalone, Leader or Decode role);
-- idle replicas: serving, and their request counter has not moved for IDLE_AFTER_SECONDS,
-  with the GPUs their pods' claims hold. What the counter was and since when it has not
-  moved travels with the record (an annotation), so an agent restart or a failover to
-  the standby agent does not reset the clock.
+- idle replicas: serving, and their request counter has not moved for `idle_after`
+  seconds (IDLE_AFTER_SECONDS unless the agent's `--idle-after` says otherwise; the
+  document names the threshold it used, so a reader never assumes the default), with the
+  GPUs their pods' claims hold. What the counter was and since when it has not moved
+  travels with the record (an annotation), so an agent restart or a failover to the
+  standby agent does not reset the clock.
 
 `compute_inventory` is pure (objects and `now` in, the document out); `InventoryAgent` is
 the shell that lists the objects and writes the record.
@@ -44,6 +46,7 @@ from functions.common.contracts import (
     ROLE_LEADER,
     ROLE_STANDALONE,
 )
+from functions.common.cost import PoolPrice
 from functions.common.inventory import (
     COUNTERS_AVAILABLE,
     COUNTERS_UNAVAILABLE,
@@ -58,6 +61,7 @@ from functions.common.inventory import (
     device_class,
     node_fabric,
 )
+from functions.runtime.cost import CostKey, model_costs
 from functions.runtime.policy import rfc3339
 from functions.runtime.rest import APPLY_PATCH, kube_request
 
@@ -125,10 +129,12 @@ class Counters:
     # counts: a cluster runs one ModelReplica of a deployment, so it is the same count.
     by_deployment: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
-    def of(self, key: ReplicaKey, deployment: str) -> float:
+    def of(self, key: ReplicaKey, deployment: str) -> float | None:
+        """The replica's count, or None when the source has no series for it (its engine
+        is not scraped, or its type exports no request counter): unknown, not zero."""
         if key in self.by_replica:
             return self.by_replica[key]
-        return self.by_deployment.get((key[0], deployment), 0.0)
+        return self.by_deployment.get((key[0], deployment))
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
@@ -343,11 +349,12 @@ def _replicas(pods: Iterable[Mapping[str, Any]], held: Mapping[Any, set[DeviceKe
 
 
 def _idle(
-    replicas: _Replicas, counters: Counters, memory: IdleMemory, now: float
+    replicas: _Replicas, counters: Counters, memory: IdleMemory, now: float, idle_after: float
 ) -> tuple[list[dict[str, Any]], IdleMemory]:
     """The idle clock: a counter that moved (or was never seen) restarts it; a replica no
     longer serving is forgotten, so its next start is not read as long idle. Counters that
-    could not be read name nobody idle and keep the clocks as they were."""
+    could not be read name nobody idle and keep the clocks as they were; so does a replica
+    the source has no counter for (a page that does not carry it says nothing about it)."""
     if counters.error:
         kept = {k: v for k, v in memory.counters.items() if k in replicas.serving}
         return [], IdleMemory(kept)
@@ -356,9 +363,13 @@ def _idle(
     for key in sorted(replicas.serving):
         value = counters.of(key, replicas.deployment_of.get(key, ""))
         previous = memory.counters.get(key)
+        if value is None:
+            if previous is not None:
+                kept.counters[key] = previous
+            continue
         since = previous[1] if previous is not None and previous[0] == value else now
         kept.counters[key] = (value, since)
-        if now - since >= IDLE_AFTER_SECONDS:
+        if now - since >= idle_after:
             idle.append(
                 {
                     "namespace": key[0],
@@ -380,13 +391,14 @@ def compute_inventory(
     *,
     driver: str = GPU_DRIVER,
     fabric_labels: Sequence[FabricLabel] = (),
+    idle_after: float = IDLE_AFTER_SECONDS,
 ) -> tuple[dict[str, Any], IdleMemory]:
     """The inventory document (status.inventory's shape) and the idle memory to keep."""
     states = _node_states(objects)
     held = allocated_devices(objects.claims)
     gpus, fabrics = _gpus_and_fabrics(objects, states, held, driver, fabric_labels)
     replicas = _replicas(objects.pods, held)
-    idle, kept = _idle(replicas, counters, memory, now)
+    idle, kept = _idle(replicas, counters, memory, now, idle_after)
     document: dict[str, Any] = {
         "observedAt": rfc3339(now),
         "nodes": {"total": len(states)}
@@ -398,6 +410,7 @@ def compute_inventory(
         "fabrics": fabrics,
         "replicas": replicas.by_state,
         "idleReplicas": idle,
+        "idleAfterSeconds": int(idle_after),
         "requestCounters": (
             COUNTERS_AVAILABLE
             if not counters.error
@@ -463,10 +476,18 @@ class InventoryAgent:
         api,
         counters: Callable[[], Counters],
         fabric_labels: Sequence[FabricLabel] = (),
+        idle_after: float = IDLE_AFTER_SECONDS,
+        *,
+        pool_prices: Sequence[PoolPrice] = (),
+        on_costs: Callable[[dict[CostKey, float]], None] | None = None,
     ):
         self.api = api
         self.counters = counters
         self.fabric_labels = tuple(fabric_labels)
+        # Priced pools: each sync also hands what each model's devices cost to `on_costs`.
+        self.pool_prices = tuple(pool_prices)
+        self.on_costs = on_costs
+        self.idle_after = idle_after
 
     def _memory(self) -> IdleMemory:
         try:
@@ -494,7 +515,12 @@ class InventoryAgent:
             self._memory(),
             now,
             fabric_labels=self.fabric_labels,
+            idle_after=self.idle_after,
         )
+        if self.on_costs is not None:
+            self.on_costs(
+                model_costs(nodes, pods, allocated_devices(claims), _pod_claims, self.pool_prices)
+            )
         kube_request(
             self.api,
             "PATCH",
@@ -524,6 +550,7 @@ def counters_from_signals(history) -> Counters:
         return Counters(error="request counters not read: no signals page read yet")
     by_deployment: dict[tuple[str, str], float] = {}
     for scope, samples in history.pages[-1].samples.items():
-        total = sum(v for (name, _), (v, _) in samples.items() if name == REQUEST_COUNTER)
-        by_deployment[(scope.namespace, scope.deployment)] = total
+        counted = [v for (name, _), (v, _) in samples.items() if name == REQUEST_COUNTER]
+        if counted:  # a deployment with gauges only has no counter here, not a zero one
+            by_deployment[(scope.namespace, scope.deployment)] = sum(counted)
     return Counters(by_deployment=by_deployment)

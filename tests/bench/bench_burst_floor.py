@@ -8,14 +8,15 @@ A fleet box with the examples' two GPU members (us-east-1 home, eu-west-1 helper
 examples' InferenceClusters' KWOK nodes, no claims applied) and the runtime on both, at
 the box's agent intervals (hack/fleetbox_runtime.py AGENT_INTERVALS: signals read every
 1 s from collectors scraping every 2 s, reports every 2 s, a hub step every 1 s). Each
-run is a fresh namespace (a new Deployment, HPA and policy, so a run does not start with
-the last run's replicas: the HPA keeps them for its 300 s scale-down window) with demand
+run is a fresh namespace (a new Deployment, HPA and policy) with demand
 one replica's worth (8/s, replicaCapacity 10), then a burst to 30/s; it times
 
 - burst → the helper's raised floor Ready (its Deployment at the floor, every replica
   Ready: hub decision, scaler, KEDA, HPA, scheduler, KWOK);
 - burst → the first traffic shift onto the helper (the route's weights);
-- calm (demand back to 8/s) → the floor released (KEDA serves 0, traffic home).
+- calm (demand back to 8/s) → the floor released (KEDA serves 0, traffic home);
+- calm → the helper's extra replicas given back (the ScaledObject's HPA has no
+  scale-down window of its own: the hub's calmFor is the wait).
 
 Prints each run and the median over `--runs`. Not a test: pytest does not collect
 bench_*.py.
@@ -42,7 +43,7 @@ from tests.e2e import floors  # noqa: E402
 TIMEOUT = 300.0
 
 
-def one_run(box, runtime, folder: Path, run: int) -> tuple[float, float, float]:
+def one_run(box, runtime, folder: Path, run: int) -> tuple[float, float, float, float]:
     burst = floors.Burst(box, runtime, folder / f"run-{run}", namespace=f"bench-burst-{run}")
     try:
         burst.start().settle()
@@ -71,7 +72,13 @@ def one_run(box, runtime, folder: Path, run: int) -> tuple[float, float, float]:
             )
 
         fleetbox.wait_for("the floor released", released, TIMEOUT)
-        return raised, shifted, time.monotonic() - calm
+        release = time.monotonic() - calm
+        fleetbox.wait_for(
+            "the helper's extra replicas given back",
+            lambda: burst.replicas(floors.HELPER)[0] == 1,
+            TIMEOUT,
+        )
+        return raised, shifted, release, time.monotonic() - calm
     except fleetbox.FleetBoxError:
         print(burst.summary())
         raise
@@ -85,17 +92,18 @@ def main() -> int:
     args = parser.parse_args()
     box = fleetbox.FleetBox(members=floors.MEMBERS, gpu=floors.MEMBERS)
     runtime = None
-    figures: list[tuple[float, float, float]] = []
+    figures: list[tuple[float, float, float, float]] = []
     try:
         box.start()
         runtime = fleetbox_runtime.Runtime(box, floors.MEMBERS).start()
         with tempfile.TemporaryDirectory() as folder:
             for run in range(args.runs):
                 figures.append(one_run(box, runtime, Path(folder), run))
-                raised, shifted, released = figures[-1]
+                raised, shifted, released, given_back = figures[-1]
                 print(
                     f"run {run + 1}: burst → helper floor Ready {raised:.1f} s, "
-                    f"→ traffic shifted {shifted:.1f} s; calm → floor released {released:.1f} s",
+                    f"→ traffic shifted {shifted:.1f} s; calm → floor released {released:.1f} s, "
+                    f"→ replicas given back {given_back:.1f} s",
                     flush=True,
                 )
     finally:
@@ -107,6 +115,7 @@ def main() -> int:
             "burst → helper's raised floor Ready",
             "burst → first traffic shift to the helper",
             "calm → floor released and traffic home",
+            "calm → the helper's extra replicas given back (the HPA at its minimum)",
         )
     ):
         values = [f[index] for f in figures]

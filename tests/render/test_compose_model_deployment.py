@@ -375,13 +375,41 @@ def test_a_cached_model_goes_where_its_cache_is_ready_and_never_outside_it(
     assert status["modelCache"]["name"] == "qwen3-8b-weights"
     assert status["modelCache"]["readyClusters"] == ["eu-west-1"]
     assert "clusters where it is Ready come first (eu-west-1)" in status["modelCache"]["message"]
-    # Every ModelReplica tells its pods where the cache is.
+    # Every ModelReplica tells its pods where the cache is, and that it is there.
     for r in replicas.values():
         assert r["spec"]["modelCache"] == {
             "name": "qwen3-8b-weights",
             "claimName": "modelcache-qwen3-8b-weights",
             "mountPath": "/models/qwen3-8b-weights",
+            "ready": True,
         }
+
+
+def test_replicas_placed_where_the_cache_still_downloads_wait_for_it(function_servers, tmp_path):
+    # The same fleet, the download still running on eu-west-1: replicas are placed all the
+    # same, but each ModelReplica holds its pods until the weights are there.
+    scenario = tmp_path / "downloading"
+    scenario.mkdir()
+    source = TESTDATA / "cache-prefers-ready"
+    (scenario / "xr.yaml").write_text((source / "xr.yaml").read_text())
+    cache = yaml.safe_load((source / "cache.yaml").read_text())
+    cache["status"]["readyClusters"] = 0
+    cache["status"]["clusters"][0].update(
+        phase="Downloading", reason="Running", message="the download Job's pod is running"
+    )
+    (scenario / "cache.yaml").write_text(yaml.safe_dump(cache))
+    xr, required, observed, _known = _inputs(scenario, tmp_path)
+    result = render.render(function_servers, xr, required=required, observed=observed)
+    assert result.returncode == 0, result.stderr
+    composite, replicas, _results, _conds = _parts(result.documents)
+    placed = {r["spec"]["cluster"]["name"]: r["spec"] for r in replicas.values()}
+    # No cluster is Ready: placed as any model is, on the clusters the cache selects
+    # (us-east-1's download failed; it is retried when the source is fixed).
+    assert set(placed) == {"eu-west-1", "us-east-1"}
+    assert sum(spec["replicas"] for spec in placed.values()) == 3
+    assert all(spec["modelCache"]["ready"] is False for spec in placed.values())
+    phases = {p["cluster"]: p["modelCache"] for p in composite["status"]["placements"]}
+    assert phases == {"eu-west-1": "Downloading", "us-east-1": "Failed"}
 
 
 def test_a_missing_model_cache_places_nothing_and_names_the_field(function_servers):

@@ -312,6 +312,13 @@ def test_every_member_gets_the_runtime_and_a_profile_per_peer(rendered):
         "network.example.com/fabric:karpenter.sh/nodepool=h100",
         "--fabric-label",
         "modelplane.ai/fabric:node.kubernetes.io/instance-type=g6e.12xlarge",
+        # Each priced pool (both are, in the example), for the cost series.
+        "--pool-price",
+        '{"driver":"gpu.nvidia.com","nodeSelector":{"karpenter.sh/nodepool":"h100"},'
+        '"pool":"h100","pricePerDeviceHour":4.5}',
+        "--pool-price",
+        '{"driver":"gpu.nvidia.com","nodeSelector":{"node.kubernetes.io/instance-type":'
+        '"g6e.12xlarge"},"pool":"l40s","pricePerDeviceHour":1.8}',
     ]
     assert agent["volumes"] == [
         {"name": "modelplane-peer-eu-west-1", "secret": {"secretName": "modelplane-peer-eu-west-1"}}
@@ -447,6 +454,7 @@ INVENTORY = {
     "idleReplicas": [
         {"namespace": "ml", "name": "llama-x", "deployment": "llama", "idleSeconds": 900, "gpus": 8}
     ],
+    "idleAfterSeconds": 600,
     "requestCounters": "Available",
 }
 
@@ -484,10 +492,11 @@ def test_the_agents_inventory_record_reaches_the_cluster_status(function_servers
     schema = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     import jsonschema  # noqa: PLC0415
 
-    jsonschema.validate(
-        result.documents[0]["status"]["inventory"],
-        schema["properties"]["status"]["properties"]["inventory"],
-    )
+    declared = schema["properties"]["status"]["properties"]["inventory"]
+    jsonschema.validate(result.documents[0]["status"]["inventory"], declared)
+    # The API server prunes what the XRD does not declare: every field the agent writes
+    # must be declared, or it never reaches `modelplane status`.
+    assert set(INVENTORY) <= set(declared["properties"])
 
 
 def test_a_cluster_from_a_kubeconfig_is_reached_through_provider_configs_it_composes(rendered):

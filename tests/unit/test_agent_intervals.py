@@ -44,3 +44,51 @@ def test_bad_intervals_are_refused_naming_the_option(value, says):
     assert result.exit_code == 2
     assert "--interval" in result.output
     assert says in result.output
+
+
+class _Started(Exception):
+    """Raised by the stand-in loop: the agent got as far as starting its steps."""
+
+
+def _agent_config_from(monkeypatch, *args: str) -> dict:
+    """The keyword arguments `modelplane-runtime agent ARGS` starts its loop with (the
+    election and the API clients stubbed: only the command line is under test)."""
+    from functions.runtime import agent as agent_module  # noqa: PLC0415
+    from functions.runtime import cli  # noqa: PLC0415
+
+    seen: dict = {}
+
+    def start_loop(*_args, **kwargs):
+        seen.update(kwargs)
+        raise _Started
+
+    class _Election:
+        def start(self):
+            return self
+
+    monkeypatch.setattr(cli, "election_agent", lambda *a, **k: _Election())
+    monkeypatch.setattr(cli, "client_for", lambda source: object())
+    monkeypatch.setattr(agent_module, "start_loop", start_loop)
+    result = CliRunner().invoke(
+        main,
+        ["agent", "--cluster=a", "--pod=p", "--member=a=in-cluster", "--metrics-port=0", *args],
+    )
+    assert isinstance(result.exception, _Started), result.output
+    return seen
+
+
+def test_idle_after_defaults_to_ten_minutes_and_reaches_the_inventory(monkeypatch):
+    from functions.common.inventory import IDLE_AFTER_SECONDS  # noqa: PLC0415
+
+    assert _agent_config_from(monkeypatch)["idle_after"] == IDLE_AFTER_SECONDS == 600
+    assert _agent_config_from(monkeypatch, "--idle-after=20")["idle_after"] == 20.0
+    assert AgentConfig(cluster="a").idle_after == IDLE_AFTER_SECONDS
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "86401"])
+def test_a_bad_idle_after_is_refused_naming_the_option(value):
+    result = CliRunner().invoke(
+        main, ["agent", "--cluster=a", "--pod=p", "--member=a=in-cluster", f"--idle-after={value}"]
+    )
+    assert result.exit_code == 2
+    assert "--idle-after" in result.output

@@ -20,8 +20,9 @@ import yaml
 from functions.common import contracts, vocabulary
 from functions.common import metricmapping as mappings
 from functions.compose_model_replica.serving import EPP_IMAGE, PD_EPP_IMAGE
-from functions.compose_serving_stack import collector
+from functions.compose_serving_stack import collector, substrate_targets
 
+COST = "modelplane_model_cost_per_hour"
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "testdata" / "collector"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -140,12 +141,14 @@ def test_cardinality_is_controlled_by_aggregation_never_by_deleting_labels():
     config = _cases()["builtin-mappings-standard"]
     processors = config["processors"]
     transforms = processors["metrics_transform/aggregate"]["transforms"]
-    assert {t["include"] for t in transforms} == set(vocabulary.VOCABULARY_BY_NAME)
+    # The vocabulary, and the runtime's cost series (one per model whichever agent
+    # replica exports it).
+    assert {t["include"] for t in transforms} == {*vocabulary.VOCABULARY_BY_NAME, COST}
     for t in transforms:
         (operation,) = t["operations"]
         assert operation["action"] == "aggregate_labels"
         assert "pod" not in operation["label_set"]
-        expected = "mean" if t["include"] == "modelplane_kv_cache_usage" else "sum"
+        expected = {"modelplane_kv_cache_usage": "mean", COST: "max"}.get(t["include"], "sum")
         assert operation["aggregation_type"] == expected
     text = yaml.safe_dump(processors)
     assert 'delete_key(datapoint.attributes, "pod' not in text
@@ -280,3 +283,67 @@ def test_the_signals_page_alone_runs_no_cluster_state_traces_or_logs():
 def test_both_stacks_scrape_their_shared_substrate_and_the_scheduler(stack):
     jobs = {j["job_name"] for j in collector.scrape_configs(stack)}
     assert {"envoy-proxies", "nvidia-dra-driver", "cert-manager", "kube-scheduler"} <= jobs
+
+
+def _jobs(config: dict) -> dict[str, dict]:
+    scrape = config["receivers"][collector.RECEIVER]["config"]["scrape_configs"]
+    return {job["job_name"]: job for job in scrape}
+
+
+def test_the_runtime_is_scraped_where_the_collector_pushes_and_only_there():
+    cluster = collector.CollectorCluster("us-east-1")
+    pushing = collector.render_cluster_collector_config(cluster, (), DESTINATION)
+    jobs = _jobs(pushing)
+    for name in (contracts.AGENT_SERVICE_NAME, contracts.SCALER_SERVICE_NAME):
+        job = jobs[name]
+        assert job["kubernetes_sd_configs"] == [
+            {"role": "pod", "namespaces": {"names": [contracts.SYSTEM_NAMESPACE]}}
+        ]
+        relabel = job["relabel_configs"]
+        assert {
+            "action": "keep",
+            "source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
+            "regex": re.escape(name),
+        } in relabel
+        assert {
+            "action": "keep",
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "regex": contracts.PORT_NAME_METRICS,
+        } in relabel
+    # The signals page alone is the agent's: it has no use for the agent's own metrics.
+    local = collector.render_cluster_collector_config(cluster, (), None, signals=True)
+    assert contracts.AGENT_SERVICE_NAME not in _jobs(local)
+    # Not a mappable substrate component (nothing maps the runtime's own names).
+    for stack in (contracts.STACK_STANDARD, contracts.STACK_DYNAMO):
+        assert contracts.AGENT_SERVICE_NAME not in collector.component_types(stack)
+
+
+def test_the_runtime_series_lose_the_system_namespace_the_cost_series_would_be_mistaken_for():
+    config = collector.render_cluster_collector_config(
+        collector.CollectorCluster("us-east-1"), (), DESTINATION
+    )
+    statements = [
+        s
+        for group in config["processors"]["transform/instance"]["metric_statements"]
+        for s in group["statements"]
+    ]
+    (deletion,) = [s for s in statements if s.startswith("delete_key(resource.attributes")]
+    assert f'"{contracts.RESOURCE_ATTR_NAMESPACE}"' in deletion
+    for target in substrate_targets.RUNTIME_TARGETS:
+        assert f'== "{target.job}"' in deletion
+    # Before the resource is trimmed to the kept keys, after the instance labels moved.
+    assert statements.index(deletion) < len(statements) - 1
+
+
+def test_the_cost_series_is_stamped_with_the_batch_time_so_replicas_merge():
+    config = collector.render_cluster_collector_config(
+        collector.CollectorCluster("us-east-1"), (), DESTINATION
+    )
+    (group,) = config["processors"]["transform/align"]["metric_statements"]
+    assert f'metric.name == "{COST}"' in group["conditions"][0]
+    (cost,) = [
+        t
+        for t in config["processors"]["metrics_transform/aggregate"]["transforms"]
+        if t["include"] == COST
+    ]
+    assert cost["operations"][0]["label_set"] == ["namespace", "deployment", "pool"]

@@ -60,3 +60,28 @@ def test_entrypoint_dispatches_the_operator_commands():
     )
     assert done.returncode == 0, done.stderr
     assert "json|yaml" in done.stdout or "[table|json|yaml]" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--kubeconfig", "/nonexistent/kubeconfig", "status"],
+        ["--kubeconfig=/nonexistent/kubeconfig", "status", "-o", "json"],
+        ["--context", "prod", "--kubeconfig", "/nonexistent/kubeconfig", "explain", "llama"],
+    ],
+    ids=["kubeconfig_then_command", "kubeconfig_with_equals", "context_and_kubeconfig"],
+)
+def test_the_operator_options_may_come_before_the_command_as_with_kubectl(args):
+    """`modelplane --kubeconfig FILE status` reaches the operator CLI (which then reads
+    that file), instead of being refused as a missing component."""
+    done = subprocess.run([*ENTRYPOINT, *args], capture_output=True, text=True, check=False)
+    assert "name a component" not in done.stderr, done.stderr
+    assert "cannot load the kubeconfig" in done.stderr, done.stderr
+
+
+def test_an_option_value_that_looks_like_a_command_is_not_one():
+    from functions.entrypoint import _operator_command  # noqa: PLC0415
+
+    assert not _operator_command(["--kubeconfig", "status"])  # a file named status, no command
+    assert not _operator_command(["--verbose", "status"])  # not an operator option
+    assert _operator_command(["--kubeconfig", "status", "status"])

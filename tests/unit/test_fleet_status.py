@@ -398,3 +398,75 @@ def test_on_demand_models_in_the_json_and_the_table():
     table = fleet_status.render_table(summary)
     assert "Satisfied (on demand: idle)" in table
     assert "Unplaceable (on demand: active)" in table
+
+
+def _reporting(name, idle_after=None, idle=()):
+    inventory = {
+        "observedAt": "2026-12-01T10:00:00Z",
+        "nodes": {"total": 2, "ready": 2},
+        "gpus": [{"deviceClass": "H100", "total": 16, "used": 2, "unhealthy": 0}],
+        "replicas": {"ready": 1},
+        "idleReplicas": [
+            {"namespace": "ml", "name": n, "deployment": "llama", "idleSeconds": s, "gpus": 2}
+            for n, s in idle
+        ],
+        "requestCounters": "Available",
+    }
+    if idle_after is not None:
+        inventory["idleAfterSeconds"] = idle_after
+    obj = cluster(name, [pool("h100", 2, 8)])
+    obj["status"]["inventory"] = inventory
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("case", "idle_after", "says"),
+    [
+        ("an_agent_that_does_not_say_used_ten_minutes", None, "nothing asked for 10m;"),
+        ("a_shorter_setting_is_named_as_set", 45, "nothing asked for 45s;"),
+    ],
+)
+def test_the_idle_list_names_the_threshold_the_agents_used(case, idle_after, says):
+    fleet = summarize([_reporting("us-east-1", idle_after, [("llama-us-east-1", 150)])], [], [])
+    table = fleet_status.render_table(fleet)
+    assert f"IDLE (serving, {says} holding GPUs):" in table
+    assert "2m30s" in table  # how long it has been idle, to the second
+    document = fleet.to_dict()
+    jsonschema.validate(document, SCHEMA)
+    (report,) = document["inventory"]["reports"]
+    assert report["idleAfterSeconds"] == (600 if idle_after is None else idle_after)
+
+
+def test_clusters_with_different_thresholds_are_both_named():
+    fleet = summarize(
+        [_reporting("a", 30, [("x", 40)]), _reporting("b", 600, [("y", 700)])], [], []
+    )
+    assert "nothing asked for 30s or 10m;" in fleet_status.render_table(fleet)
+
+
+@pytest.mark.parametrize("mode", ["Push", "Local", "Disabled", ""])
+def test_every_telemetry_mode_the_cluster_reports_validates(mode):
+    """The InferenceCluster XRD's status.telemetry.mode enum is Push, Local, Disabled: a
+    fleet with a Local cluster (no destination, autoscaling on local signals) must still
+    give a document the published schema accepts."""
+    obj = cluster("us-east-1", [pool("h100", 2, 8)])
+    obj["status"]["telemetry"] = {"mode": mode} if mode else {}
+    jsonschema.validate(summarize([obj], [], []).to_dict(), SCHEMA)
+
+
+def test_the_schema_knows_every_telemetry_mode_the_xrd_allows():
+    import yaml  # noqa: PLC0415
+
+    xrd = yaml.safe_load((REPO / "apis" / "inferenceclusters" / "definition.yaml").read_text())
+    status = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    modes = status["properties"]["telemetry"]["properties"]["mode"]["enum"]
+    published = SCHEMA["properties"]["clusters"]["items"]["properties"]["telemetry"]["enum"]
+    assert set(published) == {*modes, ""}
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (45, "45s"), (60, "1m"), (150, "2m30s"), (600, "10m"), (3900, "1h05m")],
+)
+def test_durations_read_at_a_glance(seconds, text):
+    assert fleet_status.duration(seconds) == text

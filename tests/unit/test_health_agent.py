@@ -108,12 +108,15 @@ def test_an_image_pull_failure_counts_once_per_pod():
     assert again.record.consecutive_start_failures == 1
 
 
+@pytest.mark.parametrize("reason", ["Unschedulable", "SchedulerError"])
 @pytest.mark.parametrize(("pending_for", "counts"), [(60, 0), (899, 0), (900, 1), (3600, 1)])
-def test_a_pod_that_cannot_be_scheduled_counts_only_after_fifteen_minutes(pending_for, counts):
+def test_a_pod_that_cannot_be_scheduled_counts_only_after_fifteen_minutes(
+    pending_for, counts, reason
+):
     unschedulable = {
         "type": "PodScheduled",
         "status": "False",
-        "reason": "Unschedulable",
+        "reason": reason,
         "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
         "lastTransitionTime": rfc3339(NOW - pending_for),
     }

@@ -20,10 +20,12 @@ from functions.runtime.inventory import (
     IdleMemory,
     MemberObjects,
     compute_inventory,
+    counters_from_signals,
     node_state,
     published_devices,
     replica_state,
 )
+from functions.runtime.signals_core import SignalHistory, parse_page
 
 NOW = 1_800_000_000.0
 
@@ -354,3 +356,87 @@ def test_without_counters_nobody_is_idle_and_the_clock_is_kept():
 def test_idle_memory_survives_a_malformed_annotation():
     assert IdleMemory.from_annotation("{not json").counters == {}
     assert IdleMemory.from_annotation('{"ml/x": [1, 2]}').counters == {("ml", "x"): (1.0, 2.0)}
+
+
+@pytest.mark.parametrize(
+    ("case", "still_for", "idle"),
+    [
+        ("counter_still_for_the_threshold_is_idle", 30.0, True),
+        ("counter_still_for_less_is_not_idle_yet", 29.0, False),
+    ],
+)
+def test_the_idle_threshold_is_the_agents_setting_and_the_document_names_it(case, still_for, idle):
+    objects, counters = _serving(42.0)
+    document, memory = compute_inventory(objects, counters, IdleMemory(), NOW, idle_after=30)
+    assert document["idleAfterSeconds"] == 30
+    document, _ = compute_inventory(objects, counters, memory, NOW + still_for, idle_after=30)
+    assert [r["name"] for r in document["idleReplicas"]] == (["llama-x"] if idle else [])
+    assert document["idleAfterSeconds"] == 30
+
+
+def test_without_a_setting_the_threshold_is_ten_minutes():
+    objects, counters = _serving(42.0)
+    document, memory = inventory(objects, counters)
+    assert document["idleAfterSeconds"] == IDLE_AFTER_SECONDS == 600
+    document, _ = inventory(objects, counters, memory, NOW + IDLE_AFTER_SECONDS - 1)
+    assert document["idleReplicas"] == []
+
+
+def test_a_replica_the_counters_do_not_cover_is_never_idle_and_keeps_its_clock():
+    """Unknown is not idle: a page without the replica's deployment (its engine is not
+    scraped, or exports no request counter) says nothing about whether it is asked."""
+    objects, counters = _serving(42.0)
+    _, memory = inventory(objects, counters)
+    uncovered = Counters(by_deployment={("ml", "another-model"): 7.0})
+    document, kept = inventory(objects, uncovered, memory, NOW + 2 * IDLE_AFTER_SECONDS)
+    assert document["idleReplicas"] == []
+    assert document["requestCounters"] == "Available"
+    assert kept.counters == memory.counters
+
+
+def _history(page: str) -> SignalHistory:
+    history = SignalHistory(60.0)
+    history.add(parse_page(page, NOW))
+    return history
+
+
+def test_the_signals_page_counts_requests_per_deployment_and_only_where_it_has_the_counter():
+    page = (
+        "# TYPE modelplane_requests_total counter\n"
+        'modelplane_requests_total{k8s_namespace_name="ml",modelplane_deployment="llama",'
+        'finish_reason="stop"} 40\n'
+        'modelplane_requests_total{k8s_namespace_name="ml",modelplane_deployment="llama",'
+        'finish_reason="length"} 2\n'
+        "# TYPE modelplane_requests_running gauge\n"
+        'modelplane_requests_running{k8s_namespace_name="ml",modelplane_deployment="qwen"} 3\n'
+    )
+    counters = counters_from_signals(_history(page))
+    assert counters.error == ""
+    assert counters.of(("ml", "llama-us-east-1"), "llama") == 42.0
+    # qwen's engine is on the page with a gauge only: its counter is unknown, not zero.
+    assert counters.of(("ml", "qwen-us-east-1"), "qwen") is None
+
+
+def test_an_unread_signals_page_gives_no_counters_and_says_why():
+    history = SignalHistory(60.0)
+    assert "no signals page read yet" in counters_from_signals(history).error
+    history.failed("connection refused")
+    assert "connection refused" in counters_from_signals(history).error
+
+
+def test_every_field_the_agent_writes_is_declared_in_the_xrd():
+    """The API server prunes status fields the InferenceCluster XRD does not declare: one
+    the agent writes but the XRD lacks would never reach `modelplane status`."""
+    import yaml  # noqa: PLC0415
+
+    from tests.conftest import REPO  # noqa: PLC0415
+
+    xrd = yaml.safe_load((REPO / "apis" / "inferenceclusters" / "definition.yaml").read_text())
+    status = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    declared = status["properties"]["inventory"]["properties"]
+    objects, counters = _serving(42.0)
+    _, memory = inventory(objects, counters)
+    document, _ = inventory(objects, counters, memory, NOW + IDLE_AFTER_SECONDS)
+    assert set(document) <= set(declared), set(document) - set(declared)
+    (idle,) = document["idleReplicas"]
+    assert set(idle) <= set(declared["idleReplicas"]["items"]["properties"])

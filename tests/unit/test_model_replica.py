@@ -603,6 +603,31 @@ def test_parked_replica_says_so_in_both_conditions():
     assert all("parked after 5" in c.message for c in status.conditions)
 
 
+def test_a_replica_waits_for_its_cache_at_zero_and_says_why():
+    xr = load("model-cache-downloading")
+    replica = parse(xr)
+    assert replica.desired_replicas == 0
+    status = observe(replica, compose(replica).workloads, {}, HEALTH_KEY)
+    workload_ready = status.conditions[0]
+    assert (workload_ready.status, workload_ready.reason) == ("False", "WaitingForModelCache")
+    assert "ModelCache deepseek-v3-weights" in workload_ready.message
+    # Once the cache is Ready the placed replicas run.
+    xr["spec"]["modelCache"]["ready"] = True
+    assert parse(xr).desired_replicas == xr["spec"]["replicas"]
+
+
+def test_an_autoscaled_replica_waiting_for_its_cache_is_held_at_zero_by_keda():
+    xr = load("autoscaling")
+    xr["spec"]["modelCache"] = {
+        "name": "w",
+        "claimName": "modelcache-w",
+        "mountPath": "/models/w",
+        "ready": False,
+    }
+    annotations = manifests(xr)["scaledobject"]["metadata"]["annotations"]
+    assert annotations == {"autoscaling.keda.sh/paused-replicas": "0"}
+
+
 def test_prefill_and_decode_may_share_one_engine():
     xr = load("prefill-decode")
     prefill, decode = xr["spec"]["engines"]

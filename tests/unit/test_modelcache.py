@@ -346,3 +346,13 @@ def test_a_cache_that_went_away_keeps_every_running_replica_as_it_is():
     (scheduled, *_rest) = rsp.conditions
     assert scheduled.status == fnv1.STATUS_CONDITION_UNKNOWN
     assert "does not exist" in scheduled.message
+
+
+def test_pods_start_where_the_cache_is_ready_or_replicas_already_serve():
+    # a: Ready; b: downloading again under a model serving there; c: failed, nothing serves.
+    serving = holding("d", "b", "h100", 2)
+    serving = type(serving)(**{**serving.__dict__, "ready_replicas": 2})
+    waiting = holding("d", "c", "h100", 1)
+    cache = view(ready=("a",), failed=("c",))
+    assert fn._cache_ready_at(cache, [serving, waiting]) == {"a", "b"}
+    assert fn._cache_ready_at(None, [serving]) == frozenset()

@@ -114,3 +114,22 @@ def test_histograms_without_the_slo_boundary_are_marked_not_merged():
         '"modelplane_time_per_output_token" and not ContainsValue(datapoint.explicit_bounds, 1.0)',
     ]
     assert rollup.slo_boundary_statements(SloTargets()) == []
+
+
+def test_the_cost_series_is_rolled_up_per_model_without_its_pool():
+    condition = rollup.processors()[rollup.FILTER_VOCABULARY]["metrics"]["metric"][0]
+    assert "|modelplane_model_cost_per_hour|" in condition.replace("^(", "|").replace(")$", "|")
+    datapoint = next(
+        group["statements"]
+        for group in rollup.processors()[rollup.TRANSFORM_STRIP]["metric_statements"]
+        if group["context"] == "datapoint"
+    )
+    assert (
+        'delete_key(datapoint.attributes, "pool") where metric.name == '
+        '"modelplane_model_cost_per_hour"'
+    ) in datapoint
+    # Summed over clusters, as every gauge but the ratios is.
+    aggregate = rollup.processors()[rollup.TRANSFORM_AGGREGATE]
+    summed = aggregate["metric_statements"][0]["statements"][0]
+    assert summed.startswith('aggregate_on_attributes("sum")')
+    assert "modelplane_model_cost_per_hour" not in summed

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from functions.common import contracts
+from functions.common.cost import PoolPrice
 from functions.common.inventory import fabric_labels_of_pools
 from functions.common.metricmapping import ResolvedMappings
 from functions.compose_serving_stack import (
@@ -33,7 +34,7 @@ from functions.compose_serving_stack.status import (
     replicas_needing_signals,
     unmapped_engine_types,
 )
-from functions.runtime.cli import parse_fabric_labels
+from functions.runtime.cli import parse_fabric_labels, parse_pool_prices
 from tests.unit.test_collector import REPO
 
 XR = yaml.safe_load((REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml").read_text())
@@ -542,3 +543,56 @@ def test_the_activator_reaches_only_the_control_plane_with_copied_credentials():
     assert all(
         s["name"] != contracts.ACTIVATOR_SERVICE_NAME for subjects in bound for s in subjects
     )
+
+
+def test_each_priced_pool_reaches_the_agent_as_one_json_argument():
+    xr = _cluster_xr()
+    xr["spec"]["nodePools"] = [
+        {
+            "name": "h100",
+            "nodeSelector": {"karpenter.sh/nodepool": "h100"},
+            "devices": {"driver": "gpu.nvidia.com", "perNode": 8},
+            "pricePerGPUHour": 3.5,
+        },
+        {"name": "l40s", "devices": {"driver": "gpu.nvidia.com", "perNode": 4}},
+    ]
+    # Through the whole plan, as the function composes the agent.
+    composed = plan(
+        parse_cluster(xr),
+        ResolvedMappings((), ()),
+        destination=DestinationState(),
+        peers=[],
+        unmapped=[],
+        runtime_image="img:1",
+    ).composed
+    (agent,) = [
+        m
+        for m in (c.resource["spec"]["forProvider"].get("manifest") or {} for c in composed)
+        if m.get("kind") == "Deployment" and m["metadata"]["name"] == contracts.AGENT_SERVICE_NAME
+    ]
+    args = agent["spec"]["template"]["spec"]["containers"][0]["args"]
+    given = [args[i + 1] for i, a in enumerate(args) if a == "--pool-price"]
+    # The unpriced pool gets no argument: no cost series, not a cost of 0.
+    assert parse_pool_prices(None, None, tuple(given)) == (
+        PoolPrice("h100", "gpu.nvidia.com", 3.5, (("karpenter.sh/nodepool", "h100"),)),
+    )
+
+
+def test_a_cluster_without_prices_gives_the_agent_no_price_argument():
+    assert "--pool-price" not in _agent_args(_cluster_xr())
+
+
+@pytest.mark.parametrize("price", [-1, "3.5", True, 2_000_000, float("inf")])
+def test_a_price_the_schema_refuses_is_refused_with_its_field(price):
+    xr = _cluster_xr()
+    xr["spec"]["nodePools"] = [
+        {"name": "a", "devices": {"driver": "gpu.nvidia.com", "perNode": 1}},
+        {
+            "name": "b",
+            "devices": {"driver": "gpu.nvidia.com", "perNode": 1},
+            "pricePerGPUHour": price,
+        },
+    ]
+    with pytest.raises(InvalidCluster) as refused:
+        parse_cluster(xr)
+    assert refused.value.field == "spec.nodePools[1].pricePerGPUHour"
