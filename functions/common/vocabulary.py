@@ -148,6 +148,8 @@ SLO_HISTOGRAMS: Final = {m.slo_target: m.name for m in VOCABULARY if m.slo_targe
 # matches them cannot carry a quote, a brace or whitespace into a generated OTTL or
 # PromQL expression. Keep the two in step; tests/unit/test_contracts.py checks they are.
 TARGET_NAME_PATTERN: Final = r"^modelplane_[a-z][a-z0-9_]*$"
+# The prefix every vocabulary name (and every mapping target) starts with.
+VOCABULARY_PREFIX: Final = "modelplane_"
 SOURCE_NAME_PATTERN: Final = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 LABEL_NAME_PATTERN: Final = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 

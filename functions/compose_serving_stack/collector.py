@@ -151,11 +151,13 @@ POD_LOGS_DIR: Final = "/var/log/pods"
 NODE_CONDITIONS: Final = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 ALLOCATABLE_TYPES: Final = ("cpu", "memory", "ephemeral-storage", "pods")
 
-# Per-instance identity: resource attribute -> the data-point label it becomes.
+# Per-instance identity: resource attribute -> the data-point label it becomes. Only
+# what the metrics pipeline's resources carry (the receiver sets the pod's name and uid
+# from discovery and the scrape instance; k8s_attributes extracts no container id): each
+# move is a statement on every data point.
 INSTANCE_LABELS: Final = (
     ("k8s.pod.name", "pod"),
     ("k8s.pod.uid", "pod_uid"),
-    ("container.id", "container_id"),
     ("service.instance.id", "instance"),
 )
 
@@ -321,11 +323,15 @@ def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
 
 
 def select_conditions(mapping: MetricMapping) -> list[str]:
-    """filter/select's drop conditions for one mapping: a selecting target's points whose
-    labels lack a selected value. Label names are the mapping's renamed ones, since
-    filter/select runs after the renames."""
+    """filter/select's drop condition for one mapping (none if it selects nothing): a
+    selecting target's points whose labels lack a selected value. Label names are the
+    mapping's renamed ones, since filter/select runs after the renames.
+
+    One condition per mapping, its engine tested first: the filter evaluates every
+    condition on every data point of the cluster, so one engine test per point (rather
+    than one per selecting target) is what a point of another engine costs."""
     renamed = {label.source: label.target for label in mapping.labels}
-    conditions = []
+    targets = []
     for rename in mapping.metrics:
         if not rename.select:
             continue
@@ -334,11 +340,10 @@ def select_conditions(mapping: MetricMapping) -> list[str]:
             f"{_ottl_string(value)}"
             for label, value in rename.select
         )
-        conditions.append(
-            f"{_engine_condition(mapping.engine)} and "
-            f"metric.name == {_ottl_string(rename.target)} and not ({matches})"
-        )
-    return conditions
+        targets.append(f"(metric.name == {_ottl_string(rename.target)} and not ({matches}))")
+    if not targets:
+        return []
+    return [f"{_engine_condition(mapping.engine)} and ({' or '.join(targets)})"]
 
 
 def _select_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
@@ -385,32 +390,46 @@ def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
     return {"error_mode": "ignore", "metric_statements": groups}
 
 
-def _weighted_ratio_groups() -> list[dict[str, Any]]:
+def _weighted_ratio_groups() -> tuple[list[dict[str, Any]], list[str]]:
     """Each weighted ratio's two sums, from every pod's ratio before pods merge: the ratio
     itself as the numerator, 1 per pod as the denominator. Here, after filter/select, so
     only the ratio's selected points count; aggregation then sums both over pods, and the
-    gateway over clusters, so the fleet ratio is sum(used) / sum(capacity)."""
+    gateway over clusters, so the fleet ratio is sum(used) / sum(capacity).
+
+    Returns the metric groups (copies, then units) and the per-point statements that set
+    each denominator's points to 1."""
     copies: list[str] = []
     units: list[str] = []
     ones: list[str] = []
+    # Every metric of every pod passes these groups: each is gated on the names its
+    # statements touch, so any other metric costs one name test per group.
+    copied: list[str] = []
+    parts: list[str] = []
     for metric in vocabulary.VOCABULARY:
         if metric.weighted_by is None:
             continue
         ratio = _ottl_string(metric.name)
+        copied.append(metric.name)
         for part in metric.weighted_by:
             copies.append(f"copy_metric(name={_ottl_string(part)}) where metric.name == {ratio}")
             unit = vocabulary.VOCABULARY_BY_NAME[part].unit
             units.append(
                 f"set(metric.unit, {_ottl_unit(unit)}) where metric.name == {_ottl_string(part)}"
             )
+            parts.append(part)
         _, denominator = metric.weighted_by
         ones.append(
             f"set(datapoint.value_double, 1.0) where metric.name == {_ottl_string(denominator)}"
         )
     if not copies:
-        return []
-    # Copies in a group of their own, so the next groups see them.
-    return [{"statements": copies}, {"statements": units}, {"statements": ones}]
+        return [], []
+    # Copies in a group of their own, so the next groups see them. The per-point ones
+    # are the first statements of the identity moves' group (_instance_processor): one
+    # pass over the data points instead of two.
+    return [
+        {"conditions": [_any_name(copied)], "statements": copies},
+        {"conditions": [_any_name(parts)], "statements": units},
+    ], ones
 
 
 def _instance_processor() -> dict[str, Any]:
@@ -428,11 +447,12 @@ def _instance_processor() -> dict[str, Any]:
         for t in substrate_targets.RUNTIME_TARGETS
     )
     namespace = _ottl_string(contracts.RESOURCE_ATTR_NAMESPACE)
+    weighted_groups, ones = _weighted_ratio_groups()
     return {
         "error_mode": "ignore",
         "metric_statements": [
-            *_weighted_ratio_groups(),
-            {"statements": moves},
+            *weighted_groups,
+            {"statements": [*ones, *moves]},
             {"statements": [f"delete_key(resource.attributes, {namespace}) where {runtime_jobs}"]},
             {"statements": [f"keep_keys(resource.attributes, [{kept}])"]},
         ],
@@ -440,7 +460,14 @@ def _instance_processor() -> dict[str, Any]:
 
 
 def _vocabulary_condition() -> str:
-    return _any_name([*(m.name for m in vocabulary.VOCABULARY), cost_contract.MODEL_COST_PER_HOUR])
+    """True for a vocabulary metric or the cost series the runtime exports. Evaluated on
+    every data point of a batch: a point outside them (most of an engine's own series)
+    fails on the shared prefix with one test, instead of a test per name."""
+    names = [*(m.name for m in vocabulary.VOCABULARY), cost_contract.MODEL_COST_PER_HOUR]
+    prefix = vocabulary.VOCABULARY_PREFIX
+    if not all(n.startswith(prefix) for n in names):
+        raise ValueError(f"every vocabulary name must start with {prefix!r}")
+    return f"HasPrefix(metric.name, {_ottl_string(prefix)}) and ({_any_name(names)})"
 
 
 def _align_processor() -> dict[str, Any]:

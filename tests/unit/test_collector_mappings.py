@@ -293,12 +293,13 @@ def test_one_source_split_by_a_label_feeds_one_target_per_selected_value():
     assert 'copy_metric(name="modelplane_requests_running") where metric.name == "r"' in statements
     assert 'copy_metric(name="modelplane_requests_waiting") where metric.name == "r"' in statements
     assert not [s for s in statements if s.startswith('set(metric.name, "modelplane_requests_')]
-    # The filter selects by the renamed label, since it runs after the renames.
+    # The filter selects by the renamed label, since it runs after the renames; one
+    # condition for the engine, its engine tested once per point.
     assert config["processors"]["filter/select"]["metrics"]["datapoint"] == [
-        'resource.attributes["modelplane.engine"] == "triton" and metric.name == '
-        '"modelplane_requests_running" and not (datapoint.attributes["kind"] == "active")',
-        'resource.attributes["modelplane.engine"] == "triton" and metric.name == '
-        '"modelplane_requests_waiting" and not (datapoint.attributes["kind"] == "waiting")',
+        'resource.attributes["modelplane.engine"] == "triton" and ((metric.name == '
+        '"modelplane_requests_running" and not (datapoint.attributes["kind"] == "active")) '
+        'or (metric.name == "modelplane_requests_waiting" and not '
+        '(datapoint.attributes["kind"] == "waiting")))',
     ]
     assert collector.PROCESSORS.index("filter/select") == (
         collector.PROCESSORS.index("transform/normalize") + 1
