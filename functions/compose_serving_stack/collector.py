@@ -24,10 +24,17 @@ The pipeline, in order, and why each step sits where it does:
 5. `transform/instance` moves the per-instance identity (pod, pod uid, container,
    scrape instance) off the resource onto data-point labels, so series of one
    deployment differ only by labels the next steps can aggregate over.
-6. `batch` with its timeout at the scrape interval, so one batch holds one scrape of
-   every pod; `transform/align` stamps the vocabulary's points of the batch with one
-   time (aggregation only merges points of equal timestamp); `groupbyattrs` compacts
-   the now-identical resources into one.
+6. `interval` at the scrape interval forwards, on a fixed tick, the latest point of
+   every series it received since the last tick, so each pod counts once per tick
+   (`batch/tick` after it sends each tick whole and drops the empty requests `interval`
+   passes on at every scrape);
+   `transform/align` stamps the vocabulary's points of the tick with one time
+   (aggregation only merges points of equal timestamp); `groupbyattrs` compacts the
+   now-identical resources into one. (A `batch` closed by its timeout held two scrapes
+   of a pod whenever a scrape landed on its edge, and its timer restarts after each
+   send, so every pod's scrape drifted across that edge in turn; two scrapes summed as
+   two pods, and the fleet roll-up read the dip after it as a restart and counted the
+   pod again.)
    The runtime's cost series is aligned too, and merged over the agent replicas (max):
    one series per model and pool, whichever replica exports it.
 7. `metrics_transform/aggregate` merges each vocabulary metric's points over every label
@@ -118,6 +125,12 @@ SIGNALS_EXPIRY_INTERVALS: Final = 3
 AUTHENTICATOR: Final = "bearertokenauth"
 HEALTH_CHECK: Final = "health_check"
 COMPONENTS: Final = "transform/components"
+INTERVAL: Final = "interval"
+# After `interval`: drops the empty requests it passes on at every scrape and sends each
+# tick's points whole (no size limit splits them); far shorter than any scrape interval,
+# so it never holds two ticks.
+TICK_BATCH: Final = "batch/tick"
+TICK_BATCH_TIMEOUT: Final = "200ms"
 PROCESSORS: Final = (
     "memory_limiter",
     "k8s_attributes",
@@ -126,7 +139,8 @@ PROCESSORS: Final = (
     "transform/normalize",
     "filter/select",
     "transform/instance",
-    "batch",
+    INTERVAL,
+    TICK_BATCH,
     "transform/align",
     "groupbyattrs/compact",
     "metrics_transform/aggregate",
@@ -917,8 +931,11 @@ def render_cluster_collector_config(
             "transform/normalize": _normalize_processor(mappings),
             "filter/select": _select_processor(mappings),
             "transform/instance": _instance_processor(),
-            # The timeout, not the size, should close a batch: one scrape of every pod
-            # per batch is what lets their points merge. memory_limiter bounds it.
+            # The latest point of each series once per scrape interval, on a ticker
+            # that does not drift: one point per pod is what lets their points merge.
+            INTERVAL: {"interval": _interval(scrape_interval_seconds)},
+            TICK_BATCH: {"timeout": TICK_BATCH_TIMEOUT, "send_batch_size": BATCH_TRIGGER_POINTS},
+            # The cluster-state and node-tier pipelines' batches.
             "batch": {
                 "timeout": _interval(scrape_interval_seconds),
                 "send_batch_size": BATCH_TRIGGER_POINTS,

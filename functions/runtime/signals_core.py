@@ -139,7 +139,7 @@ def _matches(labels: tuple[tuple[str, str], ...], where: Mapping[str, tuple[str,
 def _increase(points: list[tuple[float, float]]) -> float:
     """A counter's increase over its points. Only a counter that ends below where it
     started is read as restarted (summing each rise, a fall counting from 0): a merged
-    point can briefly miss or double a pod when a scrape lands on a batch edge, and
+    point can briefly miss a pod when its scrape lands on the collector's tick, and
     reading that dip as a restart would count the whole counter again."""
     first, last = points[0][1], points[-1][1]
     if last >= first:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -83,6 +85,9 @@ class Pod:
     ip: str = "127.0.0.1"
     metrics_port: int = 0
     metrics_page: str = ""
+    # Seconds the serving port waits before answering each request (a busy engine's
+    # slow /metrics); None: at once.
+    respond_after: Callable[[], float] | None = None
 
 
 def vllm_page(
@@ -302,6 +307,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         content_type = "text/plain; version=0.0.4"
+        if self.pod.respond_after is not None and not self.side:
+            time.sleep(self.pod.respond_after())
         if self.side:
             body = self.pod.metrics_page.encode() if self.path == "/metrics" else b""
         elif self.path in self.pod.paths:

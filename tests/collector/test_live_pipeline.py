@@ -190,10 +190,9 @@ def test_a_release_serving_old_and_new_names_is_counted_once(exported):
     # Pod a (vLLM 0.8) has only gpu_prefix_cache_hits (40); pod b (0.9) has the new name
     # and the old one beside it (60 each). The deployment sees 100, not 160.
     hits = [p.value for p in _of(points, "modelplane_prefix_cache_hits_total", "llama-8b")]
-    # Counting the old name too would make every point 160. A single point can still be
-    # off when a scrape lands on a batch edge (a documented limit of merging by batch:
-    # 140 = pod a counted twice), so the test asks what the steady state is, not for
-    # every point.
+    # Counting the old name too would make every point 160. A single point can still miss
+    # a pod when its scrape lands on the collector's tick (a documented limit of merging
+    # per interval), so the test asks what the steady state is, not for every point.
     assert Counter(hits).most_common(1)[0][0] == 100.0, Counter(hits)
     assert hits.count(100.0) * 2 > len(hits), Counter(hits)
     # Pod b's old name is not renamed; it passes through under its own name, per pod.

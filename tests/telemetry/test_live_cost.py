@@ -196,8 +196,8 @@ def live_collector(
     pipeline = live["service"]["pipelines"]["metrics"]
     pipeline["processors"].remove("k8s_attributes")
     del live["processors"]["k8s_attributes"]
-    # A batch per scrape, as the rendered timeout is per (30 s) scrape.
-    live["processors"]["batch"]["timeout"] = "2s"
+    # A tick per scrape, as the rendered interval is per (30 s) scrape.
+    live["processors"][collector.INTERVAL]["interval"] = "2s"
     # test substitution: the gateway on loopback, trusted through the test's certificate.
     exporter = live["exporters"][collector.EXPORTER]
     exporter["endpoint"] = f"127.0.0.1:{listen.grpc_port}"

@@ -172,7 +172,7 @@ def test_pipeline_order_limits_memory_first_and_batches_before_aggregating():
     assert pipeline[0] == "memory_limiter"
     assert pipeline.index("k8s_attributes") < pipeline.index("transform/normalize")
     assert (
-        pipeline.index("batch")
+        pipeline.index(collector.INTERVAL)
         < pipeline.index("groupbyattrs/compact")
         < pipeline.index("metrics_transform/aggregate")
     )
