@@ -19,22 +19,24 @@ The pipeline, in order, and why each step sits where it does:
    `resource/cluster` adds the cluster's name.
 4. `transform/normalize`: one statement group per MetricMapping, gated on the engine
    resource attribute, scales (histogram bounds and sums included, by `scale_metric`)
-   then renames each source metric to its vocabulary name and renames labels. A last
-   group turns `:` into `_` in whatever is left, which is all an unmapped engine gets.
-5. `transform/instance` moves the per-instance identity (pod, pod uid, container,
-   scrape instance) off the resource onto data-point labels, so series of one
-   deployment differ only by labels the next steps can aggregate over.
+   then renames each source metric to its vocabulary name; then the label renames, one
+   group for every mapping that renames labels alike.
+5. `transform/instance` sets each vocabulary metric's base unit and moves the
+   per-instance identity (pod, pod uid, container, scrape instance) off the resource
+   onto data-point labels, so series of one deployment differ only by labels the next
+   steps can aggregate over.
 6. `interval` at the scrape interval forwards, on a fixed tick, the latest point of
    every series it received since the last tick, so each pod counts once per tick
    (`batch/tick` after it sends each tick whole and drops the empty requests `interval`
-   passes on at every scrape);
+   passes on at every scrape). It keeps its points by resource and metric identity, so
+   a tick has one resource for the now-identical resources of a deployment's pods and
+   one metric for all their points (their units agree: step 5).
    `transform/align` stamps the vocabulary's points of the tick with one time
-   (aggregation only merges points of equal timestamp); `groupbyattrs` compacts the
-   now-identical resources into one. (A `batch` closed by its timeout held two scrapes
-   of a pod whenever a scrape landed on its edge, and its timer restarts after each
-   send, so every pod's scrape drifted across that edge in turn; two scrapes summed as
-   two pods, and the fleet roll-up read the dip after it as a restart and counted the
-   pod again.)
+   (aggregation only merges points of equal timestamp). (A `batch` closed by its
+   timeout held two scrapes of a pod whenever a scrape landed on its edge, and its
+   timer restarts after each send, so every pod's scrape drifted across that edge in
+   turn; two scrapes summed as two pods, and the fleet roll-up read the dip after it
+   as a restart and counted the pod again.)
    The runtime's cost series is aligned too, and merged over the agent replicas (max):
    one series per model and pool, whichever replica exports it.
 7. `metrics_transform/aggregate` merges each vocabulary metric's points over every label
@@ -44,6 +46,9 @@ The pipeline, in order, and why each step sits where it does:
    pods' points as colliding duplicates of one series. Metrics outside the vocabulary
    are not aggregated, because without a mapping nothing says whether a sum or a mean
    is right; they keep their per-pod labels.
+   `transform/finish` then turns `:` into `_` in whatever no mapping renamed (all an
+   unmapped engine gets): after the merge, a metric is one pass here, not one per pod
+   and scrape.
 8. `otlp_grpc/gateway` pushes to the TelemetryDestination's gateway, authenticated by
    `bearertokenauth` reading the token from a file mounted from a Secret, so the
    credential is never in this config.
@@ -131,6 +136,9 @@ INTERVAL: Final = "interval"
 # so it never holds two ticks.
 TICK_BATCH: Final = "batch/tick"
 TICK_BATCH_TIMEOUT: Final = "200ms"
+# After the merge: the colon rename, once per merged metric (_finish_processor).
+FINISH: Final = "transform/finish"
+COLON_STATEMENT: Final = 'replace_pattern(metric.name, ":", "_") where IsMatch(metric.name, ":")'
 PROCESSORS: Final = (
     "memory_limiter",
     "k8s_attributes",
@@ -142,8 +150,8 @@ PROCESSORS: Final = (
     INTERVAL,
     TICK_BATCH,
     "transform/align",
-    "groupbyattrs/compact",
     "metrics_transform/aggregate",
+    FINISH,
 )
 
 # Traces and logs: small batches, sent soon (the metrics batch waits a scrape interval).
@@ -264,15 +272,16 @@ def _present_marker(target: str, index: int) -> str:
     return f"resource.attributes[{_ottl_string(f'{PRESENT_MARKER}.{target}.{index}')}]"
 
 
-def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
-    """The transform processor groups of one MetricMapping: markers, metrics, labels.
+def mapping_statements(mapping: MetricMapping) -> tuple[list[str], dict[str, Any]]:
+    """One MetricMapping's marks, each gated on its engine, and its rename group.
 
     Several `from` names for one target are one metric across engine releases, and some
     releases expose the old name beside the new one. Only the first name present in a
     scrape is renamed (the others pass through under their own names), so a release
-    that exposes both is not counted twice. A first group marks, on the scrape's
-    resource (one per pod and scrape), which names are present; the rename group reads
-    the marks; transform/instance drops them with every other per-scrape attribute.
+    that exposes both is not counted twice. A first group (every mapping's marks)
+    marks, on the scrape's resource (one per pod and scrape), which names are present;
+    the rename group reads the marks; transform/instance drops them with every other
+    per-scrape attribute.
 
     Scaling matches the engine's own name under the same condition as the rename, so a
     scale never applies to a metric that is not renamed, or to one another engine
@@ -282,7 +291,8 @@ def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
     markers: list[str] = []
     metric_statements: list[str] = []
     for rename in mapping.metrics:
-        # A custom target keeps the engine's unit; a vocabulary one gets the base unit.
+        # A custom target keeps the engine's unit; a vocabulary one gets the base unit
+        # (here only where a scale converts it; transform/finish sets it on every one).
         known = vocabulary.VOCABULARY_BY_NAME.get(rename.target)
         unit = known.unit if known else None
         target = _ottl_string(rename.target)
@@ -295,8 +305,11 @@ def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
         for index, source in enumerate(rename.sources):
             name_is = " and ".join([f"metric.name == {_ottl_string(source)}", *help_is])
             if index < len(rename.sources) - 1:
+                # Tested on every metric of every engine (one group for all mappings'
+                # marks): the name first, so another engine's metric fails at once.
                 markers.append(
-                    f"set({_present_marker(rename.target, index)}, true) where {name_is}"
+                    f"set({_present_marker(rename.target, index)}, true) "
+                    f"where {name_is} and {condition}"
                 )
             earlier_absent = [f"{_present_marker(rename.target, j)} == nil" for j in range(index)]
             where = " and ".join([name_is, *earlier_absent])
@@ -313,27 +326,21 @@ def mapping_statement_groups(mapping: MetricMapping) -> list[dict[str, Any]]:
                 )
             if not rename.select:
                 metric_statements.append(f"set(metric.name, {target}) where {where}")
-        if unit is not None:
-            metric_statements.append(
-                f"set(metric.unit, {_ottl_unit(unit)}) where metric.name == {target}"
-            )
-    groups: list[dict[str, Any]] = []
-    if markers:
-        groups.append({"conditions": [condition], "statements": markers})
-    groups.append({"conditions": [condition], "statements": metric_statements})
-    if mapping.labels:
-        label_statements: list[str] = []
-        for label in mapping.labels:
-            source = f"datapoint.attributes[{_ottl_string(label.source)}]"
-            label_statements.append(
-                f"set(datapoint.attributes[{_ottl_string(label.target)}], {source}) "
-                f"where {source} != nil"
-            )
-            label_statements.append(
-                f"delete_key(datapoint.attributes, {_ottl_string(label.source)})"
-            )
-        groups.append({"conditions": [condition], "statements": label_statements})
-    return groups
+    return markers, {"conditions": [condition], "statements": metric_statements}
+
+
+def mapping_label_statements(mapping: MetricMapping) -> list[str]:
+    """The label renames of one MetricMapping, for a data-point group gated on its engine
+    (none if it renames no label)."""
+    statements: list[str] = []
+    for label in mapping.labels:
+        source = f"datapoint.attributes[{_ottl_string(label.source)}]"
+        statements.append(
+            f"set(datapoint.attributes[{_ottl_string(label.target)}], {source}) "
+            f"where {source} != nil"
+        )
+        statements.append(f"delete_key(datapoint.attributes, {_ottl_string(label.source)})")
+    return statements
 
 
 def select_conditions(mapping: MetricMapping) -> list[str]:
@@ -394,56 +401,84 @@ def _components_processor(stack: str) -> dict[str, Any]:
 
 
 def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
-    groups: list[dict[str, Any]] = []
+    """Every mapping's marks in one group, its rename groups in engine order, then its
+    label groups.
+
+    Each group is a pass over every metric (or, for labels, every data point) of every
+    pod's scrape, and a metric pass allocates per metric, so passes are kept few: the
+    marks share one pass (each mark tests its engine itself); the label groups go last,
+    where mappings that rename labels alike (vLLM and TensorRT-LLM turn `model_name`
+    into `model` and `finished_reason` into `finish_reason`) share one pass gated on any
+    of their engines. A mark is read only by its own engine's renames, a label group
+    reads and writes only data-point labels, and no metric group reads them, so the
+    moves change nothing any statement does."""
+    markers: list[str] = []
+    rename_groups: list[dict[str, Any]] = []
+    label_groups: dict[tuple[str, ...], list[str]] = {}
     for mapping in sorted(mappings, key=lambda m: m.engine):
-        groups.extend(mapping_statement_groups(mapping))
-    # Whatever no mapping renamed keeps its name, made a valid OTel/Prometheus-safe name.
-    groups.append(
-        {"statements": ['replace_pattern(metric.name, ":", "_") where IsMatch(metric.name, ":")']}
-    )
-    return {"error_mode": "ignore", "metric_statements": groups}
+        marks, renames = mapping_statements(mapping)
+        markers.extend(marks)
+        rename_groups.append(renames)
+        if labels := mapping_label_statements(mapping):
+            label_groups.setdefault(tuple(labels), []).append(_engine_condition(mapping.engine))
+    merged = [
+        {"conditions": conditions, "statements": list(statements)}
+        for statements, conditions in label_groups.items()
+    ]
+    marks_group = [{"statements": markers}] if markers else []
+    return {
+        "error_mode": "ignore",
+        "metric_statements": [*marks_group, *rename_groups, *merged],
+    }
 
 
-def _weighted_ratio_groups() -> tuple[list[dict[str, Any]], list[str]]:
-    """Each weighted ratio's two sums, from every pod's ratio before pods merge: the ratio
-    itself as the numerator, 1 per pod as the denominator. Here, after filter/select, so
-    only the ratio's selected points count; aggregation then sums both over pods, and the
-    gateway over clusters, so the fleet ratio is sum(used) / sum(capacity).
+def _finish_processor() -> dict[str, Any]:
+    """Whatever no mapping renamed keeps its name, made a valid OTel/Prometheus name
+    (all an unmapped engine gets). Done after the merge, where `interval` has put a
+    deployment's pods on one resource, so a metric is one pass here rather than one per
+    pod and scrape; nothing before it reads a colon (every step matches vocabulary
+    names, which have none)."""
+    return {"error_mode": "ignore", "metric_statements": [{"statements": [COLON_STATEMENT]}]}
 
-    Returns the metric groups (copies, then units) and the per-point statements that set
-    each denominator's points to 1."""
+
+def _vocabulary_group() -> dict[str, Any]:
+    """The weighted ratios' copies, then every vocabulary metric's base unit, whichever
+    engine and mapping it came from; one pass, gated on the vocabulary's prefix so that
+    an engine's own series pass with one test. A copy is appended to the metrics this
+    pass walks, so it gets its own unit further on. Before `interval`, which merges a
+    metric of many pods only where they agree on the unit.
+
+    A weighted ratio's two sums come from every pod's ratio before pods merge: the ratio
+    itself as the numerator, 1 per pod as the denominator (set in the identity moves'
+    pass over the data points, _instance_processor). Here, after filter/select, so only
+    the ratio's selected points count; aggregation then sums both over pods, and the
+    gateway over clusters, so the fleet ratio is sum(used) / sum(capacity)."""
     copies: list[str] = []
-    units: list[str] = []
-    ones: list[str] = []
-    # Every metric of every pod passes these groups: each is gated on the names its
-    # statements touch, so any other metric costs one name test per group.
-    copied: list[str] = []
-    parts: list[str] = []
     for metric in vocabulary.VOCABULARY:
-        if metric.weighted_by is None:
-            continue
-        ratio = _ottl_string(metric.name)
-        copied.append(metric.name)
-        for part in metric.weighted_by:
-            copies.append(f"copy_metric(name={_ottl_string(part)}) where metric.name == {ratio}")
-            unit = vocabulary.VOCABULARY_BY_NAME[part].unit
-            units.append(
-                f"set(metric.unit, {_ottl_unit(unit)}) where metric.name == {_ottl_string(part)}"
+        for part in metric.weighted_by or ():
+            copies.append(
+                f"copy_metric(name={_ottl_string(part)}) "
+                f"where metric.name == {_ottl_string(metric.name)}"
             )
-            parts.append(part)
-        _, denominator = metric.weighted_by
-        ones.append(
-            f"set(datapoint.value_double, 1.0) where metric.name == {_ottl_string(denominator)}"
-        )
-    if not copies:
-        return [], []
-    # Copies in a group of their own, so the next groups see them. The per-point ones
-    # are the first statements of the identity moves' group (_instance_processor): one
-    # pass over the data points instead of two.
+    by_unit: dict[str, list[str]] = {}
+    for metric in vocabulary.VOCABULARY:
+        by_unit.setdefault(metric.unit, []).append(metric.name)
+    units = [
+        f"set(metric.unit, {_ottl_unit(unit)}) where {_any_name(names)}"
+        for unit, names in by_unit.items()
+    ]
+    prefix = _ottl_string(vocabulary.VOCABULARY_PREFIX)
+    return {"conditions": [f"HasPrefix(metric.name, {prefix})"], "statements": [*copies, *units]}
+
+
+def _denominator_ones() -> list[str]:
+    """Each weighted ratio's denominator is 1 per pod, on every point."""
     return [
-        {"conditions": [_any_name(copied)], "statements": copies},
-        {"conditions": [_any_name(parts)], "statements": units},
-    ], ones
+        f"set(datapoint.value_double, 1.0) where metric.name == {_ottl_string(denominator)}"
+        for metric in vocabulary.VOCABULARY
+        if metric.weighted_by is not None
+        for denominator in metric.weighted_by[1:]
+    ]
 
 
 def _instance_processor() -> dict[str, Any]:
@@ -461,12 +496,12 @@ def _instance_processor() -> dict[str, Any]:
         for t in substrate_targets.RUNTIME_TARGETS
     )
     namespace = _ottl_string(contracts.RESOURCE_ATTR_NAMESPACE)
-    weighted_groups, ones = _weighted_ratio_groups()
     return {
         "error_mode": "ignore",
         "metric_statements": [
-            *weighted_groups,
-            {"statements": [*ones, *moves]},
+            _vocabulary_group(),
+            # One pass over the data points for the denominators and the moves.
+            {"statements": [*_denominator_ones(), *moves]},
             {"statements": [f"delete_key(resource.attributes, {namespace}) where {runtime_jobs}"]},
             {"statements": [f"keep_keys(resource.attributes, [{kept}])"]},
         ],
@@ -941,8 +976,8 @@ def render_cluster_collector_config(
                 "send_batch_size": BATCH_TRIGGER_POINTS,
             },
             "transform/align": _align_processor(),
-            "groupbyattrs/compact": {},
             "metrics_transform/aggregate": _aggregate_processor(),
+            FINISH: _finish_processor(),
             **extra_processors,
         },
         "exporters": exporters,

@@ -67,7 +67,7 @@ PROFILED_COMPONENTS = (
     ("prometheus receiver (scrape, parse)", r"prometheusreceiver/internal\.\(\*transaction\)"),
     ("transform processors", r"transformprocessor/internal/metrics\.\(\*Processor\)"),
     ("filter processor", r"filterprocessor\.\(\*filterMetricProcessor\)"),
-    ("groupbyattrs", r"groupbyattrsprocessor\.\(\*groupByAttrsProcessor\)"),
+    ("interval", r"intervalprocessor\.\(\*intervalProcessor\)"),
     ("metrics_transform", r"metricstransformprocessor\.\(\*metricsTransformProcessor\)"),
     ("resource processor", r"resourceprocessor\.\(\*resourceProcessor\)"),
     ("batch", r"batchprocessor\."),

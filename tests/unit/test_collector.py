@@ -112,16 +112,81 @@ def test_rendering_is_deterministic_whatever_the_mapping_order():
 def test_each_mapping_is_one_group_gated_on_its_engine():
     config = _cases()["builtin-mappings-standard"]
     groups = config["processors"]["transform/normalize"]["metric_statements"]
-    gated = [g for g in groups if "conditions" in g]
     engines = sorted(m.engine for m in builtin().accepted)
-    # One metric group per mapping, plus one label group for each that renames labels.
-    assert sorted({g["conditions"][0] for g in gated}) == sorted(
-        f'resource.attributes["{contracts.RESOURCE_ATTR_ENGINE}"] == "{e}"' for e in engines
-    )
-    # The last group applies to everything: whatever no mapping renamed.
-    assert groups[-1] == {
-        "statements": ['replace_pattern(metric.name, ":", "_") where IsMatch(metric.name, ":")']
+    engine_is = {
+        e: f'resource.attributes["{contracts.RESOURCE_ATTR_ENGINE}"] == "{e}"' for e in engines
     }
+    # The first group marks which source names a scrape has, for every mapping at once:
+    # each mark tests its own engine, so it never marks another engine's resource.
+    marks, *groups = groups
+    assert "conditions" not in marks
+    for statement in marks["statements"]:
+        assert statement.startswith('set(resource.attributes["modelplane.mapping.present.')
+        assert any(statement.endswith(f" and {c}") for c in engine_is.values())
+    # Every other group is gated on engines: nothing touches another engine's series.
+    assert all(set(g["conditions"]) <= set(engine_is.values()) for g in groups)
+    renames = [g for g in groups if any("set(metric.name" in s for s in g["statements"])]
+    assert sorted(c for g in renames for c in g["conditions"]) == sorted(
+        c for e, c in engine_is.items() if e != "triton-trtllm"  # it copies (select)
+    )
+    # Label renames come after every metric group, one group for mappings that rename
+    # labels alike, gated on any of their engines.
+    labels = [g for g in groups if g["statements"][0].startswith("set(datapoint.attributes")]
+    assert groups[-len(labels) :] == labels
+    by_engine = {m.engine: collector.mapping_label_statements(m) for m in builtin().accepted}
+    for engine, statements in by_engine.items():
+        if not statements:
+            continue
+        (group,) = [g for g in labels if engine_is[engine] in g["conditions"]]
+        assert group["statements"] == statements
+        assert sorted(group["conditions"]) == sorted(
+            engine_is[e] for e, same in by_engine.items() if same == statements
+        )
+    # vLLM and TensorRT-LLM rename model_name and finished_reason alike: one pass.
+    assert len(labels) < len([s for s in by_engine.values() if s])
+
+
+def test_every_vocabulary_metric_gets_its_unit_once_before_pods_merge():
+    config = _cases()["builtin-mappings-standard"]
+    pipeline = config["service"]["pipelines"]["metrics"]["processors"]
+    groups = config["processors"]["transform/instance"]["metric_statements"]
+    (units,) = [g for g in groups if any(s.startswith("set(metric.unit") for s in g["statements"])]
+    # Gated on the vocabulary's prefix: an engine's own series pass with one test.
+    assert units["conditions"] == ['HasPrefix(metric.name, "modelplane_")']
+    # One statement per unit, naming every vocabulary metric of that unit exactly once.
+    named: dict[str, str] = {}
+    for statement in units["statements"]:
+        if statement.startswith("copy_metric"):
+            continue
+        unit, names = re.fullmatch(r'set\(metric\.unit, "(.*?)"\) where (.*)', statement).groups()
+        for name in re.findall(r'metric\.name == "([^"]+)"', names):
+            assert name not in named
+            named[name] = unit
+    assert named == {m.name: m.unit for m in vocabulary.VOCABULARY}
+    # In the weighted ratios' copies' pass, after them: a copy is appended to the
+    # metrics the pass walks and gets its own unit further on.
+    copies = [s for s in units["statements"] if s.startswith("copy_metric")]
+    assert copies
+    assert units["statements"][: len(copies)] == copies
+    # Before the pods' points merge by metric identity, which includes the unit.
+    assert pipeline.index("transform/instance") < pipeline.index(collector.INTERVAL)
+    # No other step sets a unit (a scale converting one says its unit itself).
+    for name in pipeline:
+        for group in config["processors"][name].get("metric_statements", []):
+            if group is not units:
+                assert not [s for s in group["statements"] if s.startswith("set(metric.unit")]
+
+
+def test_unmapped_names_lose_their_colons_once_per_merged_metric():
+    config = _cases()["builtin-mappings-standard"]
+    pipeline = config["service"]["pipelines"]["metrics"]["processors"]
+    # After the merge, where a deployment's pods are one resource.
+    assert pipeline[-1] == collector.FINISH
+    assert config["processors"][collector.FINISH]["metric_statements"] == [
+        {"statements": ['replace_pattern(metric.name, ":", "_") where IsMatch(metric.name, ":")']}
+    ]
+    for name in pipeline[:-1]:
+        assert "replace_pattern(metric.name" not in yaml.safe_dump(config["processors"][name])
 
 
 def test_scaling_happens_on_the_source_name_before_the_rename():
@@ -171,11 +236,8 @@ def test_pipeline_order_limits_memory_first_and_batches_before_aggregating():
     ]
     assert pipeline[0] == "memory_limiter"
     assert pipeline.index("k8s_attributes") < pipeline.index("transform/normalize")
-    assert (
-        pipeline.index(collector.INTERVAL)
-        < pipeline.index("groupbyattrs/compact")
-        < pipeline.index("metrics_transform/aggregate")
-    )
+    # interval's tick holds a deployment's pods on one resource: they aggregate there.
+    assert pipeline.index(collector.INTERVAL) < pipeline.index("metrics_transform/aggregate")
 
 
 def test_discovery_keeps_serving_pods_and_scrapes_the_http_port_only():
