@@ -127,7 +127,9 @@ def test_each_mapping_is_one_group_gated_on_its_engine():
     assert all(set(g["conditions"]) <= set(engine_is.values()) for g in groups)
     renames = [g for g in groups if any("set(metric.name" in s for s in g["statements"])]
     assert sorted(c for g in renames for c in g["conditions"]) == sorted(
-        c for e, c in engine_is.items() if e != "triton-trtllm"  # it copies (select)
+        c
+        for e, c in engine_is.items()
+        if e != "triton-trtllm"  # it copies (select)
     )
     # Label renames come after every metric group, one group for mappings that rename
     # labels alike, gated on any of their engines.
