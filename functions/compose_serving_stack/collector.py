@@ -292,7 +292,7 @@ def mapping_statements(mapping: MetricMapping) -> tuple[list[str], dict[str, Any
     metric_statements: list[str] = []
     for rename in mapping.metrics:
         # A custom target keeps the engine's unit; a vocabulary one gets the base unit
-        # (here only where a scale converts it; transform/finish sets it on every one).
+        # (here only where a scale converts it; transform/instance sets it on every one).
         known = vocabulary.VOCABULARY_BY_NAME.get(rename.target)
         unit = known.unit if known else None
         target = _ottl_string(rename.target)
