@@ -10,7 +10,8 @@ The pipeline, in order, and why each step sits where it does:
    leadership, model health, certificate expiry, the cost of each model's GPUs) reach
    the destination like any other series. The
    receiver itself sets `k8s.pod.name`, `k8s.pod.uid` and `k8s.namespace.name` on each
-   target's resource from the discovery labels.
+   target's resource from the discovery labels, and each job's relabel rules name the
+   pod on every series as the target labels `pod` and `pod_uid`.
 2. `memory_limiter` first, so a scrape storm is refused before anything is buffered.
 3. `k8s_attributes` finds each pod by uid and lifts its `modelplane.ai/engine`,
    `deployment` and `serving` labels onto resource attributes; `transform/components`
@@ -19,12 +20,13 @@ The pipeline, in order, and why each step sits where it does:
    `resource/cluster` adds the cluster's name.
 4. `transform/normalize`: one statement group per MetricMapping, gated on the engine
    resource attribute, scales (histogram bounds and sums included, by `scale_metric`)
-   then renames each source metric to its vocabulary name; then the label renames, one
-   group for every mapping that renames labels alike.
-5. `transform/instance` sets each vocabulary metric's base unit and moves the
-   per-instance identity (pod, pod uid, container, scrape instance) off the resource
-   onto data-point labels, so series of one deployment differ only by labels the next
-   steps can aggregate over.
+   then renames each source metric to its vocabulary name. `filter/select` drops the
+   points a selecting mapping does not take.
+5. `transform/instance` sets each vocabulary metric's base unit, renames labels as the
+   mappings say, moves the scrape instance off the resource onto a data-point label
+   (beside `pod` and `pod_uid`, step 1) and drops every other per-pod resource
+   attribute, so series of one deployment differ only by labels the next steps can
+   aggregate over.
 6. `interval` at the scrape interval forwards, on a fixed tick, the latest point of
    every series it received since the last tick, so each pod counts once per tick
    (`batch/tick` after it sends each tick whole and drops the empty requests `interval`
@@ -173,15 +175,19 @@ POD_LOGS_DIR: Final = "/var/log/pods"
 NODE_CONDITIONS: Final = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 ALLOCATABLE_TYPES: Final = ("cpu", "memory", "ephemeral-storage", "pods")
 
-# Per-instance identity: resource attribute -> the data-point label it becomes. Only
-# what the metrics pipeline's resources carry (the receiver sets the pod's name and uid
-# from discovery and the scrape instance; k8s_attributes extracts no container id): each
-# move is a statement on every data point.
-INSTANCE_LABELS: Final = (
-    ("k8s.pod.name", "pod"),
-    ("k8s.pod.uid", "pod_uid"),
-    ("service.instance.id", "instance"),
+# Per-instance identity on every data point, two ways. The pod's name and uid are target
+# labels: each scrape job relabels them from discovery, and the receiver puts a target's
+# labels on every series it scrapes from it, once per series rather than as a pipeline
+# statement on every data point of every scrape. The scrape instance the receiver keeps
+# on the resource only (as service.instance.id), so transform/instance moves it.
+# (k8s_attributes extracts no container id.)
+POD_TARGET_LABELS: Final = (
+    ("__meta_kubernetes_pod_name", "pod"),
+    ("__meta_kubernetes_pod_uid", "pod_uid"),
 )
+MOVED_INSTANCE_LABELS: Final = (("service.instance.id", "instance"),)
+# Every per-instance label, by where its value comes from.
+INSTANCE_LABELS: Final = (*POD_TARGET_LABELS, *MOVED_INSTANCE_LABELS)
 
 # What stays on the resource: the dimensions the fleet rolls up and dashboards group by.
 KEPT_RESOURCE_ATTRIBUTES: Final = (
@@ -330,35 +336,62 @@ def mapping_statements(mapping: MetricMapping) -> tuple[list[str], dict[str, Any
 
 
 def mapping_label_statements(mapping: MetricMapping) -> list[str]:
-    """The label renames of one MetricMapping, for a data-point group gated on its engine
-    (none if it renames no label)."""
+    """The label renames of one MetricMapping (none if it renames no label), each gated on
+    its own engine: they share transform/instance's pass over every data point. The
+    source label is tested first, so a point without it (most of another engine's) costs
+    one look at its own labels."""
+    return label_statements([mapping.engine], mapping.labels)
+
+
+def label_statements(engines: Sequence[str], labels: Sequence[Any]) -> list[str]:
+    """Label renames (`labels`, each with a source and a target) for the points of any of
+    `engines`: each target set from its source, then the source deleted."""
+    engine_is = " or ".join(_engine_condition(e) for e in engines)
+    if len(engines) > 1:
+        engine_is = f"({engine_is})"
     statements: list[str] = []
-    for label in mapping.labels:
+    for label in labels:
         source = f"datapoint.attributes[{_ottl_string(label.source)}]"
+        where = f"{source} != nil and {engine_is}"
         statements.append(
-            f"set(datapoint.attributes[{_ottl_string(label.target)}], {source}) "
-            f"where {source} != nil"
+            f"set(datapoint.attributes[{_ottl_string(label.target)}], {source}) where {where}"
         )
-        statements.append(f"delete_key(datapoint.attributes, {_ottl_string(label.source)})")
+        statements.append(
+            f"delete_key(datapoint.attributes, {_ottl_string(label.source)}) where {where}"
+        )
     return statements
+
+
+def _label_renames(mappings: Sequence[MetricMapping]) -> list[str]:
+    """Every mapping's label renames; mappings that rename labels alike (vLLM and
+    TensorRT-LLM turn `model_name` into `model` and `finished_reason` into
+    `finish_reason`) share statements gated on any of their engines."""
+    alike: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    by_key: dict[tuple[tuple[str, str], ...], Sequence[Any]] = {}
+    for mapping in sorted(mappings, key=lambda m: m.engine):
+        if not mapping.labels:
+            continue
+        key = tuple((label.source, label.target) for label in mapping.labels)
+        alike.setdefault(key, []).append(mapping.engine)
+        by_key[key] = mapping.labels
+    return [s for key, engines in alike.items() for s in label_statements(engines, by_key[key])]
 
 
 def select_conditions(mapping: MetricMapping) -> list[str]:
     """filter/select's drop condition for one mapping (none if it selects nothing): a
     selecting target's points whose labels lack a selected value. Label names are the
-    mapping's renamed ones, since filter/select runs after the renames.
+    engine's own, as a mapping writes them: filter/select runs before transform/instance
+    renames labels.
 
     One condition per mapping, its engine tested first: the filter evaluates every
     condition on every data point of the cluster, so one engine test per point (rather
     than one per selecting target) is what a point of another engine costs."""
-    renamed = {label.source: label.target for label in mapping.labels}
     targets = []
     for rename in mapping.metrics:
         if not rename.select:
             continue
         matches = " and ".join(
-            f"datapoint.attributes[{_ottl_string(renamed.get(label, label))}] == "
-            f"{_ottl_string(value)}"
+            f"datapoint.attributes[{_ottl_string(label)}] == {_ottl_string(value)}"
             for label, value in rename.select
         )
         targets.append(f"(metric.name == {_ottl_string(rename.target)} and not ({matches}))")
@@ -401,35 +434,20 @@ def _components_processor(stack: str) -> dict[str, Any]:
 
 
 def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
-    """Every mapping's marks in one group, its rename groups in engine order, then its
-    label groups.
+    """Every mapping's marks in one group, then its rename groups in engine order.
 
-    Each group is a pass over every metric (or, for labels, every data point) of every
-    pod's scrape, and a metric pass allocates per metric, so passes are kept few: the
-    marks share one pass (each mark tests its engine itself); the label groups go last,
-    where mappings that rename labels alike (vLLM and TensorRT-LLM turn `model_name`
-    into `model` and `finished_reason` into `finish_reason`) share one pass gated on any
-    of their engines. A mark is read only by its own engine's renames, a label group
-    reads and writes only data-point labels, and no metric group reads them, so the
-    moves change nothing any statement does."""
+    Each group is a pass over every metric of every pod's scrape, and a metric pass
+    allocates per metric, so passes are kept few: the marks share one pass (each mark
+    tests its engine itself), and label renames are not here but in transform/instance's
+    pass over the data points, which every point takes anyway."""
     markers: list[str] = []
     rename_groups: list[dict[str, Any]] = []
-    label_groups: dict[tuple[str, ...], list[str]] = {}
     for mapping in sorted(mappings, key=lambda m: m.engine):
         marks, renames = mapping_statements(mapping)
         markers.extend(marks)
         rename_groups.append(renames)
-        if labels := mapping_label_statements(mapping):
-            label_groups.setdefault(tuple(labels), []).append(_engine_condition(mapping.engine))
-    merged = [
-        {"conditions": conditions, "statements": list(statements)}
-        for statements, conditions in label_groups.items()
-    ]
     marks_group = [{"statements": markers}] if markers else []
-    return {
-        "error_mode": "ignore",
-        "metric_statements": [*marks_group, *rename_groups, *merged],
-    }
+    return {"error_mode": "ignore", "metric_statements": [*marks_group, *rename_groups]}
 
 
 def _finish_processor() -> dict[str, Any]:
@@ -481,9 +499,9 @@ def _denominator_ones() -> list[str]:
     ]
 
 
-def _instance_processor() -> dict[str, Any]:
+def _instance_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
     moves = []
-    for attr, label in INSTANCE_LABELS:
+    for attr, label in MOVED_INSTANCE_LABELS:
         source = f"resource.attributes[{_ottl_string(attr)}]"
         moves.append(
             f"set(datapoint.attributes[{_ottl_string(label)}], {source}) where {source} != nil"
@@ -500,10 +518,16 @@ def _instance_processor() -> dict[str, Any]:
         "error_mode": "ignore",
         "metric_statements": [
             _vocabulary_group(),
-            # One pass over the data points for the denominators and the moves.
-            {"statements": [*_denominator_ones(), *moves]},
-            {"statements": [f"delete_key(resource.attributes, {namespace}) where {runtime_jobs}"]},
-            {"statements": [f"keep_keys(resource.attributes, [{kept}])"]},
+            # One pass over the data points: every mapping's label renames (after
+            # filter/select, which reads the engine's own label names), the
+            # denominators, and the moves.
+            {"statements": [*_label_renames(mappings), *_denominator_ones(), *moves]},
+            {
+                "statements": [
+                    f"delete_key(resource.attributes, {namespace}) where {runtime_jobs}",
+                    f"keep_keys(resource.attributes, [{kept}])",
+                ]
+            },
         ],
     }
 
@@ -618,12 +642,20 @@ def _keep_label_present(label: str) -> dict[str, Any]:
     }
 
 
-def _keep_running() -> dict[str, Any]:
-    return {
-        "action": "drop",
-        "source_labels": ["__meta_kubernetes_pod_phase"],
-        "regex": "Pending|Succeeded|Failed",
-    }
+def _running_pods_named() -> list[dict[str, Any]]:
+    """A job's last rules: drop pods that are not running, then name the pod on every
+    series scraped from it (POD_TARGET_LABELS; an empty value sets no label)."""
+    return [
+        {
+            "action": "drop",
+            "source_labels": ["__meta_kubernetes_pod_phase"],
+            "regex": "Pending|Succeeded|Failed",
+        },
+        *(
+            {"action": "replace", "source_labels": [source], "target_label": label}
+            for source, label in POD_TARGET_LABELS
+        ),
+    ]
 
 
 def _token_auth() -> dict[str, Any]:
@@ -649,7 +681,6 @@ def _own_endpoint_job(engine: str, endpoint: ScrapeEndpoint, interval: int) -> d
             "source_labels": ["__meta_kubernetes_pod_container_port_name"],
             "regex": contracts.PORT_NAME_HTTP,
         },
-        _keep_running(),
     ]
     if endpoint.port is not None:
         relabel.append(
@@ -662,6 +693,7 @@ def _own_endpoint_job(engine: str, endpoint: ScrapeEndpoint, interval: int) -> d
                 "replacement": f"$${{1}}:{endpoint.port}",
             }
         )
+    relabel.extend(_running_pods_named())
     return {
         "job_name": f"{ENGINES_JOB}-{engine}",
         "scrape_interval": _interval(interval),
@@ -694,7 +726,6 @@ def _engine_jobs(
                 "source_labels": ["__meta_kubernetes_pod_container_port_name"],
                 "regex": contracts.PORT_NAME_HTTP,
             },
-            _keep_running(),
         ],
     }
     own = sorted(endpoints)
@@ -707,6 +738,7 @@ def _engine_jobs(
                 "regex": "|".join(re.escape(e) for e, _ in own),
             }
         )
+    engines["relabel_configs"].extend(_running_pods_named())
     pickers = {
         "job_name": ENDPOINT_PICKERS_JOB,
         **common(),
@@ -724,7 +756,7 @@ def _engine_jobs(
                 "source_labels": ["__meta_kubernetes_pod_container_port_name"],
                 "regex": contracts.PORT_NAME_METRICS,
             },
-            _keep_running(),
+            *_running_pods_named(),
         ],
     }
     return [engines, *(_own_endpoint_job(e, ep, interval) for e, ep in own), pickers]
@@ -768,7 +800,7 @@ def _substrate_job(target: ScrapeTarget, interval: int) -> dict[str, Any]:
                 "regex": str(target.port_number),
             }
         )
-    relabel.append(_keep_running())
+    relabel.extend(_running_pods_named())
     job: dict[str, Any] = {
         "job_name": target.job,
         "scrape_interval": _interval(interval),
@@ -965,7 +997,7 @@ def render_cluster_collector_config(
             },
             "transform/normalize": _normalize_processor(mappings),
             "filter/select": _select_processor(mappings),
-            "transform/instance": _instance_processor(),
+            "transform/instance": _instance_processor(mappings),
             # The latest point of each series once per scrape interval, on a ticker
             # that does not drift: one point per pod is what lets their points merge.
             INTERVAL: {"interval": _interval(scrape_interval_seconds)},

@@ -131,21 +131,69 @@ def test_each_mapping_is_one_group_gated_on_its_engine():
         for e, c in engine_is.items()
         if e != "triton-trtllm"  # it copies (select)
     )
-    # Label renames come after every metric group, one group for mappings that rename
-    # labels alike, gated on any of their engines.
-    labels = [g for g in groups if g["statements"][0].startswith("set(datapoint.attributes")]
-    assert groups[-len(labels) :] == labels
-    by_engine = {m.engine: collector.mapping_label_statements(m) for m in builtin().accepted}
-    for engine, statements in by_engine.items():
-        if not statements:
-            continue
-        (group,) = [g for g in labels if engine_is[engine] in g["conditions"]]
-        assert group["statements"] == statements
-        assert sorted(group["conditions"]) == sorted(
-            engine_is[e] for e, same in by_engine.items() if same == statements
-        )
-    # vLLM and TensorRT-LLM rename model_name and finished_reason alike: one pass.
-    assert len(labels) < len([s for s in by_engine.values() if s])
+    # Label renames are not passes here: transform/instance's pass over the points does them.
+    assert not [g for g in groups if "datapoint." in str(g)]
+
+
+def test_label_renames_share_the_one_pass_over_the_points_each_gated_on_its_engines():
+    config = _cases()["builtin-mappings-standard"]
+    processors = config["processors"]
+    pipeline = config["service"]["pipelines"]["metrics"]["processors"]
+    points = [
+        g
+        for g in processors["transform/instance"]["metric_statements"]
+        if any(s.startswith("set(datapoint.") for s in g["statements"])
+    ]
+    (group,) = points
+    assert "conditions" not in group
+    by_engine = {m.engine: m for m in builtin().accepted}
+    triton = collector.mapping_label_statements(by_engine["triton-trtllm"])
+    # Triton's `model` (its own model) becomes triton_model, on Triton's points only.
+    assert triton == [
+        'set(datapoint.attributes["triton_model"], datapoint.attributes["model"]) where '
+        'datapoint.attributes["model"] != nil and '
+        'resource.attributes["modelplane.engine"] == "triton-trtllm"',
+        'delete_key(datapoint.attributes, "model") where datapoint.attributes["model"] != nil '
+        'and resource.attributes["modelplane.engine"] == "triton-trtllm"',
+    ]
+    assert all(s in group["statements"] for s in triton)
+    # vLLM and TensorRT-LLM rename model_name and finished_reason alike: one set of
+    # statements gated on either engine, not one per engine.
+    both = (
+        '(resource.attributes["modelplane.engine"] == "trtllm" or '
+        'resource.attributes["modelplane.engine"] == "vllm")'
+    )
+    renames = [s for s in group["statements"] if s.endswith(both)]
+    assert len(renames) == 4  # set and delete, for each of the two labels
+    assert all('["model_name"] != nil' in s or '["finished_reason"] != nil' in s for s in renames)
+    # filter/select runs first and reads the engine's own label names (Triton's `model`).
+    assert pipeline.index("filter/select") < pipeline.index("transform/instance")
+    (select,) = processors["filter/select"]["metrics"]["datapoint"]
+    assert 'datapoint.attributes["model"] == "tensorrt_llm"' in select
+    assert "triton_model" not in select
+
+
+def test_every_scrape_names_the_pod_on_its_series_as_target_labels():
+    for config in (_cases()["builtin-mappings-standard"], _cases()["builtin-mappings-dynamo"]):
+        for job in config["receivers"]["prometheus"]["config"]["scrape_configs"]:
+            relabel = job["relabel_configs"]
+            # After the keep and drop rules, so a target dropped costs nothing more.
+            assert relabel[-2:] == [
+                {
+                    "action": "replace",
+                    "source_labels": ["__meta_kubernetes_pod_name"],
+                    "target_label": "pod",
+                },
+                {
+                    "action": "replace",
+                    "source_labels": ["__meta_kubernetes_pod_uid"],
+                    "target_label": "pod_uid",
+                },
+            ], job["job_name"]
+    # Only the scrape instance is moved by a statement on every point.
+    statements = str(_cases()["builtin-mappings-standard"]["processors"]["transform/instance"])
+    assert 'datapoint.attributes["instance"]' in statements
+    assert 'datapoint.attributes["pod' not in statements
 
 
 def test_every_vocabulary_metric_gets_its_unit_once_before_pods_merge():
@@ -222,7 +270,7 @@ def test_cardinality_is_controlled_by_aggregation_never_by_deleting_labels():
     for name in ("attributes", "resource"):
         assert not [p for p in processors if p == name or p.startswith(f"{name}/delete")]
     # The per-pod identity moves to labels the aggregation drops; the roll-up keys stay.
-    kept = processors["transform/instance"]["metric_statements"][-1]["statements"][0]
+    kept = processors["transform/instance"]["metric_statements"][-1]["statements"][-1]
     for attribute in (
         contracts.RESOURCE_ATTRIBUTE_CLUSTER,
         contracts.RESOURCE_ATTR_ENGINE,

@@ -293,17 +293,23 @@ def test_one_source_split_by_a_label_feeds_one_target_per_selected_value():
     assert 'copy_metric(name="modelplane_requests_running") where metric.name == "r"' in statements
     assert 'copy_metric(name="modelplane_requests_waiting") where metric.name == "r"' in statements
     assert not [s for s in statements if s.startswith('set(metric.name, "modelplane_requests_')]
-    # The filter selects by the renamed label, since it runs after the renames; one
-    # condition for the engine, its engine tested once per point.
+    # The filter selects by the engine's own label, as the mapping names it: it runs
+    # before transform/instance renames labels; one condition for the engine, its engine
+    # tested once per point.
     assert config["processors"]["filter/select"]["metrics"]["datapoint"] == [
         'resource.attributes["modelplane.engine"] == "triton" and ((metric.name == '
-        '"modelplane_requests_running" and not (datapoint.attributes["kind"] == "active")) '
+        '"modelplane_requests_running" and not (datapoint.attributes["t"] == "active")) '
         'or (metric.name == "modelplane_requests_waiting" and not '
-        '(datapoint.attributes["kind"] == "waiting")))',
+        '(datapoint.attributes["t"] == "waiting")))',
     ]
     assert collector.PROCESSORS.index("filter/select") == (
         collector.PROCESSORS.index("transform/normalize") + 1
     )
+    assert collector.PROCESSORS.index("filter/select") < (
+        collector.PROCESSORS.index("transform/instance")
+    )
+    renames = str(config["processors"]["transform/instance"])
+    assert 'set(datapoint.attributes["kind"], datapoint.attributes["t"])' in renames
 
 
 def test_an_engine_with_its_own_endpoint_is_scraped_there_and_only_there():
@@ -315,14 +321,15 @@ def test_an_engine_with_its_own_endpoint_is_scraped_there_and_only_there():
     )
     jobs = collector.scrape_configs("Standard", 30, [parsed])
     engines = next(j for j in jobs if j["job_name"] == collector.ENGINES_JOB)
-    assert engines["relabel_configs"][-1] == {
+    # Before the last rules, which drop pods that are not running and name the pod.
+    assert engines["relabel_configs"][-4] == {
         "action": "drop",
         "source_labels": ["__meta_kubernetes_pod_label_modelplane_ai_engine"],
         "regex": "triton",
     }
     own = next(j for j in jobs if j["job_name"] == f"{collector.ENGINES_JOB}-triton")
     assert own["metrics_path"] == "/metrics"
-    assert own["relabel_configs"][-1]["replacement"] == "$${1}:8002"
+    assert own["relabel_configs"][-4]["replacement"] == "$${1}:8002"
 
 
 def test_a_second_mapping_for_one_engine_is_refused_and_the_first_by_name_kept():
