@@ -340,24 +340,28 @@ def mapping_label_statements(mapping: MetricMapping) -> list[str]:
     its own engine: they share transform/instance's pass over every data point. The
     source label is tested first, so a point without it (most of another engine's) costs
     one look at its own labels."""
-    return label_statements([mapping.engine], mapping.labels)
+    return label_statements([mapping.engine], _label_pairs(mapping))
 
 
-def label_statements(engines: Sequence[str], labels: Sequence[Any]) -> list[str]:
-    """Label renames (`labels`, each with a source and a target) for the points of any of
-    `engines`: each target set from its source, then the source deleted."""
+def _label_pairs(mapping: MetricMapping) -> tuple[tuple[str, str], ...]:
+    return tuple((label.source, label.target) for label in mapping.labels)
+
+
+def label_statements(engines: Sequence[str], labels: Sequence[tuple[str, str]]) -> list[str]:
+    """Label renames (source, target) for the points of any of `engines`: each target set
+    from its source, then the source deleted."""
     engine_is = " or ".join(_engine_condition(e) for e in engines)
     if len(engines) > 1:
         engine_is = f"({engine_is})"
     statements: list[str] = []
-    for label in labels:
-        source = f"datapoint.attributes[{_ottl_string(label.source)}]"
+    for source_name, target_name in labels:
+        source = f"datapoint.attributes[{_ottl_string(source_name)}]"
         where = f"{source} != nil and {engine_is}"
         statements.append(
-            f"set(datapoint.attributes[{_ottl_string(label.target)}], {source}) where {where}"
+            f"set(datapoint.attributes[{_ottl_string(target_name)}], {source}) where {where}"
         )
         statements.append(
-            f"delete_key(datapoint.attributes, {_ottl_string(label.source)}) where {where}"
+            f"delete_key(datapoint.attributes, {_ottl_string(source_name)}) where {where}"
         )
     return statements
 
@@ -367,14 +371,10 @@ def _label_renames(mappings: Sequence[MetricMapping]) -> list[str]:
     TensorRT-LLM turn `model_name` into `model` and `finished_reason` into
     `finish_reason`) share statements gated on any of their engines."""
     alike: dict[tuple[tuple[str, str], ...], list[str]] = {}
-    by_key: dict[tuple[tuple[str, str], ...], Sequence[Any]] = {}
     for mapping in sorted(mappings, key=lambda m: m.engine):
-        if not mapping.labels:
-            continue
-        key = tuple((label.source, label.target) for label in mapping.labels)
-        alike.setdefault(key, []).append(mapping.engine)
-        by_key[key] = mapping.labels
-    return [s for key, engines in alike.items() for s in label_statements(engines, by_key[key])]
+        if mapping.labels:
+            alike.setdefault(_label_pairs(mapping), []).append(mapping.engine)
+    return [s for pairs, engines in alike.items() for s in label_statements(engines, pairs)]
 
 
 def select_conditions(mapping: MetricMapping) -> list[str]:
