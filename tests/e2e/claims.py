@@ -119,11 +119,36 @@ def everything_composed_for(
     """Every member object a deployment composed (through its ModelReplicas) for the
     member to hold: (member, stub). Observe-only Objects (the health record the member's
     agent writes) are left out: nothing here creates them."""
+    return member_stubs(composed_objects(box, deployment, namespace), deleted_with_it)
+
+
+def member_stubs(objects: list[dict], deleted_with_it: bool = False) -> list[tuple[str, dict]]:
+    """The (member, stub) pairs of one listing of Objects (see everything_composed_for)."""
     return [
         remote_identity(o)
-        for o in composed_objects(box, deployment, namespace)
+        for o in objects
         if not observe_only(o) and (deletes(o) or not deleted_with_it)
     ]
+
+
+def whole_composition(box: fleetbox.FleetBox, deployment: str, namespace: str) -> list[dict]:
+    """The deployment's Objects, once every one of its ModelReplicas has been composed and
+    every Object a replica references is there. Core creates a replica's Objects one at a
+    time, so a listing taken as soon as the workloads appear can lack the rest; raises
+    AssertionError (for wait_for) until the listing is whole."""
+    replicas = replicas_of(box, deployment, namespace)
+    assert replicas, f"{deployment} has no ModelReplicas yet"
+    objects = composed_objects(box, deployment, namespace)
+    listed = {o["metadata"]["name"] for o in objects}
+    for replica in replicas:
+        if replica["metadata"].get("deletionTimestamp"):
+            continue  # going: its Objects go with it
+        refs = (replica["spec"].get("crossplane") or {}).get("resourceRefs") or []
+        name = replica["metadata"]["name"]
+        assert refs, f"ModelReplica {name} has composed nothing yet"
+        missing = [r["name"] for r in refs if r["kind"] == "Object" and r["name"] not in listed]
+        assert not missing, f"ModelReplica {name}'s Objects {missing} are not there yet"
+    return objects
 
 
 def deletes(obj: dict) -> bool:

@@ -50,15 +50,12 @@ def _placed(box, name: str) -> dict[str, int]:
     return by_cluster
 
 
-def _member_objects(box, name: str) -> list[tuple[str, dict]]:
-    return claims.everything_composed_for(box, name, NAMESPACE)
-
-
 def _wait_on_members(box, name: str, clusters: set[str]) -> list[tuple[str, dict]]:
-    """Wait until the deployment's workloads exist on exactly `clusters`."""
+    """Wait until the deployment's workloads exist on exactly `clusters` and everything
+    its replicas composed exists on its member."""
 
     def there():
-        composed = _member_objects(box, name)
+        composed = claims.member_stubs(claims.whole_composition(box, name, NAMESPACE))
         members = {
             member
             for member, stub in composed
@@ -204,8 +201,10 @@ def test_deleting_a_deployment_removes_everything_it_composed_everywhere(box, cl
     name = "e2e-delete"
     claims.apply_document(box, _deployment(name, 4, clusters))
     _wait_on_members(box, name, set(_wait_total(box, name, 4)))
-    remote = claims.everything_composed_for(box, name, NAMESPACE, deleted_with_it=True)
-    kept = [s for s in claims.everything_composed_for(box, name, NAMESPACE) if s not in remote]
+    # One listing for both: core may still be creating Objects between two.
+    objects = claims.whole_composition(box, name, NAMESPACE)
+    remote = claims.member_stubs(objects, deleted_with_it=True)
+    kept = [s for s in claims.member_stubs(objects) if s not in remote]
     assert {stub["kind"] for _m, stub in kept} == {"Namespace"}, kept
     replicas = [r["metadata"]["name"] for r in claims.replicas_of(box, name, NAMESPACE)]
     assert replicas
