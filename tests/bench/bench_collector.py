@@ -2,7 +2,7 @@
 pass-through config on the same load.
 
     .venv/bin/python tests/bench/bench_collector.py [--runs 3] [--seconds 20] [--pods 50 200]
-        [--keep-alive] [--profile DIR]
+        [--keep-alive] [--go-defaults] [--profile DIR]
 
 For each size, N fake vLLM pods (tests/collector/engines.py pages plus the rest of
 vLLM's latency and token histograms: ~30 series families, several hundred samples per
@@ -14,6 +14,11 @@ second and exports OTLP/HTTP JSON to a loopback sink, run on
   except that the stand-in costs what k8s_attributes costs whatever the pod count
   (`constant_cost_standin`), not one condition per pod on every scrape;
 - pass-through: the same receiver, targets and exporter with only `batch` between them.
+
+Both collectors run on the Go runtime settings the composed collector Deployment sets
+(collector_objects.RUNTIME_ENV: GOGC, GOMEMLIMIT), so the pass-through is the same
+deployment with only `batch`; `--go-defaults` runs both on Go's defaults instead (GOGC=100,
+no memory limit), where garbage collection weighs more on the config that allocates more.
 
 The fake engines answer HTTP/1.0 and close each connection, so both collectors also dial
 a TCP connection per scrape (the same cost on both sides); `--keep-alive` serves
@@ -61,7 +66,7 @@ sys.path.insert(0, str(REPO / "hack"))
 import render  # noqa: E402
 from functions.common import contracts  # noqa: E402
 from functions.common import metricmapping as mappings  # noqa: E402
-from functions.compose_serving_stack import collector  # noqa: E402
+from functions.compose_serving_stack import collector, collector_objects  # noqa: E402
 from tests.collector import engines, harness  # noqa: E402
 
 WARMUP_SECONDS = 5
@@ -365,6 +370,12 @@ def main() -> int:
         "pays a TCP connect, which lowers the ratio",
     )
     parser.add_argument(
+        "--go-defaults",
+        action="store_true",
+        help="run both collectors on Go's runtime defaults rather than the composed "
+        "Deployment's GOGC and GOMEMLIMIT",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
@@ -380,12 +391,19 @@ def main() -> int:
         return 2
     per_pod = samples_per_page(bench_page(0))
     SCRAPE_INTERVAL_SECONDS[0] = args.interval
+    # Both collectors inherit this process's environment (harness.running_collector).
+    runtime = {} if args.go_defaults else dict(collector_objects.RUNTIME_ENV)
+    for name, _ in collector_objects.RUNTIME_ENV:
+        os.environ.pop(name, None)
+    os.environ.update(runtime)
+    settings = " ".join(f"{k}={v}" for k, v in runtime.items()) or "Go's defaults"
     if args.keep_alive:
         keep_connections_open()
     connections = "HTTP/1.1 keep-alive" if args.keep_alive else "HTTP/1.0, a connection per scrape"
     print(
         f"collector: {otelcol.resolve()}  scrape interval {args.interval} s, "
-        f"{per_pod} samples per pod, engines {connections}"
+        f"{per_pod} samples per pod, engines {connections}\n"
+        f"Go runtime of both collectors: {settings}"
     )
     print(f"median of {args.runs} runs of {args.seconds:.0f} s after {WARMUP_SECONDS} s warm-up\n")
     header = (

@@ -11,6 +11,7 @@ from functions.common import contracts
 from functions.common.cost import PoolPrice
 from functions.common.inventory import fabric_labels_of_pools
 from functions.common.metricmapping import ResolvedMappings
+from functions.common.quantity import parse_quantity
 from functions.compose_serving_stack import (
     adaptivepolicy_crd,
     collector,
@@ -154,6 +155,19 @@ def test_a_destination_plans_the_collector_and_the_node_tier_only_when_asked():
     assert "node-collector-daemonset" in {
         c.key for c in _plan(DestinationState(ACTIVE), node_tier=True).composed
     }
+
+
+def test_the_collectors_go_runtime_collects_less_often_within_the_memory_limit():
+    planned = _plan(DestinationState(ACTIVE), node_tier=True)
+    for key in (collector_objects.DEPLOYMENT_KEY, "node-collector-daemonset"):
+        workload = next(c for c in planned.composed if c.key == key)
+        pod = workload.resource["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert int(env["GOGC"]) > 100, key  # Go's default collects at twice the live heap
+        # Go writes binary sizes as MiB, Kubernetes as Mi: the soft cap stays under the limit.
+        soft_cap = parse_quantity(env["GOMEMLIMIT"].removesuffix("B"))
+        assert soft_cap < parse_quantity(container["resources"]["limits"]["memory"]), key
 
 
 def test_peers_exclude_the_cluster_itself():
