@@ -382,6 +382,7 @@ def main() -> int:
         help="one profiled run per config and size (pprof extension); profiles saved in DIR",
     )
     args = parser.parse_args()
+    harness.stop_collectors_on_sigterm()
     otelcol = render.tools_bin() / "otelcol"
     if not otelcol.exists():
         print(

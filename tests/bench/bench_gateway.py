@@ -433,6 +433,7 @@ def main() -> int:
         f"{collector.DEFAULT_SCRAPE_INTERVAL_SECONDS} s)",
     )
     args = parser.parse_args()
+    harness.stop_collectors_on_sigterm()
     otelcol = render.tools_bin() / "otelcol"
     if not otelcol.exists():
         print(f"otelcol is not installed at {otelcol}: run 'bash hack/tools.sh otelcol'")

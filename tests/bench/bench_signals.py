@@ -224,6 +224,7 @@ def main() -> None:
     parser.add_argument("--deployments", type=int, default=10)
     parser.add_argument("--samples", type=int, default=9)
     args = parser.parse_args()
+    harness.stop_collectors_on_sigterm()
     otelcol = require_tool("otelcol")
     with tempfile.TemporaryDirectory() as tmp:
         lags = signal_lag(args.runs, Path(tmp) / "lag", otelcol)
