@@ -34,6 +34,16 @@ def _lease(member) -> client.V1Lease:
         api.close()
 
 
+def _holds_every_record(group, hub) -> bool:
+    """A candidate that lost the start-up race releases what it got on its next round; the
+    hub takes those records over in its following rounds. Until then the hub may hold a
+    bare majority, and losing one of its members costs it the term: correct, but not the
+    steady state the tests below start from."""
+    return wait_for(
+        lambda: all(_lease(m).spec.holder_identity == hub.identity for m in group.members), 3
+    )
+
+
 @pytest.mark.parametrize("size", [3, 5])
 def test_one_hub_is_elected_and_every_member_names_it(agents, size):
     group = agents(size)
@@ -42,11 +52,7 @@ def test_one_hub_is_elected_and_every_member_names_it(agents, size):
         hub = _one_hub(group, FAST.lease_duration)
         term = hub.hub_term()
         assert wait_for(lambda: all(a.observed_hub() == hub.identity for a in group.running), 3)
-        # A candidate that lost the start-up race releases what it got; the hub takes
-        # those records over in its next rounds.
-        assert wait_for(
-            lambda: all(_lease(m).spec.holder_identity == hub.identity for m in group.members), 3
-        )
+        assert _holds_every_record(group, hub)
     # Never two acting hubs. (<= 1, not == 1: that one hub exists is asserted above by
     # _one_hub; a sampler thread starved on a loaded runner must not fail the test.)
     assert sampler.samples > 0
@@ -103,6 +109,9 @@ def test_the_hub_stays_while_a_majority_answers(fleet, agents, size):
     group = agents(size)
     group.start_all()
     hub = _one_hub(group, FAST.lease_duration)
+    # Stopping a member while a start-up loser still holds another's record would leave
+    # the hub short of a majority for a lease (seen in CI): not what this test is about.
+    assert _holds_every_record(group, hub)
     index = next(i for i, m in enumerate(group.members) if m.name != hub.cluster)
     group.members[index].stop_apiserver()
     gaps = 0
