@@ -63,6 +63,33 @@ ANNOTATION_CONFIG_HASH: Final = "modelplane.ai/config-hash"
 # The contrib distribution carries every component the collector tiers and the gateway
 # use; the tests run a collector built from the same release's modules (hack/tools/otelcol).
 COLLECTOR_IMAGE: Final = "otel/opentelemetry-collector-contrib:0.161.0"
+# Every collector tier's memory (cluster and node collectors, the gateway): the container's
+# limit, memory_limiter's shares of it (it reads the cgroup limit: it refuses data while
+# the Go heap's allocated bytes, garbage included, are above limit - spike = 60 %, and
+# forces a collection at most every 10 s), and the Go runtime's settings under both.
+COLLECTOR_MEMORY_LIMIT: Final = "1Gi"
+COLLECTOR_MEMORY_LIMIT_PERCENTAGE: Final = 80
+COLLECTOR_SPIKE_LIMIT_PERCENTAGE: Final = 20
+# (name, value) in each collector container's env. GOGC=400 lets the heap grow to five
+# times the live data between collections instead of twice: the cluster collector
+# allocates per metric, point and statement, and collecting less often took ~5 % off its
+# CPU per scraped sample (tests/bench/bench_collector.py, 50 and 200 pods) and ~7 % off
+# the gateway's (bench_gateway.py). GOMEMLIMIT sits under memory_limiter's soft limit
+# (614 MiB of 1Gi), so Go collects eagerly before garbage alone reaches it: with the soft
+# limit below GOMEMLIMIT instead, a heap at five times its live data crossed it, and the
+# limiter refused scrapes a collector at Go's default GOGC kept (a 200-pod bench scaled
+# to a 300 MiB container). tests/unit test the order for every tier.
+COLLECTOR_RUNTIME_ENV: Final = (("GOMEMLIMIT", "560MiB"), ("GOGC", "400"))
+
+
+def memory_limiter() -> dict[str, object]:
+    """The memory_limiter processor every collector tier runs first."""
+    return {
+        "check_interval": "1s",
+        "limit_percentage": COLLECTOR_MEMORY_LIMIT_PERCENTAGE,
+        "spike_limit_percentage": COLLECTOR_SPIKE_LIMIT_PERCENTAGE,
+    }
+
 
 # --- Ports ----------------------------------------------------------------------------
 

@@ -979,11 +979,7 @@ def render_cluster_collector_config(
         "extensions": extensions,
         "receivers": receivers,
         "processors": {
-            "memory_limiter": {
-                "check_interval": "1s",
-                "limit_percentage": 80,
-                "spike_limit_percentage": 20,
-            },
+            "memory_limiter": contracts.memory_limiter(),
             "k8s_attributes": _k8s_attributes_processor(),
             COMPONENTS: _components_processor(cluster.stack),
             "resource/cluster": {

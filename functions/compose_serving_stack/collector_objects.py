@@ -28,16 +28,9 @@ NODE_COLLECTOR: Final = "modelplane-node-collector"
 CONFIG_KEY: Final = "config.yaml"
 CONFIG_DIR: Final = "/etc/otelcol"
 REPLICAS: Final = 1
-MEMORY_LIMIT: Final = "1Gi"
-# The Go runtime's settings for the collector (name, value). GOMEMLIMIT caps the heap
-# below MEMORY_LIMIT (memory_limiter's percentages are of it). GOGC=400 lets the heap
-# grow to five times the live data between collections instead of twice: the cluster
-# collector allocates per metric, point and statement, and collecting less often took
-# ~5 % off its CPU per scraped sample at 50 and 200 bench pods (1 s scrapes, runs
-# interleaved with GOGC=100) for ~50-80 % more resident memory, still far below
-# GOMEMLIMIT, which makes collection eager again as the heap nears it
-# (tests/bench/bench_collector.py runs its pass-through on the same settings).
-RUNTIME_ENV: Final = (("GOMEMLIMIT", "800MiB"), ("GOGC", "400"))
+MEMORY_LIMIT: Final = contracts.COLLECTOR_MEMORY_LIMIT
+# The Go runtime's settings (name, value): why these, contracts.COLLECTOR_RUNTIME_ENV.
+RUNTIME_ENV: Final = contracts.COLLECTOR_RUNTIME_ENV
 
 # Keys of the composed resources a status reads back.
 DEPLOYMENT_KEY: Final = "collector-deployment"

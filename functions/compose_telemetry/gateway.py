@@ -25,10 +25,13 @@ import yaml
 from functions.common.contracts import (
     ANNOTATION_CONFIG_HASH,
     COLLECTOR_IMAGE,
+    COLLECTOR_MEMORY_LIMIT,
+    COLLECTOR_RUNTIME_ENV,
     GATEWAY_OTLP_GRPC_PORT,
     GATEWAY_OTLP_HTTP_PORT,
     TELEMETRY_TOKEN_SECRET_KEY,
     TELEMETRY_TOKEN_SECRET_NAME,
+    memory_limiter,
 )
 from functions.common.naming import dns_label, resource_key, stable_hash
 from functions.common.objects import provider_object
@@ -139,11 +142,7 @@ def render_gateway_config(
         }
     }
     processors: dict[str, Any] = {
-        "memory_limiter": {
-            "check_interval": "1s",
-            "limit_percentage": 80,
-            "spike_limit_percentage": 20,
-        },
+        "memory_limiter": memory_limiter(),
         "batch": {"send_batch_size": 8192, "timeout": "5s"},
     }
     exporters: dict[str, Any] = {exporter_id: render_exporter(destination.exporter, listen)}
@@ -376,7 +375,8 @@ def render_gateway_objects(destination: TelemetryDestination) -> dict[str, dict[
 
 def _deployment(destination: TelemetryDestination, config_text: str, *, has_tls: bool) -> dict:
     env: list[dict[str, Any]] = [
-        {"name": rollup.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        *({"name": name, "value": value} for name, value in COLLECTOR_RUNTIME_ENV),
+        {"name": rollup.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
     env += [
         {
@@ -439,7 +439,7 @@ def _deployment(destination: TelemetryDestination, config_text: str, *, has_tls:
                             "livenessProbe": probe,
                             "resources": {
                                 "requests": {"cpu": "200m", "memory": "256Mi"},
-                                "limits": {"memory": "1Gi"},
+                                "limits": {"memory": COLLECTOR_MEMORY_LIMIT},
                             },
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,

@@ -67,6 +67,7 @@ import render  # noqa: E402
 from functions.common import contracts  # noqa: E402
 from functions.common import metricmapping as mappings  # noqa: E402
 from functions.compose_serving_stack import collector, collector_objects  # noqa: E402
+from tests.bench import unwind_on_sigterm  # noqa: E402
 from tests.collector import engines, harness  # noqa: E402
 
 WARMUP_SECONDS = 5
@@ -382,7 +383,7 @@ def main() -> int:
         help="one profiled run per config and size (pprof extension); profiles saved in DIR",
     )
     args = parser.parse_args()
-    harness.stop_collectors_on_sigterm()
+    unwind_on_sigterm()
     otelcol = render.tools_bin() / "otelcol"
     if not otelcol.exists():
         print(

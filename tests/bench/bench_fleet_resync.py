@@ -79,6 +79,7 @@ from functions.compose_model_deployment.manifests import (  # noqa: E402
     replica_key,
 )
 from functions.compose_model_deployment.model import read_cluster, read_deployment  # noqa: E402
+from tests.bench import unwind_on_sigterm  # noqa: E402
 
 MIB = 1024 * 1024
 SDK_DEFAULT_LIMIT = 4 * MIB  # crossplane.function.cli.DEFAULT_MAX_RECV_MESSAGE_SIZE (MB)
@@ -486,6 +487,7 @@ def loadavg() -> str:
 
 
 def main() -> None:
+    unwind_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-limit-search", action="store_true")

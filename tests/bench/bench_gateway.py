@@ -82,6 +82,7 @@ from functions.common import contracts, vocabulary  # noqa: E402
 from functions.common.telemetrydestination import parse_destination  # noqa: E402
 from functions.compose_serving_stack import collector  # noqa: E402
 from functions.compose_telemetry import gateway, rollup  # noqa: E402
+from tests.bench import unwind_on_sigterm  # noqa: E402
 from tests.bench.bench_collector import cpu_seconds, rss_mib  # noqa: E402
 from tests.collector import engines, harness  # noqa: E402
 
@@ -433,7 +434,7 @@ def main() -> int:
         f"{collector.DEFAULT_SCRAPE_INTERVAL_SECONDS} s)",
     )
     args = parser.parse_args()
-    harness.stop_collectors_on_sigterm()
+    unwind_on_sigterm()
     otelcol = render.tools_bin() / "otelcol"
     if not otelcol.exists():
         print(f"otelcol is not installed at {otelcol}: run 'bash hack/tools.sh otelcol'")

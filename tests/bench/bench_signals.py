@@ -46,6 +46,7 @@ from functions.compose_serving_stack import collector  # noqa: E402
 from functions.runtime.policy import DEFAULT_SIGNALS  # noqa: E402
 from functions.runtime.report import read_collector_page  # noqa: E402
 from functions.runtime.signals_core import Scope, SignalHistory, evaluate, parse_page  # noqa: E402
+from tests.bench import unwind_on_sigterm  # noqa: E402
 from tests.collector import engines, harness  # noqa: E402
 from tests.conftest import require_tool  # noqa: E402
 
@@ -224,7 +225,7 @@ def main() -> None:
     parser.add_argument("--deployments", type=int, default=10)
     parser.add_argument("--samples", type=int, default=9)
     args = parser.parse_args()
-    harness.stop_collectors_on_sigterm()
+    unwind_on_sigterm()
     otelcol = require_tool("otelcol")
     with tempfile.TemporaryDirectory() as tmp:
         lags = signal_lag(args.runs, Path(tmp) / "lag", otelcol)

@@ -218,17 +218,6 @@ class OtlpJsonSink:
         return f"http://127.0.0.1:{self.port}"
 
 
-def stop_collectors_on_sigterm() -> None:
-    """A script's SIGTERM (`timeout`, a CI job cancelled) unwinds like an exception, so
-    running_collector stops its collector: the collector runs in a session of its own,
-    which a signal to the script does not reach. Call from a script's main()."""
-
-    def unwind(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, unwind)
-
-
 @contextlib.contextmanager
 def running_collector(otelcol: Path, config: dict[str, Any], folder: Path) -> Iterator[Path]:
     """Start the collector on `config`; yields its log file; always stops it."""

@@ -17,6 +17,7 @@ from functions.common import contracts
 from functions.common.contracts import TELEMETRY_TOKEN_SECRET_KEY, TELEMETRY_TOKEN_SECRET_NAME
 from functions.common.telemetrydestination import parse_destination
 from functions.compose_telemetry import gateway
+from tests.unit.test_serving_stack_compose import assert_go_runtime_below_memory_limiter
 
 GOLDEN = Path(__file__).parent / "testdata" / "gateway"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -142,13 +143,22 @@ def test_header_values_come_from_secret_key_refs():
     container = objects["gateway-deployment"]["spec"]["forProvider"]["manifest"]["spec"][
         "template"
     ]["spec"]["containers"][0]
-    env = {e["name"]: e["valueFrom"] for e in container["env"]}
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
     assert env["MODELPLANE_EXPORTER_HEADER_0"] == {
         "secretKeyRef": {
             "name": gateway.EXPORTER_SECRET_NAME,
             "key": "MODELPLANE_EXPORTER_HEADER_0",
         }
     }
+
+
+def test_the_gateways_go_runtime_collects_before_memory_limiter_refuses():
+    case = rendered("otlp-grpc")
+    pod = case["objects"]["gateway-deployment"]["spec"]["forProvider"]["manifest"]["spec"]
+    (container,) = pod["template"]["spec"]["containers"]
+    assert_go_runtime_below_memory_limiter(
+        container, case["config"]["processors"]["memory_limiter"]
+    )
 
 
 def _config_hash(objects: dict) -> str:

@@ -157,17 +157,31 @@ def test_a_destination_plans_the_collector_and_the_node_tier_only_when_asked():
     }
 
 
-def test_the_collectors_go_runtime_collects_less_often_within_the_memory_limit():
+def test_the_collectors_go_runtime_collects_less_often_but_before_memory_limiter_refuses():
     planned = _plan(DestinationState(ACTIVE), node_tier=True)
-    for key in (collector_objects.DEPLOYMENT_KEY, "node-collector-daemonset"):
-        workload = next(c for c in planned.composed if c.key == key)
-        pod = workload.resource["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]
-        (container,) = pod["containers"]
-        env = {e["name"]: e.get("value") for e in container["env"]}
-        assert int(env["GOGC"]) > 100, key  # Go's default collects at twice the live heap
-        # Go writes binary sizes as MiB, Kubernetes as Mi: the soft cap stays under the limit.
-        soft_cap = parse_quantity(env["GOMEMLIMIT"].removesuffix("B"))
-        assert soft_cap < parse_quantity(container["resources"]["limits"]["memory"]), key
+    composed = {c.key: c.resource["spec"]["forProvider"].get("manifest") for c in planned.composed}
+    tiers = (
+        (collector_objects.DEPLOYMENT_KEY, "collector-config"),
+        ("node-collector-daemonset", "node-collector-config"),
+    )
+    for workload, config_map in tiers:
+        (container,) = composed[workload]["spec"]["template"]["spec"]["containers"]
+        config = yaml.safe_load(composed[config_map]["data"][collector_objects.CONFIG_KEY])
+        assert_go_runtime_below_memory_limiter(container, config["processors"]["memory_limiter"])
+
+
+def assert_go_runtime_below_memory_limiter(container: dict, limiter: dict) -> None:
+    """GOGC above Go's default (collect at twice the live heap), and GOMEMLIMIT under the
+    share of the container's limit at which memory_limiter starts refusing data (limit -
+    spike), so Go collects garbage before garbage alone makes the limiter refuse."""
+    name = container["name"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert int(env["GOGC"]) > 100, name
+    # Go writes binary sizes as MiB, Kubernetes as Mi.
+    go_limit = parse_quantity(env["GOMEMLIMIT"].removesuffix("B"))
+    share = limiter["limit_percentage"] - limiter["spike_limit_percentage"]
+    refuses_above = parse_quantity(container["resources"]["limits"]["memory"]) * share / 100
+    assert go_limit < refuses_above, (name, go_limit, refuses_above)
 
 
 def test_peers_exclude_the_cluster_itself():
