@@ -233,6 +233,11 @@ ROLLUP_LABELS: Final = frozenset(
     a.replace(".", "_")
     for a in (RESOURCE_ATTRIBUTE_CLUSTER, RESOURCE_ATTRIBUTE_SCOPE, RESOURCE_ATTRIBUTE_GATEWAY)
 )
+# The engine type on every series of the cluster collector's shared engines job while
+# the receiver relabels it (a target label, so the job's metric_relabel_configs can apply
+# each MetricMapping's label renames to its own engine's series); the rules drop it again,
+# so no MetricMapping may name it either.
+SCRAPE_ENGINE_LABEL: Final = "modelplane_scrape_engine"
 # The gateway's OTLP ports (gRPC is what clusters push to; HTTP is also served).
 GATEWAY_OTLP_GRPC_PORT: Final = 4317
 GATEWAY_OTLP_HTTP_PORT: Final = 4318

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,11 +39,13 @@ METRICS_PATH_PATTERN: Final = r"^/[A-Za-z0-9_./-]*$"
 METRICS_PATH_RE: Final = re.compile(METRICS_PATH_PATTERN)
 
 # Labels a rename may not produce: the histogram and summary intrinsics, Prometheus'
-# own, and the per-instance labels the collector aggregates away (a rename onto one
-# would have a model's series summed into nonsense or silently dropped).
+# own, the per-instance labels the collector aggregates away (a rename onto one would
+# have a model's series summed into nonsense or silently dropped), and the collector's
+# own scratch label for the renames themselves.
 RESERVED_LABELS: Final = (
     frozenset({"le", "quantile", "__name__", "job", "instance", "pod", "pod_uid", "container_id"})
     | contracts.ROLLUP_LABELS
+    | {contracts.SCRAPE_ENGINE_LABEL}
 )
 
 
@@ -211,6 +213,7 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
     metrics: list[MetricRename] = []
     seen_targets: dict[str, int] = {}
     seen_sources: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    selects: list[tuple[str, tuple[tuple[str, str], ...]]] = []
     entries = _list(spec.get("metrics"), "spec.metrics")
     if not entries:
         raise _Refusal("spec.metrics", "must name at least one metric")
@@ -226,6 +229,8 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
             )
         seen_targets[target] = i
         select = _select(entry.get("select"), f"{at}.select")
+        if select:
+            selects.append((f"{at}.select", select))
         help_contains = _help(entry.get("help"), f"{at}.help")
         sources = _list(entry.get("from"), f"{at}.from")
         if not sources:
@@ -264,10 +269,25 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
             )
         )
 
+    labels = _labels(spec.get("labels"))
+    _check_selects_against_renames(selects, labels)
+
+    name = str(resource.get("metadata", {}).get("name", ""))
+    return MetricMapping(
+        name=name,
+        engine=engine,
+        metrics=tuple(sorted(metrics, key=lambda m: m.target)),
+        labels=labels,
+        scrape=_scrape(spec.get("scrape"), "spec.scrape"),
+    )
+
+
+def _labels(value: Any) -> tuple[LabelRename, ...]:
+    """spec.labels: each engine label renamed once, never onto another rename's source."""
     labels: list[LabelRename] = []
     label_targets: set[str] = set()
     label_sources: set[str] = set()
-    for i, entry in enumerate(_list(spec.get("labels"), "spec.labels")):
+    for i, entry in enumerate(_list(value, "spec.labels")):
         at = f"spec.labels[{i}]"
         if not isinstance(entry, Mapping):
             raise _Refusal(at, "must be an object with from and to")
@@ -288,15 +308,37 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
         label_sources.add(source)
         label_targets.add(target)
         labels.append(LabelRename(source, target))
+    return tuple(labels)
 
-    name = str(resource.get("metadata", {}).get("name", ""))
-    return MetricMapping(
-        name=name,
-        engine=engine,
-        metrics=tuple(sorted(metrics, key=lambda m: m.target)),
-        labels=tuple(labels),
-        scrape=_scrape(spec.get("scrape"), "spec.scrape"),
-    )
+
+def _check_selects_against_renames(
+    selects: Sequence[tuple[str, tuple[tuple[str, str], ...]]], labels: Sequence[LabelRename]
+) -> None:
+    """A select names the engine's own labels, and the collector applies it after the
+    label renames (they run as the scrape's relabel rules), reading each selected label
+    under the name it is renamed to. That is the engine's value only when one label alone
+    is renamed onto that name: selecting by a rename's target, or by one of several
+    labels renamed onto one name, would test whichever label the renames left there."""
+    sources_of: dict[str, list[str]] = {}
+    for label in labels:
+        sources_of.setdefault(label.target, []).append(label.source)
+    renamed = {label.source: label.target for label in labels}
+    for field, select in selects:
+        for name, _value in select:
+            if name in sources_of:
+                raise _Refusal(
+                    f"{field}.{name}",
+                    f"spec.labels renames {', '.join(sources_of[name])} onto {name!r}, so its "
+                    "value is not the engine's own: select by a label no rename writes to",
+                )
+            target = renamed.get(name)
+            if target is not None and len(sources_of[target]) > 1:
+                raise _Refusal(
+                    f"{field}.{name}",
+                    f"spec.labels renames {', '.join(sources_of[target])} all onto "
+                    f"{target!r}, so a selected value could be another label's: select by "
+                    "a label renamed alone",
+                )
 
 
 def _select(value: Any, field: str) -> tuple[tuple[str, str], ...]:

@@ -11,19 +11,27 @@ The pipeline, in order, and why each step sits where it does:
    the destination like any other series. The
    receiver itself sets `k8s.pod.name`, `k8s.pod.uid` and `k8s.namespace.name` on each
    target's resource from the discovery labels, and each job's relabel rules name the
-   pod on every series as the target labels `pod` and `pod_uid`.
+   pod on every series as the target labels `pod` and `pod_uid`. Each mapping's label
+   renames are its engine's jobs' `metric_relabel_configs` (the shared engines job gates
+   them on the pod's engine type, carried as a scratch target label the last rule drops):
+   the receiver relabels a series once, when it first appears, and reuses the result on
+   every later scrape, where a statement would run on every point of every scrape.
 2. `memory_limiter` first, so a scrape storm is refused before anything is buffered.
 3. `k8s_attributes` finds each pod by uid and lifts its `modelplane.ai/engine`,
    `deployment` and `serving` labels onto resource attributes; `transform/components`
    gives each substrate component's series its job name (`kube-scheduler`,
    `cert-manager`, ...) as the engine type, so a MetricMapping can map them too;
-   `resource/cluster` adds the cluster's name.
+   `resource/cluster` adds the cluster's name; `attributes/scrape-reports` takes the
+   scratch label off the receiver's own series (`up`, `scrape_*`), which get target
+   labels but skip the relabel rules (it matches them by metric name, so no other
+   point is looked at).
 4. `transform/normalize`: one statement group per MetricMapping, gated on the engine
    resource attribute, scales (histogram bounds and sums included, by `scale_metric`)
    then renames each source metric to its vocabulary name. `filter/select` drops the
-   points a selecting mapping does not take.
-5. `transform/instance` sets each vocabulary metric's base unit, renames labels as the
-   mappings say, moves the scrape instance off the resource onto a data-point label
+   points a selecting mapping does not take (reading each selected label under the name
+   the receiver renamed it to).
+5. `transform/instance` sets each vocabulary metric's base unit, moves the scrape
+   instance off the resource onto a data-point label
    (beside `pod` and `pod_uid`, step 1) and drops every other per-pod resource
    attribute, so series of one deployment differ only by labels the next steps can
    aggregate over.
@@ -99,7 +107,7 @@ from typing import Any, Final
 from functions.common import contracts, vocabulary
 from functions.common import cost as cost_contract
 from functions.common.exposition import prometheus_label
-from functions.common.metricmapping import MetricMapping, ScrapeEndpoint
+from functions.common.metricmapping import MetricMapping
 from functions.compose_serving_stack import substrate_targets
 from functions.compose_serving_stack.substrate_targets import ScrapeTarget
 
@@ -138,6 +146,23 @@ INTERVAL: Final = "interval"
 # so it never holds two ticks.
 TICK_BATCH: Final = "batch/tick"
 TICK_BATCH_TIMEOUT: Final = "200ms"
+# The engine type on the shared engines job's series while the receiver relabels them
+# (label_relabels); dropped by the last rule.
+SCRAPE_ENGINE_LABEL: Final = contracts.SCRAPE_ENGINE_LABEL
+# The receiver's own series for each target (health, scrape duration, sample counts):
+# they carry the target's labels but skip its metric_relabel_configs, so this processor
+# takes the engine scratch label off them (by metric name, never looking at other points).
+SCRAPE_REPORTS_PROCESSOR: Final = "attributes/scrape-reports"
+SCRAPE_REPORT_SERIES: Final = (
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+    "scrape_timeout_seconds",
+    "scrape_sample_limit",
+    "scrape_body_size_bytes",
+)
 # After the merge: the colon rename, once per merged metric (_finish_processor).
 FINISH: Final = "transform/finish"
 COLON_STATEMENT: Final = 'replace_pattern(metric.name, ":", "_") where IsMatch(metric.name, ":")'
@@ -146,6 +171,7 @@ PROCESSORS: Final = (
     "k8s_attributes",
     COMPONENTS,
     "resource/cluster",
+    SCRAPE_REPORTS_PROCESSOR,
     "transform/normalize",
     "filter/select",
     "transform/instance",
@@ -208,6 +234,7 @@ ENDPOINT_PICKER_IMAGE: Final = (
 )
 
 _OTTL_SAFE = re.compile(r"^[A-Za-z0-9_:./-]+$")
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HELP_SAFE = re.compile(r"^[A-Za-z0-9 _,-]+$")
 _UNIT = re.compile(r"^[A-Za-z0-9{}/_.]+$")
 _ENDPOINT = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
@@ -335,53 +362,83 @@ def mapping_statements(mapping: MetricMapping) -> tuple[list[str], dict[str, Any
     return markers, {"conditions": [condition], "statements": metric_statements}
 
 
-def mapping_label_statements(mapping: MetricMapping) -> list[str]:
-    """The label renames of one MetricMapping (none if it renames no label), each gated on
-    its own engine: they share transform/instance's pass over every data point. The
-    source label is tested first, so a point without it (most of another engine's) costs
-    one look at its own labels."""
-    return label_statements([mapping.engine], _label_pairs(mapping))
-
-
 def _label_pairs(mapping: MetricMapping) -> tuple[tuple[str, str], ...]:
-    return tuple((label.source, label.target) for label in mapping.labels)
+    return tuple((_label_name(label.source), _label_name(label.target)) for label in mapping.labels)
 
 
-def label_statements(engines: Sequence[str], labels: Sequence[tuple[str, str]]) -> list[str]:
-    """Label renames (source, target) for the points of any of `engines`: each target set
-    from its source, then the source deleted."""
-    engine_is = " or ".join(_engine_condition(e) for e in engines)
-    if len(engines) > 1:
-        engine_is = f"({engine_is})"
-    statements: list[str] = []
-    for source_name, target_name in labels:
-        source = f"datapoint.attributes[{_ottl_string(source_name)}]"
-        where = f"{source} != nil and {engine_is}"
-        statements.append(
-            f"set(datapoint.attributes[{_ottl_string(target_name)}], {source}) where {where}"
+def _label_name(name: str) -> str:
+    if not _LABEL_NAME.match(name):
+        raise UnsafeValue(f"{name!r} is not a Prometheus label name")
+    return name
+
+
+def label_relabels(
+    labels: Sequence[tuple[str, str]], engines: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Label renames (source, target) as a scrape job's metric_relabel_configs: each
+    target set from its source, then the source removed (a label set to the empty value
+    is removed). With `engines`, only on the series of those engine types (read from
+    SCRAPE_ENGINE_LABEL, which the job's relabel_configs set), else on every series of
+    the job. The receiver relabels a series once, when it first appears, and keeps the
+    result for every later scrape, so a rename costs nothing per point."""
+    engine_is = ""
+    if engines is not None:
+        engine_is = f"(?:{'|'.join(re.escape(e) for e in engines)});"
+    rules: list[dict[str, Any]] = []
+    for source, target in labels:
+        read = [source] if engines is None else [SCRAPE_ENGINE_LABEL, source]
+        rules.append(
+            {
+                "action": "replace",
+                "source_labels": read,
+                "regex": f"{engine_is}(.+)",
+                "target_label": target,
+                # `$$`: the collector expands `$` in its config; the receiver sees `${1}`.
+                "replacement": "$${1}",
+            }
         )
-        statements.append(
-            f"delete_key(datapoint.attributes, {_ottl_string(source_name)}) where {where}"
+        rules.append(
+            {
+                "action": "replace",
+                "source_labels": list(read),
+                "regex": f"{engine_is}.+",
+                "target_label": source,
+                "replacement": "",
+            }
         )
-    return statements
+    return rules
 
 
-def _label_renames(mappings: Sequence[MetricMapping]) -> list[str]:
-    """Every mapping's label renames; mappings that rename labels alike (vLLM and
-    TensorRT-LLM turn `model_name` into `model` and `finished_reason` into
-    `finish_reason`) share statements gated on any of their engines."""
+def _engines_job_relabels(mappings: Sequence[MetricMapping]) -> list[dict[str, Any]]:
+    """The shared engines job's label renames: mappings that rename labels alike (vLLM
+    and TensorRT-LLM turn `model_name` into `model` and `finished_reason` into
+    `finish_reason`) share rules gated on any of their engines; then the engine scratch
+    label goes, so no series leaves the receiver with it (SCRAPE_REPORTS_PROCESSOR takes
+    it off the receiver's own per-target series, which skip these rules)."""
     alike: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for mapping in sorted(mappings, key=lambda m: m.engine):
         if mapping.labels:
             alike.setdefault(_label_pairs(mapping), []).append(mapping.engine)
-    return [s for pairs, engines in alike.items() for s in label_statements(engines, pairs)]
+    if not alike:
+        return []
+    rules = [r for pairs, engines in alike.items() for r in label_relabels(pairs, engines)]
+    return [*rules, {"action": "labeldrop", "regex": SCRAPE_ENGINE_LABEL}]
+
+
+def _selected_label(mapping: MetricMapping, label: str) -> str:
+    """Where a selected label is read: under its renamed name, since the renames run in
+    the receiver (the parser refuses selects a rename would make ambiguous)."""
+    for rename in mapping.labels:
+        if rename.source == label:
+            return rename.target
+    return label
 
 
 def select_conditions(mapping: MetricMapping) -> list[str]:
     """filter/select's drop condition for one mapping (none if it selects nothing): a
-    selecting target's points whose labels lack a selected value. Label names are the
-    engine's own, as a mapping writes them: filter/select runs before transform/instance
-    renames labels.
+    selecting target's points whose labels lack a selected value. A mapping names the
+    engine's own labels; the receiver has renamed them by then, so each is read under
+    its renamed name (`_selected_label`).
 
     One condition per mapping, its engine tested first: the filter evaluates every
     condition on every data point of the cluster, so one engine test per point (rather
@@ -391,7 +448,8 @@ def select_conditions(mapping: MetricMapping) -> list[str]:
         if not rename.select:
             continue
         matches = " and ".join(
-            f"datapoint.attributes[{_ottl_string(label)}] == {_ottl_string(value)}"
+            f"datapoint.attributes[{_ottl_string(_selected_label(mapping, label))}]"
+            f" == {_ottl_string(value)}"
             for label, value in rename.select
         )
         targets.append(f"(metric.name == {_ottl_string(rename.target)} and not ({matches}))")
@@ -438,8 +496,8 @@ def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
 
     Each group is a pass over every metric of every pod's scrape, and a metric pass
     allocates per metric, so passes are kept few: the marks share one pass (each mark
-    tests its engine itself), and label renames are not here but in transform/instance's
-    pass over the data points, which every point takes anyway."""
+    tests its engine itself), and label renames are not here but in the receiver's
+    relabel rules (label_relabels)."""
     markers: list[str] = []
     rename_groups: list[dict[str, Any]] = []
     for mapping in sorted(mappings, key=lambda m: m.engine):
@@ -448,6 +506,13 @@ def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
         rename_groups.append(renames)
     marks_group = [{"statements": markers}] if markers else []
     return {"error_mode": "ignore", "metric_statements": [*marks_group, *rename_groups]}
+
+
+def _scrape_reports_processor() -> dict[str, Any]:
+    return {
+        "include": {"match_type": "strict", "metric_names": list(SCRAPE_REPORT_SERIES)},
+        "actions": [{"key": SCRAPE_ENGINE_LABEL, "action": "delete"}],
+    }
 
 
 def _finish_processor() -> dict[str, Any]:
@@ -499,7 +564,7 @@ def _denominator_ones() -> list[str]:
     ]
 
 
-def _instance_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
+def _instance_processor() -> dict[str, Any]:
     moves = []
     for attr, label in MOVED_INSTANCE_LABELS:
         source = f"resource.attributes[{_ottl_string(attr)}]"
@@ -518,10 +583,8 @@ def _instance_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
         "error_mode": "ignore",
         "metric_statements": [
             _vocabulary_group(),
-            # One pass over the data points: every mapping's label renames (after
-            # filter/select, which reads the engine's own label names), the
-            # denominators, and the moves.
-            {"statements": [*_label_renames(mappings), *_denominator_ones(), *moves]},
+            # One pass over the data points: the denominators and the moves.
+            {"statements": [*_denominator_ones(), *moves]},
             {
                 "statements": [
                     f"delete_key(resource.attributes, {namespace}) where {runtime_jobs}",
@@ -669,10 +732,12 @@ _ENGINE_LABEL_SOURCE: Final = [
 ]
 
 
-def _own_endpoint_job(engine: str, endpoint: ScrapeEndpoint, interval: int) -> dict[str, Any]:
+def _own_endpoint_job(mapping: MetricMapping, interval: int) -> dict[str, Any]:
     """The scrape job of one engine type whose mapping names where it serves Prometheus
     text: its path, and its own port on the pod's address when it has one. One target
-    per pod: the `http` port's, its address rewritten to the engine's metrics port."""
+    per pod: the `http` port's, its address rewritten to the engine's metrics port. The
+    mapping's label renames apply to every series of the job."""
+    engine, endpoint = mapping.engine, mapping.scrape
     relabel: list[dict[str, Any]] = [
         _keep_label_present(contracts.LABEL_SERVING),
         {"action": "keep", "source_labels": list(_ENGINE_LABEL_SOURCE), "regex": re.escape(engine)},
@@ -694,7 +759,7 @@ def _own_endpoint_job(engine: str, endpoint: ScrapeEndpoint, interval: int) -> d
             }
         )
     relabel.extend(_running_pods_named())
-    return {
+    job: dict[str, Any] = {
         "job_name": f"{ENGINES_JOB}-{engine}",
         "scrape_interval": _interval(interval),
         "scrape_timeout": _interval(min(10, interval)),
@@ -702,11 +767,12 @@ def _own_endpoint_job(engine: str, endpoint: ScrapeEndpoint, interval: int) -> d
         "kubernetes_sd_configs": [{"role": "pod"}],
         "relabel_configs": relabel,
     }
+    if mapping.labels:
+        job["metric_relabel_configs"] = label_relabels(_label_pairs(mapping))
+    return job
 
 
-def _engine_jobs(
-    interval: int, endpoints: Sequence[tuple[str, ScrapeEndpoint]] = ()
-) -> list[dict[str, Any]]:
+def _engine_jobs(interval: int, mappings: Sequence[MetricMapping] = ()) -> list[dict[str, Any]]:
     def common() -> dict[str, Any]:
         # A fresh copy per job: shared lists would print as YAML anchors.
         return {
@@ -728,16 +794,27 @@ def _engine_jobs(
             },
         ],
     }
-    own = sorted(endpoints)
+    own = sorted((m for m in mappings if not m.scrape.is_default), key=lambda m: m.engine)
     if own:
         # Engine types scraped by a job of their own are not scraped here as well.
         engines["relabel_configs"].append(
             {
                 "action": "drop",
                 "source_labels": list(_ENGINE_LABEL_SOURCE),
-                "regex": "|".join(re.escape(e) for e, _ in own),
+                "regex": "|".join(re.escape(m.engine) for m in own),
             }
         )
+    renames = _engines_job_relabels([m for m in mappings if m.scrape.is_default])
+    if renames:
+        # The pod's engine type on each of its series, for the renames to test.
+        engines["relabel_configs"].append(
+            {
+                "action": "replace",
+                "source_labels": list(_ENGINE_LABEL_SOURCE),
+                "target_label": SCRAPE_ENGINE_LABEL,
+            }
+        )
+        engines["metric_relabel_configs"] = renames
     engines["relabel_configs"].extend(_running_pods_named())
     pickers = {
         "job_name": ENDPOINT_PICKERS_JOB,
@@ -759,10 +836,14 @@ def _engine_jobs(
             *_running_pods_named(),
         ],
     }
-    return [engines, *(_own_endpoint_job(e, ep, interval) for e, ep in own), pickers]
+    return [engines, *(_own_endpoint_job(m, interval) for m in own), pickers]
 
 
-def _substrate_job(target: ScrapeTarget, interval: int) -> dict[str, Any]:
+def _substrate_job(
+    target: ScrapeTarget, interval: int, mappings: Sequence[MetricMapping] = ()
+) -> dict[str, Any]:
+    """One substrate component's job; the label renames of a mapping that names the
+    component (its job) as its engine apply to every series of the job."""
     relabel: list[dict[str, Any]] = []
     for key, value in target.pod_labels:
         relabel.append(
@@ -815,11 +896,15 @@ def _substrate_job(target: ScrapeTarget, interval: int) -> dict[str, Any]:
     if target.scheme == "https":
         # In-cluster controllers serve self-signed metrics certificates.
         job["tls_config"] = {"ca_file": SERVICE_ACCOUNT_CA_FILE, "insecure_skip_verify": True}
+    metric_relabel: list[dict[str, Any]] = []
     if target.keep_series:
         label, regex = target.keep_series
-        job["metric_relabel_configs"] = [
-            {"action": "keep", "source_labels": [label], "regex": regex}
-        ]
+        metric_relabel.append({"action": "keep", "source_labels": [label], "regex": regex})
+    for mapping in mappings:
+        if mapping.engine == target.job and mapping.labels:
+            metric_relabel.extend(label_relabels(_label_pairs(mapping)))
+    if metric_relabel:
+        job["metric_relabel_configs"] = metric_relabel
     return job
 
 
@@ -833,9 +918,10 @@ def scrape_configs(
     """The prometheus receiver's scrape jobs for a cluster of this stack: the engines
     (a job per engine type whose mapping names its own endpoint), pickers, substrate, and
     (`runtime`) the member runtime's agent and scaler."""
-    endpoints = [(m.engine, m.scrape) for m in mappings if not m.scrape.is_default]
-    jobs = _engine_jobs(interval, endpoints)
-    jobs += [_substrate_job(t, interval) for t in substrate_targets.SUBSTRATE_TARGETS[stack]]
+    jobs = _engine_jobs(interval, mappings)
+    jobs += [
+        _substrate_job(t, interval, mappings) for t in substrate_targets.SUBSTRATE_TARGETS[stack]
+    ]
     if runtime:
         jobs += [_substrate_job(t, interval) for t in substrate_targets.RUNTIME_TARGETS]
     return jobs
@@ -993,7 +1079,8 @@ def render_cluster_collector_config(
             },
             "transform/normalize": _normalize_processor(mappings),
             "filter/select": _select_processor(mappings),
-            "transform/instance": _instance_processor(mappings),
+            SCRAPE_REPORTS_PROCESSOR: _scrape_reports_processor(),
+            "transform/instance": _instance_processor(),
             # The latest point of each series once per scrape interval, on a ticker
             # that does not drift: one point per pod is what lets their points merge.
             INTERVAL: {"interval": _interval(scrape_interval_seconds)},

@@ -13,7 +13,8 @@ second and exports OTLP/HTTP JSON to a loopback sink, run on
   loopback overlay the live test uses (static targets, a stand-in for k8s_attributes),
   except that the stand-in costs what k8s_attributes costs whatever the pod count
   (`constant_cost_standin`), not one condition per pod on every scrape;
-- pass-through: the same receiver, targets and exporter with only `batch` between them.
+- pass-through: the same receiver, targets and exporter with only `batch` between them
+  (and without our label renames, which the receiver does for ours).
 
 Both collectors run on the Go runtime settings the composed collector Deployment sets
 (collector_objects.RUNTIME_ENV: GOGC, GOMEMLIMIT), so the pass-through is the same
@@ -82,6 +83,7 @@ PROFILED_COMPONENTS = (
     ("interval", r"intervalprocessor\.\(\*intervalProcessor\)"),
     ("metrics_transform", r"metricstransformprocessor\.\(\*metricsTransformProcessor\)"),
     ("resource processor", r"resourceprocessor\.\(\*resourceProcessor\)"),
+    ("attributes processor", r"attributesprocessor\.\(\*metricAttributesProcessor\)"),
     ("batch", r"batchprocessor\."),
     ("exporter (OTLP/HTTP JSON)", r"otlphttpexporter\.\(\*baseExporter\)"),
     ("garbage collector", r"runtime\.gcBgMarkWorker"),
@@ -209,6 +211,14 @@ def passthrough(targets: list[engines.Pod], folder: Path, sink: str) -> dict:
     live = copy.deepcopy(ours(targets, folder, sink))
     live["processors"] = {"batch": live["processors"]["batch"]}
     live["service"]["pipelines"]["metrics"]["processors"] = ["batch"]
+    # Nor does it rename labels: the label renames are ours, done by the receiver.
+    for job in live["receivers"][collector.RECEIVER]["config"]["scrape_configs"]:
+        job.pop("metric_relabel_configs", None)
+        job["relabel_configs"] = [
+            rule
+            for rule in job["relabel_configs"]
+            if rule.get("target_label") != collector.SCRAPE_ENGINE_LABEL
+        ]
     return live
 
 

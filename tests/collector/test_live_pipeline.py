@@ -248,3 +248,12 @@ def test_pods_without_the_serving_label_and_other_ports_are_never_scraped(export
     _, points, _ = exported
     assert not [p for p in points if p.value == 99.0]
     assert not [p for p in points if p.attributes.get("pod") == "stray"]
+
+
+def test_the_engine_scratch_label_never_leaves_the_collector(exported):
+    """The label renames read the pod's engine type from a scratch label the shared
+    engines job sets; the receiver's own series (`up`, `scrape_*`) get target labels but
+    skip the rename rules that drop it, so a processor takes it off those."""
+    _, points, _ = exported
+    assert [p for p in points if p.metric == "up" and p.attributes.get("pod") == "llama-8b-a"]
+    assert not [p for p in points if collector.SCRAPE_ENGINE_LABEL in p.attributes]

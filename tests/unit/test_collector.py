@@ -131,46 +131,140 @@ def test_each_mapping_is_one_group_gated_on_its_engine():
         for e, c in engine_is.items()
         if e != "triton-trtllm"  # it copies (select)
     )
-    # Label renames are not passes here: transform/instance's pass over the points does them.
+    # Label renames are not passes here: the receiver's relabel rules do them.
     assert not [g for g in groups if "datapoint." in str(g)]
 
 
-def test_label_renames_share_the_one_pass_over_the_points_each_gated_on_its_engines():
+def _parse(spec: dict) -> mappings.MetricMapping:
+    return mappings.parse_mapping({"metadata": {"name": spec["engine"]}, "spec": spec})
+
+
+def _without(labels: dict[str, str], name: str) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k != name}
+
+
+def _engines_job(config: dict) -> dict:
+    (job,) = [
+        j
+        for j in config["receivers"]["prometheus"]["config"]["scrape_configs"]
+        if j["job_name"] == collector.ENGINES_JOB
+    ]
+    return job
+
+
+def _relabel(rules: list[dict], labels: dict[str, str]) -> dict[str, str]:
+    """Prometheus' `replace` and `labeldrop` as the receiver applies them (regexes fully
+    anchored, an empty result removes the label), for the rules these tests render."""
+    out = dict(labels)
+    for rule in rules:
+        regex = re.compile(f"^(?s:{rule['regex']})$")
+        if rule["action"] == "labeldrop":
+            out = {k: v for k, v in out.items() if not regex.match(k)}
+            continue
+        assert rule["action"] == "replace"
+        value = ";".join(out.get(name, "") for name in rule["source_labels"])
+        match = regex.match(value)
+        if match is None:
+            continue
+        # The collector's config unescapes `$$` to `$`; Prometheus expands `${1}`.
+        result = match.expand(rule["replacement"].replace("$${", "\\g<").replace("}", ">"))
+        if result:
+            out[rule["target_label"]] = result
+        else:
+            out.pop(rule["target_label"], None)
+    return out
+
+
+def test_label_renames_are_the_engines_jobs_relabel_rules_each_gated_on_its_engines():
     config = _cases()["builtin-mappings-standard"]
     processors = config["processors"]
-    pipeline = config["service"]["pipelines"]["metrics"]["processors"]
-    points = [
-        g
-        for g in processors["transform/instance"]["metric_statements"]
-        if any(s.startswith("set(datapoint.") for s in g["statements"])
-    ]
-    (group,) = points
-    assert "conditions" not in group
-    by_engine = {m.engine: m for m in builtin().accepted}
-    triton = collector.mapping_label_statements(by_engine["triton-trtllm"])
-    # Triton's `model` (its own model) becomes triton_model, on Triton's points only.
-    assert triton == [
-        'set(datapoint.attributes["triton_model"], datapoint.attributes["model"]) where '
-        'datapoint.attributes["model"] != nil and '
-        'resource.attributes["modelplane.engine"] == "triton-trtllm"',
-        'delete_key(datapoint.attributes, "model") where datapoint.attributes["model"] != nil '
-        'and resource.attributes["modelplane.engine"] == "triton-trtllm"',
-    ]
-    assert all(s in group["statements"] for s in triton)
-    # vLLM and TensorRT-LLM rename model_name and finished_reason alike: one set of
-    # statements gated on either engine, not one per engine.
-    both = (
-        '(resource.attributes["modelplane.engine"] == "trtllm" or '
-        'resource.attributes["modelplane.engine"] == "vllm")'
-    )
-    renames = [s for s in group["statements"] if s.endswith(both)]
-    assert len(renames) == 4  # set and delete, for each of the two labels
-    assert all('["model_name"] != nil' in s or '["finished_reason"] != nil' in s for s in renames)
-    # filter/select runs first and reads the engine's own label names (Triton's `model`).
-    assert pipeline.index("filter/select") < pipeline.index("transform/instance")
+    # No statement on the points renames labels any more: the receiver relabels each
+    # series once, when it first appears.
+    assert "model_name" not in str(processors["transform/instance"])
+    job = _engines_job(config)
+    assert {
+        "action": "replace",
+        "source_labels": ["__meta_kubernetes_pod_label_modelplane_ai_engine"],
+        "target_label": collector.SCRAPE_ENGINE_LABEL,
+    } in job["relabel_configs"]
+    rules = job["metric_relabel_configs"]
+    # The scratch label goes last, so no series leaves the receiver with it.
+    assert rules[-1] == {"action": "labeldrop", "regex": collector.SCRAPE_ENGINE_LABEL}
+    scratch = collector.SCRAPE_ENGINE_LABEL
+    series = {"__name__": "x", "model": "ensemble", "model_name": "m", "finished_reason": "stop"}
+    # vLLM renames model_name and finished_reason, on vLLM's series only.
+    assert _relabel(rules, {**series, scratch: "vllm"}) == {
+        "__name__": "x",
+        "model": "m",
+        "finish_reason": "stop",
+    }
+    # SGLang's model_name and name both become model; name, later, wins.
+    assert _relabel(rules, {"model_name": "a", "name": "b", scratch: "sglang"}) == {"model": "b"}
+    assert _relabel(rules, {"model_name": "a", scratch: "sglang"}) == {"model": "a"}
+    # Another engine's series, or a pod with no engine label, keep their labels.
+    assert _relabel(rules, {**series, scratch: "other"}) == series
+    assert _relabel(rules, series) == series
+    # Engines scraped by a job of their own get their renames there, ungated.
+    jobs = {j["job_name"]: j for j in config["receivers"]["prometheus"]["config"]["scrape_configs"]}
+    triton = jobs[f"{collector.ENGINES_JOB}-triton-trtllm"]["metric_relabel_configs"]
+    # Triton's `model` (its own model) becomes triton_model.
+    assert _relabel(triton, series) == {**_without(series, "model"), "triton_model": "ensemble"}
+    trtllm = jobs[f"{collector.ENGINES_JOB}-trtllm"]["metric_relabel_configs"]
+    assert _relabel(trtllm, series) == {"__name__": "x", "model": "m", "finish_reason": "stop"}
+    # Mappings that rename labels alike share rules gated on either engine.
+    alike = collector.scrape_configs(
+        contracts.STACK_STANDARD,
+        30,
+        [replace(m, scrape=mappings.ScrapeEndpoint()) for m in builtin().accepted],
+    )[0]["metric_relabel_configs"]
+    assert sum(r.get("regex", "").startswith("(?:trtllm|vllm);") for r in alike) == 4
+    # filter/select reads Triton's selected `model` under its renamed name.
     (select,) = processors["filter/select"]["metrics"]["datapoint"]
-    assert 'datapoint.attributes["model"] == "tensorrt_llm"' in select
-    assert "triton_model" not in select
+    assert 'datapoint.attributes["triton_model"] == "tensorrt_llm"' in select
+    assert 'datapoint.attributes["model"]' not in select
+
+
+def test_the_receivers_own_series_lose_the_engine_scratch_label_before_anything_reads_them():
+    config = _cases()["builtin-mappings-standard"]
+    pipeline = config["service"]["pipelines"]["metrics"]["processors"]
+    reports = config["processors"][collector.SCRAPE_REPORTS_PROCESSOR]
+    assert reports == {
+        "include": {"match_type": "strict", "metric_names": list(collector.SCRAPE_REPORT_SERIES)},
+        "actions": [{"key": collector.SCRAPE_ENGINE_LABEL, "action": "delete"}],
+    }
+    assert "up" in collector.SCRAPE_REPORT_SERIES
+    assert pipeline.index(collector.SCRAPE_REPORTS_PROCESSOR) < pipeline.index("interval")
+
+
+def test_a_mapping_with_its_own_endpoint_or_a_component_renames_labels_on_its_jobs_series():
+    own = _parse(
+        {
+            "engine": "myengine",
+            "metrics": [{"to": "modelplane_requests_running", "from": ["running"]}],
+            "labels": [{"from": "model_id", "to": "model"}],
+            "scrape": {"port": 9400},
+        }
+    )
+    component = _parse(
+        {
+            "engine": "kube-scheduler",
+            "metrics": [{"to": "modelplane_requests_running", "from": ["pending"]}],
+            "labels": [{"from": "profile", "to": "model"}],
+        }
+    )
+    jobs = {
+        j["job_name"]: j
+        for j in collector.scrape_configs(contracts.STACK_STANDARD, 30, [own, component])
+    }
+    own_rules = jobs[f"{collector.ENGINES_JOB}-myengine"]["metric_relabel_configs"]
+    # Every series of the engine's own job is the engine's: no gate, no scratch label.
+    assert _relabel(own_rules, {"model_id": "m", "x": "y"}) == {"model": "m", "x": "y"}
+    assert collector.SCRAPE_ENGINE_LABEL not in str(own_rules)
+    scheduler = jobs["kube-scheduler"]["metric_relabel_configs"]
+    assert _relabel(scheduler, {"profile": "p"}) == {"model": "p"}
+    # The shared engines job renames for the component's type (no pod there has it).
+    shared = jobs[collector.ENGINES_JOB]["metric_relabel_configs"]
+    assert any(r.get("regex", "").startswith("(?:kube\\-scheduler);") for r in shared)
 
 
 def test_every_scrape_names_the_pod_on_its_series_as_target_labels():

@@ -293,23 +293,30 @@ def test_one_source_split_by_a_label_feeds_one_target_per_selected_value():
     assert 'copy_metric(name="modelplane_requests_running") where metric.name == "r"' in statements
     assert 'copy_metric(name="modelplane_requests_waiting") where metric.name == "r"' in statements
     assert not [s for s in statements if s.startswith('set(metric.name, "modelplane_requests_')]
-    # The filter selects by the engine's own label, as the mapping names it: it runs
-    # before transform/instance renames labels; one condition for the engine, its engine
-    # tested once per point.
+    # The mapping selects by the engine's own label (`t`); the receiver has renamed it
+    # (to `kind`) by the time the filter runs, so the filter reads it there. One
+    # condition for the engine, its engine tested once per point.
     assert config["processors"]["filter/select"]["metrics"]["datapoint"] == [
         'resource.attributes["modelplane.engine"] == "triton" and ((metric.name == '
-        '"modelplane_requests_running" and not (datapoint.attributes["t"] == "active")) '
+        '"modelplane_requests_running" and not (datapoint.attributes["kind"] == "active")) '
         'or (metric.name == "modelplane_requests_waiting" and not '
-        '(datapoint.attributes["t"] == "waiting")))',
+        '(datapoint.attributes["kind"] == "waiting")))',
     ]
     assert collector.PROCESSORS.index("filter/select") == (
         collector.PROCESSORS.index("transform/normalize") + 1
     )
-    assert collector.PROCESSORS.index("filter/select") < (
-        collector.PROCESSORS.index("transform/instance")
-    )
-    renames = str(config["processors"]["transform/instance"])
-    assert 'set(datapoint.attributes["kind"], datapoint.attributes["t"])' in renames
+    (engines,) = [
+        j
+        for j in config["receivers"]["prometheus"]["config"]["scrape_configs"]
+        if j["job_name"] == collector.ENGINES_JOB
+    ]
+    assert {
+        "action": "replace",
+        "source_labels": [collector.SCRAPE_ENGINE_LABEL, "t"],
+        "regex": "(?:triton);(.+)",
+        "target_label": "kind",
+        "replacement": "$${1}",
+    } in engines["metric_relabel_configs"]
 
 
 def test_an_engine_with_its_own_endpoint_is_scraped_there_and_only_there():

@@ -75,6 +75,35 @@ def test_every_builtin_mapping_is_valid(path):
             "spec.labels[1].to",
             "is reserved",
         ),
+        (
+            {
+                "metrics": [{"to": "modelplane_requests_running", "from": ["a"]}],
+                "labels": [{"from": "engine", "to": "modelplane_scrape_engine"}],
+            },
+            "spec.labels[0].to",
+            "is reserved",
+        ),
+        (
+            {
+                "metrics": [
+                    {"to": "modelplane_requests_running", "from": ["a"]},
+                    {"to": "modelplane_requests_waiting", "from": ["a"], "select": {"model": "x"}},
+                ],
+                "labels": [{"from": "model_name", "to": "model"}],
+            },
+            "spec.metrics[1].select.model",
+            "renames model_name onto 'model'",
+        ),
+        (
+            {
+                "metrics": [
+                    {"to": "modelplane_requests_waiting", "from": ["a"], "select": {"name": "x"}}
+                ],
+                "labels": [{"from": "model_name", "to": "model"}, {"from": "name", "to": "model"}],
+            },
+            "spec.metrics[0].select.name",
+            "renames model_name, name all onto 'model'",
+        ),
     ],
     ids=[
         "target-outside-vocabulary",
@@ -83,6 +112,9 @@ def test_every_builtin_mapping_is_valid(path):
         "quote-in-source",
         "label-onto-cluster",
         "label-onto-scope",
+        "label-onto-scratch",
+        "select-by-a-rename-target",
+        "select-by-one-of-several-renamed-alike",
     ],
 )
 def test_refuses_naming_the_field_and_rule(spec, field, rule):
@@ -102,3 +134,11 @@ def test_a_second_mapping_for_one_engine_is_refused_and_the_first_by_name_kept()
     errors = validate_mapping(second, [first])
     assert [e.field for e in errors] == ["spec.engine"]
     assert "a-vllm" in errors[0].rule
+
+
+def test_a_select_by_a_label_renamed_alone_is_taken():
+    spec = {
+        "metrics": [{"to": "modelplane_requests_total", "from": ["a"], "select": {"model": "t"}}],
+        "labels": [{"from": "model", "to": "triton_model"}],
+    }
+    assert validate_mapping(mapping(**spec)) == []
