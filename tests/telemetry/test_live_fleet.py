@@ -53,6 +53,7 @@ from functions.common.telemetrydestination import parse_destination
 from functions.common.vocabulary import VOCABULARY_BY_NAME
 from functions.compose_serving_stack.collector import (
     ENGINES_JOB,
+    SCRAPE_ENGINE_LABEL,
     CollectorCluster,
     CollectorDestination,
     render_cluster_collector_config,
@@ -332,13 +333,26 @@ def cluster_collector_config(
         ),
         scrape_interval_seconds=2,
     )
-    # test substitution: a static scrape of the fake engine instead of pod discovery.
+    # test substitution: a static scrape of the fake engine instead of pod discovery,
+    # with the rendered job's label renames; the engine type they are gated on is the
+    # target label the job's relabel rules would set from the pod's engine label.
+    (rendered,) = [
+        job
+        for job in config["receivers"]["prometheus"]["config"]["scrape_configs"]
+        if job["job_name"] == ENGINES_JOB
+    ]
     config["receivers"]["prometheus"]["config"]["scrape_configs"] = [
         {
             "job_name": ENGINES_JOB,
             "scrape_interval": "2s",
             # One target per pod: the scrape instance tells a cluster's pods apart.
-            "static_configs": [{"targets": [f"127.0.0.1:{pod.port}" for pod in pods]}],
+            "static_configs": [
+                {
+                    "targets": [f"127.0.0.1:{pod.port}" for pod in pods],
+                    "labels": {SCRAPE_ENGINE_LABEL: "vllm"},
+                }
+            ],
+            "metric_relabel_configs": rendered["metric_relabel_configs"],
         }
     ]
     # test substitution: the attributes k8s_attributes would lift from the pod.
