@@ -234,7 +234,6 @@ ENDPOINT_PICKER_IMAGE: Final = (
 )
 
 _OTTL_SAFE = re.compile(r"^[A-Za-z0-9_:./-]+$")
-_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HELP_SAFE = re.compile(r"^[A-Za-z0-9 _,-]+$")
 _UNIT = re.compile(r"^[A-Za-z0-9{}/_.]+$")
 _ENDPOINT = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
@@ -367,7 +366,7 @@ def _label_pairs(mapping: MetricMapping) -> tuple[tuple[str, str], ...]:
 
 
 def _label_name(name: str) -> str:
-    if not _LABEL_NAME.match(name):
+    if not vocabulary.LABEL_NAME_RE.match(name):
         raise UnsafeValue(f"{name!r} is not a Prometheus label name")
     return name
 
