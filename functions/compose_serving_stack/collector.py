@@ -25,9 +25,13 @@ The pipeline, in order, and why each step sits where it does:
    scratch label off the receiver's own series (`up`, `scrape_*`), which get target
    labels but skip the relabel rules (it matches them by metric name, so no other
    point is looked at).
-4. `transform/normalize`: one statement group per MetricMapping, gated on the engine
-   resource attribute, scales (histogram bounds and sums included, by `scale_metric`)
-   then renames each source metric to its vocabulary name. `filter/select` drops the
+4. `transform/normalize` renames each source metric to its vocabulary name. A plain
+   rename is a table lookup: once per scrape the resource gets its engine's table
+   (source -> target), release rules take the sources they refuse off it, and one
+   statement renames whatever the table still names, so a metric costs one lookup
+   however many renames its engine has. A rename that scales (histogram bounds and
+   sums included, by `scale_metric`) or selects is a statement group gated on the
+   engine resource attribute, run before the table's pass. `filter/select` drops the
    points a selecting mapping does not take (reading each selected label under the name
    the receiver renamed it to).
 5. `transform/instance` sets each vocabulary metric's base unit, moves the scrape
@@ -100,14 +104,14 @@ quote into a statement.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from functions.common import contracts, vocabulary
 from functions.common import cost as cost_contract
 from functions.common.exposition import prometheus_label
-from functions.common.metricmapping import MetricMapping
+from functions.common.metricmapping import MetricMapping, MetricRename
 from functions.compose_serving_stack import substrate_targets
 from functions.compose_serving_stack.substrate_targets import ScrapeTarget
 
@@ -125,6 +129,10 @@ DEFAULT_SCRAPE_INTERVAL_SECONDS: Final = 30
 BATCH_TRIGGER_POINTS: Final = 1_000_000
 # Scratch resource attributes marking which of a target's source names a scrape has.
 PRESENT_MARKER: Final = "modelplane.mapping.present"
+# Scratch resource attributes (maps) of each scrape: its engine's source names still to
+# rename (source -> target), and those a release rule guards (_normalize_processor).
+SOURCES_TABLE: Final = "modelplane.mapping.sources"
+GUARDED_TABLE: Final = "modelplane.mapping.guarded"
 
 # Component ids in the rendered config (a key rename is a config change, keep them).
 RECEIVER: Final = "prometheus"
@@ -304,16 +312,98 @@ def _present_marker(target: str, index: int) -> str:
     return f"resource.attributes[{_ottl_string(f'{PRESENT_MARKER}.{target}.{index}')}]"
 
 
-def mapping_statements(mapping: MetricMapping) -> tuple[list[str], dict[str, Any]]:
-    """One MetricMapping's marks, each gated on its engine, and its rename group.
+def _is_table_rename(rename: MetricRename) -> bool:
+    """A rename the sources table does alone: no scale to apply, no label to select by."""
+    return not rename.select and rename.scale == 1.0
+
+
+def _sources_lookup(table: str) -> str:
+    return f"resource.attributes[{_ottl_string(table)}][metric.name]"
+
+
+def _map_literal(entries: Mapping[str, str]) -> str:
+    """An OTTL map literal of checked names, sorted so a set renders one config."""
+    pairs = ", ".join(f"{_ottl_string(k)}: {entries[k]}" for k in sorted(entries))
+    return "{" + pairs + "}"
+
+
+@dataclass(frozen=True)
+class MappingTables:
+    """One MetricMapping's plain renames as tables and the statements of its release
+    rules (mapping_tables)."""
+
+    # Source name -> target literal, and the guarded sources -> true (map literals).
+    sources: dict[str, str]
+    guarded: dict[str, str]
+    # Metric context, on a guarded metric: the marks and the HELP refusals.
+    guards: list[str]
+    # Resource context, after the guards: later names of a marked target off the table.
+    supersede: list[str]
+
+
+def mapping_tables(mapping: MetricMapping) -> MappingTables:
+    """One MetricMapping's plain renames as tables, and the statements that take a
+    source off the scrape's sources table when a release rule says it is not taken.
 
     Several `from` names for one target are one metric across engine releases, and some
     releases expose the old name beside the new one. Only the first name present in a
     scrape is renamed (the others pass through under their own names), so a release
-    that exposes both is not counted twice. A first group (every mapping's marks)
-    marks, on the scrape's resource (one per pod and scrape), which names are present;
-    the rename group reads the marks; transform/instance drops them with every other
-    per-scrape attribute.
+    that exposes both is not counted twice. The guards mark, on the scrape's resource,
+    which names (all but a target's last) are present; then, once per scrape, a name
+    leaves the table when the name before it is marked, and passes its mark on, so one
+    mark takes every later name off (statements linear in the names, not quadratic). A
+    source whose HELP must contain some text leaves the table when it does not (the
+    engine's own definition says which releases a source is taken from), unmarked. Each
+    guard also tests its engine, since another engine's guarded table may hold the
+    same name.
+    """
+    condition = _engine_condition(mapping.engine)
+    table = f"resource.attributes[{_ottl_string(SOURCES_TABLE)}]"
+    tables = MappingTables({}, {}, [], [])
+    for rename in mapping.metrics:
+        if not _is_table_rename(rename):
+            continue
+        help_is = (
+            f"IsMatch(metric.description, {_ottl_help(rename.help_contains)})"
+            if rename.help_contains is not None
+            else None
+        )
+        for index, source in enumerate(rename.sources):
+            tables.sources[source] = _ottl_string(rename.target)
+            name_is = f"metric.name == {_ottl_string(source)}"
+            if help_is is not None:
+                tables.guarded[source] = "true"
+                tables.guards.append(
+                    f"delete_key({table}, {_ottl_string(source)}) "
+                    f"where {name_is} and not {help_is} and {condition}"
+                )
+            if index < len(rename.sources) - 1:
+                tables.guarded[source] = "true"
+                taken = " and ".join(n for n in (name_is, help_is) if n is not None)
+                tables.guards.append(
+                    f"set({_present_marker(rename.target, index)}, true) "
+                    f"where {taken} and {condition}"
+                )
+            if index > 0:
+                earlier = f"{_present_marker(rename.target, index - 1)} != nil"
+                if index < len(rename.sources) - 1:
+                    tables.supersede.append(
+                        f"set({_present_marker(rename.target, index)}, true) where {earlier}"
+                    )
+                tables.supersede.append(
+                    f"delete_key({table}, {_ottl_string(source)}) where {earlier}"
+                )
+    return tables
+
+
+def mapping_statements(mapping: MetricMapping) -> tuple[list[str], dict[str, Any] | None]:
+    """One MetricMapping's renames that scale or select: their marks, each gated on its
+    engine, and their group (None when the tables do every rename of the mapping).
+
+    The same release rules as the tables' (mapping_tables), by marks: a first group
+    (every mapping's marks) marks, on the scrape's resource (one per pod and scrape),
+    which names are present; the group reads the marks; transform/instance drops them
+    with every other per-scrape attribute.
 
     Scaling matches the engine's own name under the same condition as the rename, so a
     scale never applies to a metric that is not renamed, or to one another engine
@@ -323,12 +413,13 @@ def mapping_statements(mapping: MetricMapping) -> tuple[list[str], dict[str, Any
     markers: list[str] = []
     metric_statements: list[str] = []
     for rename in mapping.metrics:
+        if _is_table_rename(rename):
+            continue
         # A custom target keeps the engine's unit; a vocabulary one gets the base unit
         # (here only where a scale converts it; transform/instance sets it on every one).
         known = vocabulary.VOCABULARY_BY_NAME.get(rename.target)
         unit = known.unit if known else None
         target = _ottl_string(rename.target)
-        # The engine's own definition says which releases a source is taken from.
         help_is = (
             [f"IsMatch(metric.description, {_ottl_help(rename.help_contains)})"]
             if rename.help_contains is not None
@@ -358,7 +449,8 @@ def mapping_statements(mapping: MetricMapping) -> tuple[list[str], dict[str, Any
                 )
             if not rename.select:
                 metric_statements.append(f"set(metric.name, {target}) where {where}")
-    return markers, {"conditions": [condition], "statements": metric_statements}
+    group = {"conditions": [condition], "statements": metric_statements}
+    return markers, group if metric_statements else None
 
 
 def _label_pairs(mapping: MetricMapping) -> tuple[tuple[str, str], ...]:
@@ -491,20 +583,67 @@ def _components_processor(stack: str) -> dict[str, Any]:
 
 
 def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
-    """Every mapping's marks in one group, then its rename groups in engine order.
+    """Each engine's plain renames by table lookup; those that scale or select by
+    statement groups.
 
-    Each group is a pass over every metric of every pod's scrape, and a metric pass
-    allocates per metric, so passes are kept few: the marks share one pass (each mark
-    tests its engine itself), and label renames are not here but in the receiver's
-    relabel rules (label_relabels)."""
+    Each group in the metric context is a pass over every metric of every pod's scrape,
+    and a statement costs a test of the metric on every one of them, so the plain
+    renames (every built-in one but Triton's) are tables instead. Once per scrape (a
+    resource group, gated on the engine) the scrape's resource gets its engine's sources
+    table (source -> target) and guarded table. The guards' pass, only on a metric the
+    guarded table names, marks the names present and refuses by HELP; a resource group
+    per engine takes the names the marks supersede off the table; the rename pass
+    renames a metric the table still holds to its target: one lookup a metric whatever
+    the number of renames (mapping_tables). The statement groups (marks first, then one
+    group per engine in engine order) run before the rename pass, so a copy of a source
+    a table also renames is taken under the source's name. Label renames are not here
+    but in the receiver's relabel rules (label_relabels)."""
+    tables: list[dict[str, Any]] = []
     markers: list[str] = []
-    rename_groups: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    guards: list[str] = []
+    supersede: list[dict[str, Any]] = []
     for mapping in sorted(mappings, key=lambda m: m.engine):
-        marks, renames = mapping_statements(mapping)
+        engine_is = _engine_condition(mapping.engine)
+        mapped = mapping_tables(mapping)
+        if mapped.sources:
+            statements = [
+                f"set(resource.attributes[{_ottl_string(SOURCES_TABLE)}], "
+                f"{_map_literal(mapped.sources)})"
+            ]
+            if mapped.guarded:
+                statements.append(
+                    f"set(resource.attributes[{_ottl_string(GUARDED_TABLE)}], "
+                    f"{_map_literal(mapped.guarded)})"
+                )
+            tables.append({"conditions": [engine_is], "statements": statements})
+        guards.extend(mapped.guards)
+        if mapped.supersede:
+            supersede.append({"conditions": [engine_is], "statements": mapped.supersede})
+        marks, group = mapping_statements(mapping)
         markers.extend(marks)
-        rename_groups.append(renames)
-    marks_group = [{"statements": markers}] if markers else []
-    return {"error_mode": "ignore", "metric_statements": [*marks_group, *rename_groups]}
+        if group is not None:
+            groups.append(group)
+    passes: list[dict[str, Any]] = [*tables]
+    if markers:
+        passes.append({"statements": markers})
+    passes.extend(groups)
+    if guards:
+        passes.append(
+            {
+                "conditions": [f"{_sources_lookup(GUARDED_TABLE)} != nil"],
+                "statements": guards,
+            }
+        )
+    passes.extend(supersede)
+    if tables:
+        passes.append(
+            {
+                "conditions": [f"{_sources_lookup(SOURCES_TABLE)} != nil"],
+                "statements": [f"set(metric.name, {_sources_lookup(SOURCES_TABLE)})"],
+            }
+        )
+    return {"error_mode": "ignore", "metric_statements": passes}
 
 
 def _scrape_reports_processor() -> dict[str, Any]:

@@ -233,6 +233,11 @@ def legacy_page() -> str:
     base = {"model_name": "legacy-model"}
     lines: list[str] = []
     lines += gauge("legacy:kv_cache_percent", "KV cache use in percent.", base, 37.5)
+    # The made-up engine's older name for the same gauge, still served beside the new one.
+    lines += gauge("legacy:kv_cache_percent_old", "KV cache use in percent.", base, 61.0)
+    # Three names of one gauge across its releases: the first and the last are served.
+    lines += gauge("legacy:requests_running", "Requests running.", base, 3)
+    lines += gauge("legacy:requests_running_v1", "Requests running.", base, 7)
     lines += histogram(
         "legacy:ttft_milliseconds",
         "Time to first token in milliseconds.",

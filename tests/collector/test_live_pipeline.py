@@ -50,7 +50,23 @@ LEGACY_MAPPING = {
                 "from": ["legacy:ttft_milliseconds"],
                 "scale": 0.001,
             },
-            {"to": "modelplane_kv_cache_usage", "from": ["legacy:kv_cache_percent"], "scale": 0.01},
+            # Two names across releases of a scaled target: renamed by statements (the
+            # tables do only plain renames), which take the first name present only.
+            {
+                "to": "modelplane_kv_cache_usage",
+                "from": ["legacy:kv_cache_percent", "legacy:kv_cache_percent_old"],
+                "scale": 0.01,
+            },
+            # Three names of a plain rename (the table's): the first present supersedes
+            # every later one, the one after it and, through it, the last.
+            {
+                "to": "modelplane_requests_running",
+                "from": [
+                    "legacy:requests_running",
+                    "legacy:requests_running_v2",
+                    "legacy:requests_running_v1",
+                ],
+            },
         ],
         "labels": [{"from": "model_name", "to": "model"}],
     },
@@ -195,10 +211,17 @@ def test_a_release_serving_old_and_new_names_is_counted_once(exported):
     # per interval), so the test asks what the steady state is, not for every point.
     assert Counter(hits).most_common(1)[0][0] == 100.0, Counter(hits)
     assert hits.count(100.0) * 2 > len(hits), Counter(hits)
+    # Three names, the first and the last served: the first is taken, the last passes
+    # through (renaming it too would sum 3 + 7).
+    assert {p.value for p in _of(points, "modelplane_requests_running", "old")} == {3.0}
+    last = [p for p in points if p.metric == "legacy_requests_running_v1"]
+    assert last
+    assert {p.value for p in last} == {7.0}
     # Pod b's old name is not renamed; it passes through under its own name, per pod.
     old = [p for p in points if p.metric == "vllm_gpu_prefix_cache_hits_total"]
     assert {p.attributes["pod"] for p in old} == {"llama-8b-b"}
-    assert not [k for p in points for k in p.resource if k.startswith(collector.PRESENT_MARKER)]
+    scratch = (collector.PRESENT_MARKER, collector.SOURCES_TABLE, collector.GUARDED_TABLE)
+    assert not [k for p in points for k in p.resource if k.startswith(scratch)]
 
 
 def test_histograms_keep_their_buckets_and_merge_bucket_by_bucket(exported):
@@ -219,7 +242,11 @@ def test_scale_converts_milliseconds_and_percent_including_histogram_bounds(expo
     assert ttft[-1].total == pytest.approx(0.25)
     assert ttft[-1].buckets == (1, 2, 3, 0, 0, 0)
     assert ttft[-1].unit == "s"
+    # Scaled from the first name only: the older name beside it passes through as itself.
     assert {p.value for p in _of(points, "modelplane_kv_cache_usage", "old")} == {0.375}
+    old_name = [p for p in points if p.metric == "legacy_kv_cache_percent_old"]
+    assert old_name
+    assert {p.value for p in old_name} == {61.0}
 
 
 def test_an_unmapped_engine_passes_through_under_its_own_names(exported):

@@ -53,7 +53,11 @@ def test_golden_config_validates(otelcol, case, tmp_path):
 def test_a_broken_statement_fails_validation(otelcol, tmp_path):
     # The check above can fail: validation really parses the OTTL.
     config = yaml.safe_load(CLUSTER_TIER["scaled-mapping"].read_text())
-    group = config["processors"]["transform/normalize"]["metric_statements"][0]
+    (group,) = [
+        g
+        for g in config["processors"]["transform/normalize"]["metric_statements"]
+        if g["statements"][0].startswith("scale_metric(")
+    ]
     group["statements"][0] = group["statements"][0].replace("scale_metric(", "scale_metrik(")
     done = harness.validate(otelcol, config, tmp_path)
     assert done.returncode != 0

@@ -109,30 +109,88 @@ def test_rendering_is_deterministic_whatever_the_mapping_order():
     assert a == b
 
 
-def test_each_mapping_is_one_group_gated_on_its_engine():
+def test_each_engines_renames_are_its_own_table_and_every_group_tests_its_engine():
     config = _cases()["builtin-mappings-standard"]
     groups = config["processors"]["transform/normalize"]["metric_statements"]
     engines = sorted(m.engine for m in builtin().accepted)
     engine_is = {
         e: f'resource.attributes["{contracts.RESOURCE_ATTR_ENGINE}"] == "{e}"' for e in engines
     }
-    # The first group marks which source names a scrape has, for every mapping at once:
-    # each mark tests its own engine, so it never marks another engine's resource.
-    marks, *groups = groups
-    assert "conditions" not in marks
-    for statement in marks["statements"]:
-        assert statement.startswith('set(resource.attributes["modelplane.mapping.present.')
-        assert any(statement.endswith(f" and {c}") for c in engine_is.values())
-    # Every other group is gated on engines: nothing touches another engine's series.
-    assert all(set(g["conditions"]) <= set(engine_is.values()) for g in groups)
-    renames = [g for g in groups if any("set(metric.name" in s for s in g["statements"])]
-    assert sorted(c for g in renames for c in g["conditions"]) == sorted(
-        c
+    sources = f'resource.attributes["{collector.SOURCES_TABLE}"]'
+    guarded = f'resource.attributes["{collector.GUARDED_TABLE}"]'
+    # Once per scrape, an engine's resource gets that engine's tables and no other's.
+    tables = [g for g in groups if g["statements"][0].startswith(f"set({sources}, {{")]
+    assert [g["conditions"] for g in tables] == [
+        [c]
         for e, c in engine_is.items()
         if e != "triton-trtllm"  # it copies (select)
-    )
-    # Label renames are not passes here: the receiver's relabel rules do them.
+    ]
+    (vllm,) = [g for g in tables if g["conditions"] == [engine_is["vllm"]]]
+    assert '"vllm:num_requests_running": "modelplane_requests_running"' in vllm["statements"][0]
+    # The rename pass: one lookup a metric, whatever the number of renames.
+    assert groups[-1] == {
+        "conditions": [f"{sources}[metric.name] != nil"],
+        "statements": [f"set(metric.name, {sources}[metric.name])"],
+    }
+    # The guards run only on a metric the guarded table names, and each tests its engine
+    # (another engine's guarded table may hold the same name): they mark the names
+    # present and refuse by HELP. Then, once per scrape and gated on the engine, the
+    # names the marks supersede leave the table, all before the rename pass reads it.
+    (guards,) = [g for g in groups if g["conditions"] == [f"{guarded}[metric.name] != nil"]]
+    for statement in guards["statements"]:
+        assert statement.startswith(
+            (f"delete_key({sources}, ", f'set(resource.attributes["{collector.PRESENT_MARKER}.')
+        )
+        assert any(statement.endswith(f" and {c}") for c in engine_is.values())
+    after = groups[groups.index(guards) + 1 : -1]
+    assert [g["conditions"] for g in after] == [
+        [engine_is[e]] for e in ("sglang", "trtllm", "vllm")
+    ]
+    assert (
+        f'delete_key({sources}, "vllm:gpu_cache_usage_perc") where resource.attributes'
+        f'["{collector.PRESENT_MARKER}.modelplane_kv_cache_usage.0"] != nil'
+    ) in after[-1]["statements"]
+    # Triton's copies stay statements, gated on Triton, before the rename pass.
+    (triton,) = [g for g in groups if g["conditions"] == [engine_is["triton-trtllm"]]]
+    assert all(s.startswith(("copy_metric(", "scale_metric(")) for s in triton["statements"])
+    # No built-in mapping needs a mark (only a scaled or selected target with several
+    # names would), and label renames are the receiver's relabel rules, not passes here.
+    assert not [g for g in groups if "conditions" not in g]
     assert not [g for g in groups if "datapoint." in str(g)]
+
+
+def test_a_scaled_or_selected_target_with_several_names_is_marked_and_gated():
+    parsed = _parse(
+        {
+            "engine": "legacy",
+            "metrics": [
+                {
+                    "to": "modelplane_time_to_first_token",
+                    "from": ["ttft_ms", "ttft_old_ms"],
+                    "scale": 0.001,
+                },
+                {"to": "modelplane_requests_running", "from": ["running"]},
+            ],
+        }
+    )
+    config = collector.render_cluster_collector_config(
+        collector.CollectorCluster("c"), [parsed], DESTINATION
+    )
+    groups = config["processors"]["transform/normalize"]["metric_statements"]
+    marker = f'resource.attributes["{collector.PRESENT_MARKER}.modelplane_time_to_first_token.0"]'
+    engine = 'resource.attributes["modelplane.engine"] == "legacy"'
+    assert {
+        "statements": [f'set({marker}, true) where metric.name == "ttft_ms" and {engine}']
+    } in groups
+    (scaled,) = [g for g in groups if any("scale_metric" in s for s in g["statements"])]
+    assert scaled["conditions"] == [engine]
+    assert (
+        'set(metric.name, "modelplane_time_to_first_token") where metric.name == "ttft_old_ms" '
+        f"and {marker} == nil"
+    ) in scaled["statements"]
+    # The unscaled target is the table's, and the statements never rename it.
+    assert '{"running": "modelplane_requests_running"}' in groups[0]["statements"][0]
+    assert not [s for s in scaled["statements"] if '"running"' in s]
 
 
 def _parse(spec: dict) -> mappings.MetricMapping:
@@ -335,7 +393,11 @@ def test_unmapped_names_lose_their_colons_once_per_merged_metric():
 
 def test_scaling_happens_on_the_source_name_before_the_rename():
     config = _cases()["scaled-mapping"]
-    statements = config["processors"]["transform/normalize"]["metric_statements"][0]["statements"]
+    (statements,) = [
+        g["statements"]
+        for g in config["processors"]["transform/normalize"]["metric_statements"]
+        if any("scale_metric" in s for s in g["statements"])
+    ]
     scale = statements.index('scale_metric(0.001, "s") where metric.name == "legacy:ttft_ms"')
     rename = statements.index(
         'set(metric.name, "modelplane_time_to_first_token") where metric.name == "legacy:ttft_ms"'
