@@ -299,9 +299,13 @@ def _ottl_help(text: str) -> str:
     return f'"{text}"'
 
 
+def _resource_attribute(name: str) -> str:
+    """The OTTL path of a resource attribute with a checked name."""
+    return f"resource.attributes[{_ottl_string(name)}]"
+
+
 def _engine_condition(engine: str) -> str:
-    attribute = _ottl_string(contracts.RESOURCE_ATTR_ENGINE)
-    return f"resource.attributes[{attribute}] == {_ottl_string(engine)}"
+    return f"{_resource_attribute(contracts.RESOURCE_ATTR_ENGINE)} == {_ottl_string(engine)}"
 
 
 def _any_name(names: Sequence[str]) -> str:
@@ -309,7 +313,7 @@ def _any_name(names: Sequence[str]) -> str:
 
 
 def _present_marker(target: str, index: int) -> str:
-    return f"resource.attributes[{_ottl_string(f'{PRESENT_MARKER}.{target}.{index}')}]"
+    return _resource_attribute(f"{PRESENT_MARKER}.{target}.{index}")
 
 
 def _is_table_rename(rename: MetricRename) -> bool:
@@ -318,7 +322,7 @@ def _is_table_rename(rename: MetricRename) -> bool:
 
 
 def _sources_lookup(table: str) -> str:
-    return f"resource.attributes[{_ottl_string(table)}][metric.name]"
+    return f"{_resource_attribute(table)}[metric.name]"
 
 
 def _map_literal(entries: Mapping[str, str]) -> str:
@@ -358,7 +362,7 @@ def mapping_tables(mapping: MetricMapping) -> MappingTables:
     same name.
     """
     condition = _engine_condition(mapping.engine)
-    table = f"resource.attributes[{_ottl_string(SOURCES_TABLE)}]"
+    table = _resource_attribute(SOURCES_TABLE)
     tables = MappingTables({}, {}, [], [])
     for rename in mapping.metrics:
         if not _is_table_rename(rename):
@@ -608,13 +612,11 @@ def _normalize_processor(mappings: Sequence[MetricMapping]) -> dict[str, Any]:
         mapped = mapping_tables(mapping)
         if mapped.sources:
             statements = [
-                f"set(resource.attributes[{_ottl_string(SOURCES_TABLE)}], "
-                f"{_map_literal(mapped.sources)})"
+                f"set({_resource_attribute(SOURCES_TABLE)}, {_map_literal(mapped.sources)})"
             ]
             if mapped.guarded:
                 statements.append(
-                    f"set(resource.attributes[{_ottl_string(GUARDED_TABLE)}], "
-                    f"{_map_literal(mapped.guarded)})"
+                    f"set({_resource_attribute(GUARDED_TABLE)}, {_map_literal(mapped.guarded)})"
                 )
             tables.append({"conditions": [engine_is], "statements": statements})
         guards.extend(mapped.guards)
