@@ -68,7 +68,8 @@ from functions.common.contracts import (  # noqa: E402
     FUNCTIONS,
 )
 from render import module_for, tools_bin  # noqa: E402
-from tests.runtime.cluster import Member, _die_with_parent, free_port  # noqa: E402
+from tests.ports import free_port  # noqa: E402
+from tests.runtime.cluster import Member, _die_with_parent  # noqa: E402
 
 CROSSPLANE_NAMESPACE = "crossplane-system"
 PACKAGE_REGISTRY = "ghcr.io/modelplaneai"
@@ -257,12 +258,6 @@ def component_flags(kubeconfig: Path, cert_dir: Path) -> list[str]:
         f"--secure-port={free_port()}",
         f"--cert-dir={cert_dir}",
     ]
-
-
-def _free_port_on(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 # --- the function packages ---------------------------------------------------------------
@@ -508,7 +503,7 @@ class FleetBox:
         self.core_client_certs = self.certs.pair("crossplane-core", None, "clientAuth")
         for index, function in enumerate(FUNCTIONS):
             host = f"127.0.0.{index + 2}"
-            port = _free_port_on(host)
+            port = free_port(host)
             certs = self.certs.pair(function, host, "serverAuth")
             process = Process(
                 function,

@@ -33,7 +33,10 @@ import socketserver
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -57,8 +60,8 @@ from fleetbox import (
     Certificates,
     FleetBoxError,
     Process,
-    _free_port_on,
     component_flags,
+    free_port,
     wait_for,
 )
 
@@ -203,6 +206,12 @@ class _Tunnel(socketserver.StreamRequestHandler):
         pump.join()
 
 
+def _accepts(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+        return True
+    return False
+
+
 def _pump(source: socket.socket, sink: socket.socket) -> None:
     with contextlib.suppress(OSError):
         while data := source.recv(65536):
@@ -231,6 +240,8 @@ class Runtime:
         self.host = host_address()
         self.proxies: dict[str, ServiceProxy] = {}
         self.scaler_ports: dict[str, int] = {}
+        # Every address each runtime process was given to listen on, by process name.
+        self.listens: dict[str, list[tuple[str, int]]] = {}
 
     def start(self) -> Runtime:
         for name in self.members:
@@ -240,12 +251,77 @@ class Runtime:
             self._start_scaler(name)
             self._start_agent(name)
             self._start_keda(name)
+        self._wait_listening()
         for name in self.members:
             self.wait_external_metrics(name)
+        # A process that exited at start (a port taken, a flag refused) would only show
+        # later as a floor nobody serves: say which, now.
+        exited = [p for name in self.members for p in self._processes(name) if not p.running()]
+        if exited:
+            raise FleetBoxError(
+                "runtime processes exited at start: "
+                + ", ".join(f"{p.name} ({p.popen.returncode})" for p in exited)
+                + "\n" + self.diagnosis()
+            )  # fmt: skip
         return self
 
     def process(self, kind: str, member: str) -> Process:
         return self.box.processes[f"{kind}-{member}"]
+
+    def _port(self, process: str, host: str = "127.0.0.1") -> int:
+        """A port for `process` to listen on, remembered for `_wait_listening`."""
+        port = free_port(host)
+        self.listens.setdefault(process, []).append((host, port))
+        return port
+
+    def _wait_listening(self, timeout: float = 120.0) -> None:
+        """Until every runtime process listens on every port it was given. One that exits
+        first (a port taken after all, a flag refused) fails the start at once, named,
+        with its log: later it would only show as a floor nobody serves."""
+        deadline = time.monotonic() + timeout
+        while True:
+            waiting = []
+            for name, addresses in self.listens.items():
+                process = self.box.processes[name]
+                if not process.running():
+                    raise FleetBoxError(
+                        f"{name} exited ({process.popen.returncode}) before it listened on "
+                        f"{', '.join(f'{h}:{p}' for h, p in addresses)}:\n{process.tail()}"
+                    )
+                waiting += [f"{name} on {h}:{p}" for h, p in addresses if not _accepts(h, p)]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise FleetBoxError(
+                    f"not listening within {timeout:.0f}s: {', '.join(waiting)}\n"
+                    + self.diagnosis()
+                )
+            time.sleep(0.2)
+
+    def _processes(self, member: str) -> list[Process]:
+        found = (self.box.processes.get(f"{kind}-{member}") for kind in PROCESS_KINDS)
+        return [p for p in found if p is not None]
+
+    def diagnosis(self, members: Iterable[str] | None = None, lines: int = 12) -> str:
+        """Each runtime process of the members (all by default): running or how it
+        exited, and the last lines of its log, each cut to a screen's width."""
+        parts = []
+        for member in members or self.members:
+            for process in self._processes(member):
+                state = "running" if process.running() else f"exited {process.popen.returncode}"
+                tail = "\n".join(line[:240] for line in process.tail(lines).splitlines())
+                parts.append(f"--- {process.name} ({state})\n{tail}")
+        return "\n".join(parts)
+
+    def wait_for(
+        self, what: str, check: Callable[[], Any], timeout: float, members: Iterable[str] = ()
+    ) -> Any:
+        """`fleetbox.wait_for`, and when it times out, the diagnosis of the members (the
+        runtime's own when none are named): which process stopped, what it last said."""
+        try:
+            return wait_for(what, check, timeout)
+        except FleetBoxError as error:
+            raise FleetBoxError(f"{error}\n{self.diagnosis(list(members) or None)}") from error
 
     def _add(self, process: Process) -> Process:
         process.start()
@@ -319,7 +395,7 @@ class Runtime:
         ))  # fmt: skip
 
     def _start_scaler(self, name: str) -> None:
-        port = _free_port_on("127.0.0.1")
+        port = self._port(f"scaler-{name}")
         self.scaler_ports[name] = port
         workdir = self.box.members[name].workdir
         self._add(Process(
@@ -331,7 +407,7 @@ class Runtime:
                 # TLS with client certificates, as composed: the box's pair for the
                 # scaler's in-cluster name, and its CA, which signed KEDA's.
                 f"--tls-cert-dir={self.box.certs.root / SCALER_DNS_NAME}",
-                f"--health-listen=127.0.0.1:{_free_port_on('127.0.0.1')}",
+                f"--health-listen=127.0.0.1:{self._port(f'scaler-{name}')}",
                 "--metrics-port=0",
             ],
             workdir / "scaler.log",
@@ -371,7 +447,7 @@ class Runtime:
                 *[f"--interval={step}={seconds}" for step, seconds in AGENT_INTERVALS.items()],
                 f"--idle-after={AGENT_IDLE_AFTER}",
                 *fabrics,
-                f"--metrics-port={_free_port_on('127.0.0.1')}",
+                f"--metrics-port={self._port(f'agent-{name}')}",
             ],
             workdir / "agent.log",
             # The agent reads in-cluster pages (the collector's signals) by name, through
@@ -398,13 +474,14 @@ class Runtime:
             "HTTPS_PROXY": self.proxies[name].url,
             "https_proxy": self.proxies[name].url,
         }
-        metrics_service = _free_port_on("127.0.0.1")
+        operator = f"keda-operator-{name}"
+        metrics_service = self._port(operator)
         self._add(Process(
-            f"keda-operator-{name}",
+            operator,
             [
                 str(box.bin / "keda-operator"),
-                f"--metrics-bind-address=127.0.0.1:{_free_port_on('127.0.0.1')}",
-                f"--health-probe-bind-address=127.0.0.1:{_free_port_on('127.0.0.1')}",
+                f"--metrics-bind-address=127.0.0.1:{self._port(operator)}",
+                f"--health-probe-bind-address=127.0.0.1:{self._port(operator)}",
                 f"--metrics-service-bind-address=127.0.0.1:{metrics_service}",
                 f"--cert-dir={grpc_dir}",
                 f"--ca-dir={grpc_dir}",
@@ -415,9 +492,10 @@ class Runtime:
             member.workdir / "keda-operator.log",
             env=env,
         ))  # fmt: skip
-        port = _free_port_on(self.host)
+        adapter = f"keda-adapter-{name}"
+        port = self._port(adapter, self.host)
         self._add(Process(
-            f"keda-adapter-{name}",
+            adapter,
             [
                 str(box.bin / "keda-adapter"),
                 f"--bind-address={self.host}",
@@ -426,7 +504,7 @@ class Runtime:
                 f"--tls-private-key-file={serving / 'tls.key'}",
                 f"--cert-dir={grpc_dir}",
                 f"--metrics-service-address=127.0.0.1:{metrics_service}",
-                f"--port={_free_port_on('127.0.0.1')}",
+                f"--port={self._port(adapter)}",
                 f"--lister-kubeconfig={kubeconfig}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
@@ -478,14 +556,9 @@ class Runtime:
             )  # fmt: skip
             return result.stdout.strip() == "True"
 
-        try:
-            wait_for(f"{EXTERNAL_METRICS_APISERVICE} available on {name}", available, timeout)
-        except FleetBoxError as error:
-            tails = "\n".join(
-                f"--- {kind}-{name}\n{self.process(kind, name).tail()}"
-                for kind in ("keda-adapter", "keda-operator")
-            )
-            raise FleetBoxError(f"{error}\n{tails}") from error
+        self.wait_for(
+            f"{EXTERNAL_METRICS_APISERVICE} available on {name}", available, timeout, [name]
+        )
 
     def close(self) -> None:
         for proxy in self.proxies.values():

@@ -42,6 +42,7 @@ from functions.common.contracts import (  # noqa: E402
     KIND_MODEL_DEPLOYMENT,
     KIND_MODEL_REPLICA,
 )
+from tests.ports import free_port  # noqa: E402
 
 STARTUP_TIMEOUT_SECONDS = 30
 RENDER_TIMEOUT = "60s"
@@ -67,12 +68,6 @@ def crossplane_binary() -> Path:
             "(or 'make tools')"
         )
     return binary
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def module_for(function: str) -> str:
@@ -123,7 +118,7 @@ class FunctionServers:
         self.close()
 
     def _start(self, function: str) -> None:
-        port = _free_port()
+        port = free_port()
         log = self.workdir / f"{function}.log"
         process = subprocess.Popen(
             [

@@ -51,7 +51,6 @@ import argparse
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -80,6 +79,7 @@ from functions.compose_model_deployment.manifests import (  # noqa: E402
 )
 from functions.compose_model_deployment.model import read_cluster, read_deployment  # noqa: E402
 from tests.bench import unwind_on_sigterm  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 MIB = 1024 * 1024
 SDK_DEFAULT_LIMIT = 4 * MIB  # crossplane.function.cli.DEFAULT_MAX_RECV_MESSAGE_SIZE (MB)
@@ -339,18 +339,12 @@ class Fleet:
         return req
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Function:
     """compose-model-deployment as its own process, the way Crossplane runs it."""
 
     def __init__(self, limit_mb: int | None = None) -> None:
         """`limit_mb` None: the function's own default limits, as a user runs it."""
-        self.port = _free_port()
+        self.port = free_port()
         self.process = subprocess.Popen(
             [
                 sys.executable,

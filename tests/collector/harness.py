@@ -27,7 +27,6 @@ import copy
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -43,15 +42,10 @@ from functions.common import contracts
 from functions.common.exposition import prometheus_label
 from functions.compose_serving_stack import collector
 from tests.collector.engines import Pod
+from tests.ports import free_port
 
 STANDIN_PROCESSOR = "transform/k8s_attributes_stand_in"
 TEST_EXPORTER = "otlp_http/gateway"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def localize_paths(config: dict[str, Any], folder: Path) -> dict[str, Any]:

@@ -292,4 +292,4 @@ class Burst:
                 )
             return True
 
-        fleetbox.wait_for("the burst scenario settled", ready, timeout)
+        self.runtime.wait_for("the burst scenario settled", ready, timeout)

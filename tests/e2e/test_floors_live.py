@@ -14,7 +14,6 @@ import re
 import signal
 import time
 
-import fleetbox
 import pytest
 
 from tests.e2e.floors import BURST, CALM, HELPER, HOME, Burst
@@ -57,7 +56,7 @@ def _raised(burst: Burst) -> int:
 
 def test_a_burst_raises_a_floor_on_a_helper_through_keda_and_calm_releases_it(burst):
     burst.total = BURST
-    floor = fleetbox.wait_for(
+    floor = burst.runtime.wait_for(
         "the helper's raised floor Ready", lambda: _raised(burst), RAISE_SECONDS
     )
     assert burst.floor(HOME) <= 1, "the hub raised the short member, not a helper"
@@ -67,7 +66,7 @@ def test_a_burst_raises_a_floor_on_a_helper_through_keda_and_calm_releases_it(bu
         assert weights[HELPER] > 0, weights
         return weights
 
-    weights = fleetbox.wait_for("traffic shifted to the helper", shifted, RAISE_SECONDS)
+    weights = burst.runtime.wait_for("traffic shifted to the helper", shifted, RAISE_SECONDS)
     assert sum(weights.values()) == 100
     adds = [d for d in burst.decisions() if "AddCapacity" in d["action"]]
     assert adds, burst.summary()
@@ -82,7 +81,7 @@ def test_a_burst_raises_a_floor_on_a_helper_through_keda_and_calm_releases_it(bu
         assert burst.keda_floor(HELPER) == 0.0, f"KEDA still serves {burst.keda_floor(HELPER)}"
         return True
 
-    fleetbox.wait_for("traffic home and the floor released", home_again, CALM_SECONDS)
+    burst.runtime.wait_for("traffic home and the floor released", home_again, CALM_SECONDS)
 
     # The GPUs come back: KEDA and the HPA follow the released floor down to the
     # workload's minimum at once (no 5-minute scale-down window on top of calmFor).
@@ -91,7 +90,7 @@ def test_a_burst_raises_a_floor_on_a_helper_through_keda_and_calm_releases_it(bu
         assert replicas == 1, f"{HELPER} still runs {replicas} replicas after the release"
         return True
 
-    fleetbox.wait_for(f"{HELPER}'s extra replicas given back", given_back, GIVE_BACK_SECONDS)
+    burst.runtime.wait_for(f"{HELPER}'s extra replicas given back", given_back, GIVE_BACK_SECONDS)
     actions = [(d["action"], d["message"]) for d in burst.decisions()]
     returns = [i for i, (_, m) in enumerate(actions) if "back home" in m]
     releases = [i for i, (a, _) in enumerate(actions) if "ReleaseCapacity" in a]
@@ -126,7 +125,7 @@ def _accounted(burst: Burst, old_floor: int, new_hub: str) -> bool:
 
 def test_a_raised_floor_survives_the_hub_agent_killed_and_nothing_acts_twice(burst, runtime):
     burst.total = BURST
-    floor = fleetbox.wait_for(
+    floor = burst.runtime.wait_for(
         "the helper's raised floor Ready", lambda: _raised(burst), RAISE_SECONDS
     )
     adds_before = [d for d in burst.decisions() if "AddCapacity" in d["action"]]
@@ -136,7 +135,7 @@ def test_a_raised_floor_survives_the_hub_agent_killed_and_nothing_acts_twice(bur
     os.killpg(agent.popen.pid, signal.SIGKILL)  # no chance to release its Leases
     agent.popen.wait()
     try:
-        new_hub = fleetbox.wait_for(
+        new_hub = burst.runtime.wait_for(
             "another hub", lambda: (h := burst.hub()) and h != old_hub and h, RAISE_SECONDS
         )
 
@@ -148,10 +147,10 @@ def test_a_raised_floor_survives_the_hub_agent_killed_and_nothing_acts_twice(bur
             assert intent.get("hub") == new_hub, intent
             return intent
 
-        fleetbox.wait_for("the floor under the new hub", carried, RAISE_SECONDS)
+        burst.runtime.wait_for("the floor under the new hub", carried, RAISE_SECONDS)
         began = time.monotonic()
         while time.monotonic() - began < HOLD_SECONDS:
-            fleetbox.wait_for(
+            burst.runtime.wait_for(
                 "the helper's floor accounted for by the decisions",
                 lambda: _accounted(burst, floor, new_hub), 30,
             )  # fmt: skip

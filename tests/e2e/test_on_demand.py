@@ -95,7 +95,7 @@ def activator(box):
     workdir.mkdir(exist_ok=True)
     kubeconfig = _token_kubeconfig(box, workdir)
     box.kubectl(claims.CONTROL, "label", "inferencecluster", MEMBER, f"{HERE_LABEL}=yes")
-    port = fleetbox._free_port_on("127.0.0.1")
+    port = fleetbox.free_port("127.0.0.1")
     upstream = engine.url.removesuffix("/v1")
     process = fleetbox.Process(
         f"activator-{MEMBER}",

@@ -185,9 +185,10 @@ def test_a_deposed_hubs_floor_never_moves_the_workload_through_keda(box, runtime
     old = one_hub(box)
     for member in MEMBERS:
         # KEDA made the HPA and the HPA reads our floor through the aggregation layer.
-        fleetbox.wait_for(
-            f"KEDA's HPA active on {member}", lambda m=member: hpa_ready(box, m, name), 180
-        )
+        runtime.wait_for(
+            f"KEDA's HPA active on {member}", lambda m=member: hpa_ready(box, m, name), 180,
+            [member],
+        )  # fmt: skip
 
     # The hub pauses (SIGSTOP: no chance to release its Leases); another agent takes over.
     hub_member = old[0].split("/")[0]
@@ -226,9 +227,9 @@ def test_a_deposed_hubs_floor_never_moves_the_workload_through_keda(box, runtime
             return False
 
         for member in MEMBERS:
-            fleetbox.wait_for(
+            runtime.wait_for(
                 f"{member}: the workload at the current hub's floor",
-                lambda m=member: moved(m), MOVE_SECONDS,
+                lambda m=member: moved(m), MOVE_SECONDS, [member],
             )  # fmt: skip
             assert keda_metric(box, member, name) == 4.0
     finally:

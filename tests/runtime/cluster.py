@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -36,6 +35,7 @@ from kubernetes import client
 
 from functions.common.contracts import SYSTEM_NAMESPACE
 from functions.runtime.kube import token_client
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = [REPO / "apis" / "adaptivepolicies" / "definition.yaml"]
@@ -52,12 +52,6 @@ def _die_with_parent() -> None:
     """
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     os.setpgrp()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

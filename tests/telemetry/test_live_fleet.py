@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import threading
@@ -60,6 +59,7 @@ from functions.compose_serving_stack.collector import (
 )
 from functions.compose_telemetry import gateway, rollup
 from tests.conftest import REPO, require_tool
+from tests.ports import free_port
 
 TOKEN = "fleet-token-for-the-live-test"
 TTFT = "modelplane_time_to_first_token"
@@ -76,12 +76,6 @@ MODEL = "llama-3-1-8b"
 SETTLE_SECONDS = 90  # upper bound for a change to reach Prometheus; typically ~15 s
 FLEET = 'modelplane_scope="fleet"'
 CLUSTER_LABEL = prometheus_label(contracts.RESOURCE_ATTRIBUTE_CLUSTER)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- A fake engine ------------------------------------------------------------------------
