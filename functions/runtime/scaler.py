@@ -302,6 +302,14 @@ class FloorScaler(pb_grpc.ExternalScalerServicer):
             metricSpecs=[pb.MetricSpec(metricName=METRIC_NAME, targetSize=1, targetSizeFloat=1.0)]
         )
 
+    async def StreamMetricSpec(self, request, context):
+        # The spec never changes (one metric, target 1). KEDA (2.21+) opens this stream
+        # for every push ScaledObject and, on UNIMPLEMENTED, keeps GetMetricSpec's answer:
+        # say so plainly rather than through the generated stub's ERROR and traceback.
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "the metric spec is fixed: GetMetricSpec answers it"
+        )
+
     async def GetMetrics(self, request, context):
         served, _ = await self.floor_for(request.scaledObjectRef, context)
         return pb.GetMetricsResponse(

@@ -240,6 +240,19 @@ def test_metric_spec_asks_for_exactly_the_floor(member0, scaler):
     ]
 
 
+def test_the_metric_spec_stream_is_declined_as_keda_expects_without_an_error_logged(
+    member0, scaler, caplog
+):
+    # KEDA opens StreamMetricSpec for every push ScaledObject and keeps GetMetricSpec's
+    # spec on UNIMPLEMENTED (any other code: it retries and logs an error every minute).
+    _serving(member0, scaler)
+    with caplog.at_level("WARNING"), pytest.raises(grpc.RpcError) as declined:
+        list(scaler.stub.StreamMetricSpec(scaler.ref(), timeout=5))
+    assert declined.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "GetMetricSpec" in declined.value.details()
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+
+
 def test_the_trigger_may_name_another_policy(member0, scaler):
     _serving(member0, scaler)
     answer = scaler.stub.GetMetrics(
