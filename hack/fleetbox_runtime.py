@@ -73,6 +73,12 @@ FRONT_PROXY_CLIENT = "front-proxy-client"
 RUNTIME_TOOLS = ("keda-operator", "keda-adapter")
 # The processes `Runtime` adds to the box, each named `<kind>-<member>`.
 PROCESS_KINDS = ("agent", "scaler", "keda-operator", "keda-adapter", "kube-controller-manager-hpa")
+# KEDA exits on a start-up error (the API server slow to answer discovery, caches not
+# synced in time) and leaves the restart to its pod's kubelet; the box plays that part
+# for these, with a backoff like kubelet's, shorter. Ours are never restarted: a crash
+# of the scaler or the agent must fail the test that meets it.
+RESTARTED_KINDS = ("keda-operator", "keda-adapter")
+RESTART_BACKOFF_SECONDS, RESTART_BACKOFF_MAX_SECONDS = 1.0, 30.0
 ENTRYPOINT = [sys.executable, "-m", "functions.entrypoint", "runtime"]
 # How long the agents' Leases last: short, so a failover fits in a test.
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 1.0
@@ -249,6 +255,9 @@ class Runtime:
         self.scaler_ports: dict[str, int] = {}
         # Every address each runtime process was given to listen on, by process name.
         self.listens: dict[str, list[tuple[str, int]]] = {}
+        # Restarts done and due (monotonic time), by process name.
+        self.restarts: dict[str, int] = {}
+        self._restart_due: dict[str, float] = {}
 
     def start(self) -> Runtime:
         for name in self.members:
@@ -261,9 +270,14 @@ class Runtime:
         self._wait_listening()
         for name in self.members:
             self.wait_external_metrics(name)
-        # A process that exited at start (a port taken, a flag refused) would only show
-        # later as a floor nobody serves: say which, now.
-        exited = [p for name in self.members for p in self._processes(name) if not p.running()]
+        # One of ours that exited at start would only show later as a floor nobody serves:
+        # say which, now (KEDA's are restarted by the runtime's waits).
+        exited = [
+            p
+            for name in self.members
+            for p in self._processes(name)
+            if not p.running() and not p.name.startswith(RESTARTED_KINDS)
+        ]
         if exited:
             raise FleetBoxError(
                 "runtime processes exited at start: "
@@ -287,9 +301,13 @@ class Runtime:
         with its log: later it would only show as a floor nobody serves."""
         deadline = time.monotonic() + timeout
         while True:
+            self.revive()
             waiting, listening = [], _listening_ports()
             for name, addresses in self.listens.items():
                 process = self.box.processes[name]
+                if name in self._restart_due:
+                    waiting.append(f"{name} (restarting)")
+                    continue
                 if not process.running():
                     raise FleetBoxError(
                         f"{name} exited ({process.popen.returncode}) before it listened on "
@@ -305,6 +323,32 @@ class Runtime:
                 )
             time.sleep(0.2)
 
+    def revive(self) -> list[str]:
+        """Restart each of KEDA's processes that exited, once its backoff is over (1 s,
+        doubling to 30 s), as kubelet restarts a pod's container; a line in its log marks
+        each restart. Called from the main thread (the box's processes die with the
+        thread that started them), by the runtime's waits. The names restarted."""
+        now, restarted = time.monotonic(), []
+        for member in self.members:
+            for kind in RESTARTED_KINDS:
+                process = self.box.processes.get(f"{kind}-{member}")
+                if process is None or process.running():
+                    continue
+                count = self.restarts.get(process.name, 0)
+                backoff = min(RESTART_BACKOFF_SECONDS * 2**count, RESTART_BACKOFF_MAX_SECONDS)
+                due = self._restart_due.setdefault(process.name, now + backoff)
+                if now < due:
+                    continue
+                with process.log.open("a") as log:
+                    log.write(
+                        f"--- fleet box: exited ({process.popen.returncode}), restart {count + 1}\n"
+                    )
+                process.start()
+                self.restarts[process.name] = count + 1
+                del self._restart_due[process.name]
+                restarted.append(process.name)
+        return restarted
+
     def _processes(self, member: str) -> list[Process]:
         found = (self.box.processes.get(f"{kind}-{member}") for kind in PROCESS_KINDS)
         return [p for p in found if p is not None]
@@ -316,6 +360,8 @@ class Runtime:
         for member in members or self.members:
             for process in self._processes(member):
                 state = "running" if process.running() else f"exited {process.popen.returncode}"
+                if self.restarts.get(process.name):
+                    state += f", restarted {self.restarts[process.name]}x"
                 tail = "\n".join(line[:240] for line in process.tail(lines).splitlines())
                 parts.append(f"--- {process.name} ({state})\n{tail}")
         return "\n".join(parts)
@@ -325,8 +371,13 @@ class Runtime:
     ) -> Any:
         """`fleetbox.wait_for`, and when it times out, the diagnosis of the members (the
         runtime's own when none are named): which process stopped, what it last said."""
+
+        def revived_then_checked() -> Any:
+            self.revive()
+            return check()
+
         try:
-            return wait_for(what, check, timeout)
+            return wait_for(what, revived_then_checked, timeout)
         except FleetBoxError as error:
             raise FleetBoxError(f"{error}\n{self.diagnosis(list(members) or None)}") from error
 
