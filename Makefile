@@ -49,7 +49,7 @@ $(STAMP): pyproject.toml
 tools:
 	bash hack/tools.sh
 
-# The KEDA external scaler stubs, generated from functions/runtime/proto by the pinned
+# The KEDA external scaler stubs, generated from functions/runtime/scaler/proto by the pinned
 # grpcio-tools (never committed).
 proto: venv
 	$(PY) hack/gen_proto.py

@@ -13,7 +13,7 @@ from functions.common.contracts import FUNCTIONS
 
 RUNTIME = "runtime"
 # The operator's commands (`modelplane status`), reading the control plane: the same
-# names as functions.runtime.operator_cli.COMMANDS (asserted by the unit tests), kept
+# names as functions.runtime.operator.cli.COMMANDS (asserted by the unit tests), kept
 # here so the dispatcher imports nothing it does not run.
 OPERATOR_COMMANDS = ("status", "explain", "retry", "suggest")
 # The operator CLI's own options, which a user puts before the command as with kubectl
@@ -36,7 +36,7 @@ def _components() -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if _operator_command(args):
-        operator = importlib.import_module("functions.runtime.operator_cli").main
+        operator = importlib.import_module("functions.runtime.operator.cli").main
         operator(args=args, prog_name="modelplane")
         return
     if args and args[0] in _components():

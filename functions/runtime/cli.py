@@ -34,7 +34,7 @@ from functions.common.contracts import (
     SCALER_PORT,
 )
 from functions.common.inventory import IDLE_AFTER_SECONDS
-from functions.runtime.election_core import (
+from functions.runtime.election.core import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
     DEFAULT_RETRY_PERIOD,
@@ -121,7 +121,7 @@ def parse_pool_prices(_ctx, _param, values: tuple[str, ...]) -> tuple:
 
 def client_for(source: str):
     """A Kubernetes client from a kubeconfig path, or this pod's own service account."""
-    from functions.runtime.kube import in_cluster_client, kubeconfig_client  # noqa: PLC0415
+    from functions.runtime.kube.clients import in_cluster_client, kubeconfig_client  # noqa: PLC0415
 
     return in_cluster_client() if source == IN_CLUSTER else kubeconfig_client(source)
 
@@ -145,7 +145,7 @@ def election_agent(
     metrics,
 ):
     """The agent's election part, built from the command line's member list."""
-    from functions.runtime.election import Agent  # noqa: PLC0415
+    from functions.runtime.election.elector import Agent  # noqa: PLC0415
 
     if cluster not in members:
         raise click.BadParameter(
@@ -251,9 +251,9 @@ def agent(
     idle_after,
     metrics_port,
 ):
-    from functions.runtime import cert_expiry  # noqa: PLC0415
-    from functions.runtime.agent import start_loop  # noqa: PLC0415
-    from functions.runtime.metrics import serve_prometheus  # noqa: PLC0415
+    from functions.runtime.agent.loop import start_loop  # noqa: PLC0415
+    from functions.runtime.shared import cert_expiry  # noqa: PLC0415
+    from functions.runtime.shared.metrics import serve_prometheus  # noqa: PLC0415
 
     try:
         timings = Timings(lease_duration, renew_deadline, retry_period)
@@ -359,9 +359,9 @@ def parse_intervals(values: tuple[str, ...]) -> dict[str, float]:
 )
 @metrics_option
 def scaler(*, cluster, kubeconfig, listen, health_listen, tls_cert_dir, recheck, metrics_port):
-    from functions.runtime import cert_expiry  # noqa: PLC0415
-    from functions.runtime import scaler as floor_scaler  # noqa: PLC0415
-    from functions.runtime.metrics import serve_prometheus  # noqa: PLC0415
+    from functions.runtime.scaler import server as floor_scaler  # noqa: PLC0415
+    from functions.runtime.shared import cert_expiry  # noqa: PLC0415
+    from functions.runtime.shared.metrics import serve_prometheus  # noqa: PLC0415
 
     metrics = serve_prometheus(metrics_port) if metrics_port else None
     if tls_cert_dir:
@@ -411,9 +411,9 @@ def scaler(*, cluster, kubeconfig, listen, health_listen, tls_cert_dir, recheck,
 )
 @metrics_option
 def model_health(*, kubeconfig, metrics_port):
-    from functions.runtime.metrics import METER_NAME, serve_prometheus  # noqa: PLC0415
-    from functions.runtime.model_health import ModelHealthMetrics  # noqa: PLC0415
-    from functions.runtime.operator_cli import ControlPlane  # noqa: PLC0415
+    from functions.runtime.operator.cli import ControlPlane  # noqa: PLC0415
+    from functions.runtime.operator.model_health import ModelHealthMetrics  # noqa: PLC0415
+    from functions.runtime.shared.metrics import METER_NAME, serve_prometheus  # noqa: PLC0415
 
     if not metrics_port:
         raise click.BadParameter("model-health only serves metrics", param_hint="--metrics-port")
@@ -466,7 +466,7 @@ def model_health(*, kubeconfig, metrics_port):
     help="Seconds the control plane has to answer a placement attempt.",
 )
 def activator(*, cluster, control_plane, listen, upstream, gateways, attempt_timeout):
-    from functions.runtime import activator as activator_shell  # noqa: PLC0415
+    from functions.runtime.activator import server as activator_shell  # noqa: PLC0415
 
     plane = activator_shell.ControlPlane(client_for(control_plane))
     server = activator_shell.serve(

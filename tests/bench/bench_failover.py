@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO))
 from kubernetes import client  # noqa: E402
 
 from functions.common.contracts import SYSTEM_NAMESPACE  # noqa: E402
-from functions.runtime.election import Agent  # noqa: E402
-from functions.runtime.election_core import Timings  # noqa: E402
+from functions.runtime.election.core import Timings  # noqa: E402
+from functions.runtime.election.elector import Agent  # noqa: E402
 from tests.runtime.cluster import Fleet  # noqa: E402
 
 TOOLS = Path.home() / ".cache" / "modelplane" / "tools" / "bin"

@@ -32,16 +32,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from functions.runtime.hub import plan  # noqa: E402
-from functions.runtime.hub_decision import HubState  # noqa: E402
-from functions.runtime.hub_fleet import (  # noqa: E402
+from functions.runtime.hub.decision import HubState  # noqa: E402
+from functions.runtime.hub.fleet import (  # noqa: E402
     PHASE_ESCALATED,
     PHASE_RECOVERING,
     ClusterFleet,
     FleetStatus,
 )
-from functions.runtime.policy import PolicySpec, spec_hash  # noqa: E402
-from functions.runtime.report_core import Report  # noqa: E402
+from functions.runtime.hub.plan import plan  # noqa: E402
+from functions.runtime.shared.policy import PolicySpec, spec_hash  # noqa: E402
+from functions.runtime.shared.report import Report  # noqa: E402
 
 SIZES = (3, 10, 50, 200)
 NOW = 1_800_000_000.0

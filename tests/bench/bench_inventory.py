@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 
 from functions.common.contracts import LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_SERVING  # noqa: E402
 from functions.common.inventory import GPU_DRIVER, LABEL_FABRIC  # noqa: E402
-from functions.runtime.inventory import (  # noqa: E402
+from functions.runtime.agent.inventory import (  # noqa: E402
     Counters,
     IdleMemory,
     MemberObjects,

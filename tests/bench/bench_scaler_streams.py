@@ -29,7 +29,7 @@ gen_proto.generate()
 import grpc  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from functions.runtime.scaler import (  # noqa: E402
+from functions.runtime.scaler.server import (  # noqa: E402
     METRIC_NAME,
     FloorScaler,
     MemberCache,

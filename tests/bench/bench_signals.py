@@ -43,9 +43,9 @@ sys.path.insert(0, str(REPO))
 
 from functions.common import metricmapping as mappings  # noqa: E402
 from functions.compose_serving_stack import collector  # noqa: E402
-from functions.runtime.policy import DEFAULT_SIGNALS  # noqa: E402
-from functions.runtime.report import read_collector_page  # noqa: E402
-from functions.runtime.signals_core import Scope, SignalHistory, evaluate, parse_page  # noqa: E402
+from functions.runtime.agent.collect import read_collector_page  # noqa: E402
+from functions.runtime.agent.signals import Scope, SignalHistory, evaluate, parse_page  # noqa: E402
+from functions.runtime.shared.policy import DEFAULT_SIGNALS  # noqa: E402
 from tests.bench import unwind_on_sigterm  # noqa: E402
 from tests.collector import engines, harness  # noqa: E402
 from tests.conftest import require_tool  # noqa: E402

@@ -20,9 +20,9 @@ import yaml
 
 from functions.common import metricmapping as mappings
 from functions.compose_serving_stack import collector
-from functions.runtime.policy import PolicySpec
-from functions.runtime.report import read_collector_page
-from functions.runtime.signals_core import Scope, SignalHistory, evaluate
+from functions.runtime.agent.collect import read_collector_page
+from functions.runtime.agent.signals import Scope, SignalHistory, evaluate
+from functions.runtime.shared.policy import PolicySpec
 from tests.collector import engines, harness
 from tests.conftest import require_tool
 

@@ -36,8 +36,8 @@ from functions.common.contracts import (
     SYSTEM_NAMESPACE,
 )
 from functions.compose_serving_stack import collector
-from functions.runtime.rest import kube_request
-from functions.runtime.scaler import METRIC_NAME
+from functions.runtime.kube.rest import kube_request
+from functions.runtime.scaler.server import METRIC_NAME
 from tests.collector import engines, harness
 from tests.conftest import require_tool
 from tests.e2e.test_runtime_live import scaled_object

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from functions.common import contracts
-from functions.runtime import fleet_status
+from functions.runtime.operator import fleet_status
 from tests.e2e import claims
 from tests.e2e.conftest import measured
 from tests.unit.chatserver import Answer, ChatServer

@@ -34,7 +34,7 @@ from functions.common.contracts import (
 from functions.common.health import HealthRecord, health_record_name
 from functions.compose_model_deployment.parking import DEFAULT_MAX_CONSECUTIVE_FAILURES
 from functions.compose_model_replica.serving import ENVOY_GATEWAY_GROUP
-from functions.runtime.health_agent import ANNOTATION_COUNTED, Counted
+from functions.runtime.agent.health import ANNOTATION_COUNTED, Counted
 from tests.e2e import claims
 
 NAMESPACE = "ml-team"

@@ -32,7 +32,7 @@ from functions.common.contracts import (
 )
 from functions.compose_model_replica import autoscaling
 from functions.compose_model_replica.autoscaling import SCALER_ADDRESS
-from functions.runtime.scaler import METRIC_NAME
+from functions.runtime.scaler.server import METRIC_NAME
 
 MEMBERS = fleetbox.DEFAULT_MEMBERS
 NAMESPACE = "runtime-live"

@@ -31,14 +31,14 @@ import yaml
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH
 from functions.compose_model_deployment.cel_env import evaluate
 from functions.compose_model_deployment.model import read_cluster
-from functions.runtime.health_agent import Counted, count_start_failures
-from functions.runtime.report_core import static_room
-from functions.runtime.report_parse import (
+from functions.runtime.agent.health import Counted, count_start_failures
+from functions.runtime.agent.parse import (
     device_class_drivers,
     node_devices,
     node_info,
     pod_needs_from_template,
 )
+from functions.runtime.shared.report import static_room
 from tests.e2e import claims
 from tests.e2e.conftest import measured
 

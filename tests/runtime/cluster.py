@@ -34,7 +34,7 @@ import yaml
 from kubernetes import client
 
 from functions.common.contracts import SYSTEM_NAMESPACE
-from functions.runtime.kube import token_client
+from functions.runtime.kube.clients import token_client
 from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,8 +30,8 @@ import gen_proto
 
 gen_proto.generate()
 
-from functions.runtime.election import Agent, Clock  # noqa: E402
-from functions.runtime.election_core import Timings  # noqa: E402
+from functions.runtime.election.core import Timings  # noqa: E402
+from functions.runtime.election.elector import Agent, Clock  # noqa: E402
 
 FLEET_SIZE = 5
 POLICY_NAMESPACE = "ml-team"

@@ -1,7 +1,7 @@
 """The certificate-expiry alert under the real `promtool test rules`: it fires for a
 certificate that expires within 14 days and stays quiet for one that does not, and for one
 renewed in place (the series' value moves out, as the metric reads the file at each
-scrape). Labels are the ones the exporter writes (functions/runtime/cert_expiry.py).
+scrape). Labels are the ones the exporter writes (functions/runtime/shared/cert_expiry.py).
 """
 
 from tests.runtime.test_hub_alerts import promtool, rule_file, run_promtool_tests  # noqa: F401

@@ -17,9 +17,9 @@ import yaml
 from kubernetes import client
 
 from functions.common.contracts import ANNOTATION_FENCING_TOKEN
-from functions.runtime.cert_expiry import CERTIFICATE_EXPIRY
-from functions.runtime.metrics import FLEET_MEMBERS, HUB_LEADING
-from functions.runtime.scaler import METRIC_NAME
+from functions.runtime.scaler.server import METRIC_NAME
+from functions.runtime.shared.cert_expiry import CERTIFICATE_EXPIRY
+from functions.runtime.shared.metrics import FLEET_MEMBERS, HUB_LEADING
 from tests.runtime.cluster import free_port
 from tests.runtime.conftest import FAST, wait_for
 from tests.runtime.test_election import SLACK, _lease

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from functions.common.contracts import ANNOTATION_FENCING_TOKEN, HUB_LEASE_NAME, SYSTEM_NAMESPACE
-from functions.runtime.election_core import Timings
+from functions.runtime.election.core import Timings
 from tests.runtime.conftest import FAST, HubSampler, measured, wait_for
 
 SLACK = 1.0  # request round trips and thread scheduling on a loaded 2-core runner

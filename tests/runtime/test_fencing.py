@@ -17,12 +17,12 @@ from kubernetes.client.exceptions import ApiException
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from functions.runtime.agent import Agent, AgentConfig
-from functions.runtime.decision_log import DecisionLog
-from functions.runtime.hub_metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics
-from functions.runtime.policy import PolicySpec, rfc3339, spec_hash
-from functions.runtime.report_core import Report
-from functions.runtime.rest import kube_request
+from functions.runtime.agent.loop import Agent, AgentConfig
+from functions.runtime.hub.decision_log import DecisionLog
+from functions.runtime.hub.metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics
+from functions.runtime.kube.rest import kube_request
+from functions.runtime.shared.policy import PolicySpec, rfc3339, spec_hash
+from functions.runtime.shared.report import Report
 from tests.runtime.conftest import FAST, wait_for
 from tests.runtime.test_election import SLACK, _lease, _one_hub
 from tests.runtime.test_hub_integration import (

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from functions.runtime import metrics as election_metrics
-from functions.runtime.cert_expiry import CERTIFICATE_EXPIRY
-from functions.runtime.hub_metrics import HUB_HISTOGRAMS, HUB_METRICS
-from functions.runtime.model_health import MODEL_HEALTH_METRICS
+from functions.runtime.hub.metrics import HUB_HISTOGRAMS, HUB_METRICS
+from functions.runtime.operator.model_health import MODEL_HEALTH_METRICS
+from functions.runtime.shared import metrics as election_metrics
+from functions.runtime.shared.cert_expiry import CERTIFICATE_EXPIRY
 from tests.conftest import REPO, require_tool
 
 RULE = REPO / "package" / "prometheusrule.yaml"

@@ -43,13 +43,13 @@ from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_DEPLOYM
 from functions.common.health import health_record_name
 from functions.common.metricmapping import parse_mappings
 from functions.compose_serving_stack import collector
-from functions.runtime.acting import FIELD_MANAGER, Actor, LeaseCopy
-from functions.runtime.agent import Agent, AgentConfig, ElectionRole
-from functions.runtime.decision_log import DecisionLog
-from functions.runtime.health_agent import HealthAgent
-from functions.runtime.hub_metrics import HubMetrics
-from functions.runtime.rest import APPLY_PATCH, kube_request
-from functions.runtime.scaler_core import HubLeaseCopy, served_floor
+from functions.runtime.agent.health import HealthAgent
+from functions.runtime.agent.loop import Agent, AgentConfig, ElectionRole
+from functions.runtime.hub.acting import FIELD_MANAGER, Actor, LeaseCopy
+from functions.runtime.hub.decision_log import DecisionLog
+from functions.runtime.hub.metrics import HubMetrics
+from functions.runtime.kube.rest import APPLY_PATCH, kube_request
+from functions.runtime.scaler.core import HubLeaseCopy, served_floor
 from tests.collector import engines, harness
 from tests.conftest import require_tool
 from tests.runtime.cluster import free_port

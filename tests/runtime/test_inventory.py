@@ -38,9 +38,9 @@ from functions.common.inventory import (
     format_fabric_label,
     inventory_from_record,
 )
+from functions.runtime.agent.inventory import ANNOTATION_IDLE_MEMORY, Counters, InventoryAgent
 from functions.runtime.cli import parse_fabric_labels
-from functions.runtime.inventory import ANNOTATION_IDLE_MEMORY, Counters, InventoryAgent
-from functions.runtime.rest import kube_request
+from functions.runtime.kube.rest import kube_request
 from tests.conftest import REPO
 from tests.runtime.cluster import Member
 from tests.runtime.test_operator_cli import SCHEMA, start_control_plane

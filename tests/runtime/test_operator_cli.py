@@ -264,8 +264,8 @@ def test_model_health_reads_the_same_statuses_at_scrape_time(control_plane):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
-    from functions.runtime.model_health import ModelHealthMetrics  # noqa: PLC0415
-    from functions.runtime.operator_cli import ControlPlane  # noqa: PLC0415
+    from functions.runtime.operator.cli import ControlPlane  # noqa: PLC0415
+    from functions.runtime.operator.model_health import ModelHealthMetrics  # noqa: PLC0415
     from tests.unit.test_hub_metrics import scrape  # noqa: PLC0415
 
     registry = CollectorRegistry()

@@ -1,6 +1,6 @@
 """A PromQL signal sees only its own deployment's series (issue #20, class 5).
 
-The scoping (functions/runtime/promql_scope.py) is checked twice: what it writes, for the
+The scoping (functions/runtime/agent/promql_scope.py) is checked twice: what it writes, for the
 query shapes a policy uses and the ones an attacker would try; and what the real
 Prometheus query engine (`promtool test rules`, the engine Prometheus runs) answers for
 the scoped query over a store holding two tenants' series — a tenant's query, however
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from functions.runtime.promql_scope import UnscopableQuery, scope_query
+from functions.runtime.agent.promql_scope import UnscopableQuery, scope_query
 from tests.conftest import require_tool
 
 SCOPE = {"k8s_namespace_name": "team-a", "modelplane_deployment": "llm"}

@@ -35,11 +35,11 @@ from functions.common.contracts import (
     HUB_LEASE_NAME,
     SYSTEM_NAMESPACE,
 )
-from functions.runtime.agent import Agent, AgentConfig, FixedRole
-from functions.runtime.decision_log import DecisionLog
-from functions.runtime.hub_metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics
-from functions.runtime.policy import Policy
-from functions.runtime.report_core import Report
+from functions.runtime.agent.loop import Agent, AgentConfig, FixedRole
+from functions.runtime.hub.decision_log import DecisionLog
+from functions.runtime.hub.metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics
+from functions.runtime.shared.policy import Policy
+from functions.runtime.shared.report import Report
 from tests.runtime.test_hub_integration import COMPOSITION_MANAGER, apply, get, install_crds
 
 GOLDEN = Path(__file__).resolve().parents[1] / "render/testdata/model_replica/managed-traffic.yaml"

@@ -25,10 +25,10 @@ from functions.common.contracts import (
     SCALER_LIVENESS_SERVICE,
     SYSTEM_NAMESPACE,
 )
-from functions.runtime.election_core import LeaseRecord
-from functions.runtime.kube import lease_body
-from functions.runtime.proto import stubs
-from functions.runtime.scaler import (
+from functions.runtime.election.core import LeaseRecord
+from functions.runtime.election.leases import lease_body
+from functions.runtime.scaler.proto import stubs
+from functions.runtime.scaler.server import (
     METRIC_NAME,
     SCALER_SERVICE,
     FloorScaler,

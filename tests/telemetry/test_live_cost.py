@@ -43,9 +43,9 @@ from functions.common.cost import MODEL_COST_PER_HOUR
 from functions.common.exposition import prometheus_label
 from functions.compose_serving_stack import collector
 from functions.compose_telemetry import gateway, rollup
-from functions.runtime.cert_expiry import CERTIFICATE_EXPIRY
-from functions.runtime.metrics import HUB_LEADING
-from functions.runtime.rest import kube_request
+from functions.runtime.kube.rest import kube_request
+from functions.runtime.shared.cert_expiry import CERTIFICATE_EXPIRY
+from functions.runtime.shared.metrics import HUB_LEADING
 from tests.collector.harness import localize_paths
 from tests.conftest import REPO, require_tool
 from tests.runtime.cluster import Member

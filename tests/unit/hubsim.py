@@ -10,11 +10,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from functions.runtime.hub import plan
-from functions.runtime.hub_decision import Decision, HubState
-from functions.runtime.hub_fleet import ClusterFleet, FleetStatus
-from functions.runtime.policy import PolicySpec, spec_hash
-from functions.runtime.report_core import Report
+from functions.runtime.hub.decision import Decision, HubState
+from functions.runtime.hub.fleet import ClusterFleet, FleetStatus
+from functions.runtime.hub.plan import plan
+from functions.runtime.shared.policy import PolicySpec, spec_hash
+from functions.runtime.shared.report import Report
 
 REPLICA_CAPACITY = 10.0  # demand one replica serves
 

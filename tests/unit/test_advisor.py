@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from functions.runtime.advisor import SKIP_SECONDS, ChatAdvisor
-from functions.runtime.decision_log import DecisionLog
-from functions.runtime.hub import plan
-from functions.runtime.hub_decision import ADD_CAPACITY, HubState
-from functions.runtime.hub_fleet import ClusterFleet, FleetStatus
-from functions.runtime.policy import RankingModel, spec_hash
-from functions.runtime.report_core import Report
+from functions.runtime.hub.advisor import SKIP_SECONDS, ChatAdvisor
+from functions.runtime.hub.decision import ADD_CAPACITY, HubState
+from functions.runtime.hub.decision_log import DecisionLog
+from functions.runtime.hub.fleet import ClusterFleet, FleetStatus
+from functions.runtime.hub.plan import plan
+from functions.runtime.shared.policy import RankingModel, spec_hash
+from functions.runtime.shared.report import Report
 from tests.unit.chatserver import Answer, ChatServer
 from tests.unit.hubsim import make_spec
 

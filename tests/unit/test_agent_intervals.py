@@ -7,7 +7,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from functions.runtime.agent import AgentConfig
+from functions.runtime.agent.loop import AgentConfig
 from functions.runtime.cli import AGENT_STEPS, main, parse_intervals
 
 
@@ -53,8 +53,8 @@ class _Started(Exception):
 def _agent_config_from(monkeypatch, *args: str) -> dict:
     """The keyword arguments `modelplane-runtime agent ARGS` starts its loop with (the
     election and the API clients stubbed: only the command line is under test)."""
-    from functions.runtime import agent as agent_module  # noqa: PLC0415
     from functions.runtime import cli  # noqa: PLC0415
+    from functions.runtime.agent import loop as agent_module  # noqa: PLC0415
 
     seen: dict = {}
 

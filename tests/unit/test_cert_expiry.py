@@ -1,4 +1,4 @@
-"""Certificate expiry read from disk at each scrape (functions/runtime/cert_expiry.py),
+"""Certificate expiry read from disk at each scrape (functions/runtime/shared/cert_expiry.py),
 through the OpenTelemetry SDK the runtime exports with."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from cryptography.x509.oid import NameOID
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from functions.runtime.cert_expiry import (
+from functions.runtime.shared.cert_expiry import (
     CERTIFICATE_EXPIRY,
     CertificateExpiryMetrics,
     KubeconfigFile,

@@ -1,5 +1,5 @@
 """What a model's GPUs cost per hour: the priced pools' contract (functions/common/cost.py)
-and the agent's count of what each model holds (functions/runtime/cost.py)."""
+and the agent's count of what each model holds (functions/runtime/agent/cost.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from functions.common.cost import (
     pool_of_node,
     pool_prices_of_pools,
 )
-from functions.runtime.cost import CostMetrics, model_costs
-from functions.runtime.inventory import _pod_claims, allocated_devices
+from functions.runtime.agent.cost import CostMetrics, model_costs
+from functions.runtime.agent.inventory import _pod_claims, allocated_devices
 
 GPU = "gpu.nvidia.com"
 NIC = "dra.net"

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from functions.runtime.decision_log import DecisionLog
+from functions.runtime.hub.decision_log import DecisionLog
 from tests.conftest import IN_CI
 from tests.unit.hubsim import Member, World, make_spec
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from functions.runtime.election_core import (
+from functions.runtime.election.core import (
     MISSING,
     ElectionCore,
     LeaseRecord,

@@ -5,8 +5,8 @@ import json
 import jsonschema
 import pytest
 
-from functions.runtime import fleet_status
-from functions.runtime.fleet_status import (
+from functions.runtime.operator import fleet_status
+from functions.runtime.operator.fleet_status import (
     STATE_PARKED,
     STATE_PENDING,
     STATE_SATISFIED,
@@ -272,7 +272,7 @@ def test_explain_says_what_to_do_next():
 
 def test_operator_commands_are_the_ones_the_entrypoint_dispatches():
     from functions import entrypoint  # noqa: PLC0415
-    from functions.runtime import operator_cli  # noqa: PLC0415
+    from functions.runtime.operator import cli as operator_cli  # noqa: PLC0415
 
     assert entrypoint.OPERATOR_COMMANDS == operator_cli.COMMANDS
 

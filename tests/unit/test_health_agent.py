@@ -5,7 +5,7 @@ import pytest
 
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
 from functions.common.health import HEALTH_RECORD_LABEL, HealthRecord, health_record_name
-from functions.runtime.health_agent import (
+from functions.runtime.agent.health import (
     ANNOTATION_COUNTED,
     Counted,
     count_start_failures,
@@ -13,7 +13,7 @@ from functions.runtime.health_agent import (
     group_by_replica,
     record_object,
 )
-from functions.runtime.policy import rfc3339
+from functions.runtime.shared.policy import rfc3339
 
 NOW = 1_800_000_000.0
 DEF = "3f2a9c1d0b"

@@ -8,8 +8,7 @@ hub decided and when.
 import itertools
 import math
 
-from functions.runtime.hub import plan
-from functions.runtime.hub_decision import (
+from functions.runtime.hub.decision import (
     ADD_CAPACITY,
     EVENT_MEMBERS_OUT_OF_SYNC,
     EVENT_RELEASE_HELD,
@@ -18,7 +17,7 @@ from functions.runtime.hub_decision import (
     SHIFT_TRAFFIC,
     HubState,
 )
-from functions.runtime.hub_fleet import (
+from functions.runtime.hub.fleet import (
     HOME_TIER,
     PHASE_ESCALATED,
     PHASE_RECOVERING,
@@ -26,6 +25,7 @@ from functions.runtime.hub_fleet import (
     ClusterFleet,
     FleetStatus,
 )
+from functions.runtime.hub.plan import plan
 from tests.unit.hubsim import Member, World, make_spec
 
 

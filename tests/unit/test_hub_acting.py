@@ -16,12 +16,12 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from functions.common.contracts import ANNOTATION_FENCING_TOKEN
-from functions.runtime.acting import FIELD_MANAGER, Actor, LeaseCopy, NotHub, weighted_rules
-from functions.runtime.agent import Agent, AgentConfig, FixedRole
-from functions.runtime.decision_log import DecisionLog
-from functions.runtime.hub_metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics
-from functions.runtime.policy import Policy, PolicySpec, rfc3339, spec_hash
-from functions.runtime.report_core import Report
+from functions.runtime.agent.loop import Agent, AgentConfig, FixedRole
+from functions.runtime.hub.acting import FIELD_MANAGER, Actor, LeaseCopy, NotHub, weighted_rules
+from functions.runtime.hub.decision_log import DecisionLog
+from functions.runtime.hub.metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics
+from functions.runtime.shared.policy import Policy, PolicySpec, rfc3339, spec_hash
+from functions.runtime.shared.report import Report
 
 NOW = 1_800_000_000.0
 POLICY_PATH = "/apis/autoscaling.modelplane.ai/v1alpha1/namespaces/ml/adaptivepolicies/llm"

@@ -7,7 +7,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from functions.runtime.hub_metrics import HubMetrics
+from functions.runtime.hub.metrics import HubMetrics
 
 
 def scrape(registry) -> dict[str, list]:

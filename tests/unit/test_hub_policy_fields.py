@@ -11,17 +11,17 @@ import pytest
 from pydantic import ValidationError
 
 from functions.common.adaptivepolicy import fit_cluster_weights
-from functions.runtime.decision_log import DecisionLog
-from functions.runtime.hub import plan
-from functions.runtime.hub_decision import (
+from functions.runtime.hub.decision import (
     ADD_CAPACITY,
     SHIFT_TRAFFIC,
     HubState,
     reservations,
 )
-from functions.runtime.hub_fleet import PHASE_ESCALATED, ClusterFleet, FleetStatus
-from functions.runtime.policy import spec_hash
-from functions.runtime.report_core import Report
+from functions.runtime.hub.decision_log import DecisionLog
+from functions.runtime.hub.fleet import PHASE_ESCALATED, ClusterFleet, FleetStatus
+from functions.runtime.hub.plan import plan
+from functions.runtime.shared.policy import spec_hash
+from functions.runtime.shared.report import Report
 from tests.unit.hubsim import make_spec
 
 NOW = 1_800_000_000.0

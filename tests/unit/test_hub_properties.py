@@ -6,7 +6,7 @@ step larger than stepPercent, and no traffic gained by a member over its latency
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from functions.runtime.hub_decision import SHIFT_TRAFFIC
+from functions.runtime.hub.decision import SHIFT_TRAFFIC
 from tests.unit.hubsim import Member, World, make_spec
 
 member = st.fixed_dictionaries(

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from functions.runtime.hub_decision import ADD_CAPACITY, Decision
-from functions.runtime.hub_fleet import PHASE_ESCALATED, PHASE_STEADY, FleetStatus
-from functions.runtime.policy import PolicySpec
+from functions.runtime.hub.decision import ADD_CAPACITY, Decision
+from functions.runtime.hub.fleet import PHASE_ESCALATED, PHASE_STEADY, FleetStatus
+from functions.runtime.shared.policy import PolicySpec
 from tests.unit.hubsim import REPLICA_CAPACITY, Member, World
 
 FLEETS = int(os.environ.get("MODELPLANE_SIM_FLEETS", "200"))

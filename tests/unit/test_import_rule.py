@@ -75,3 +75,79 @@ def test_the_rule_sees_every_component() -> None:
     # A guard against the test above passing vacuously after a move.
     assert {"common", "runtime", "compose_telemetry", "compose_serving_stack"} <= set(_components())
     assert DISPATCHER.exists()
+
+
+# --- The runtime's wings (functions/runtime/__init__.py) --------------------------------
+
+RUNTIME = FUNCTIONS / "runtime"
+# Which wing may import which (besides itself, functions.common and the standard
+# library). `cli.py`, the process entry, may import every wing. The operator's CLI reads
+# the control plane only: no hub, agent or election internals.
+WING_MAY_IMPORT: dict[str, frozenset[str]] = {
+    "shared": frozenset(),
+    "kube": frozenset({"shared"}),
+    "election": frozenset({"shared", "kube"}),
+    "hub": frozenset({"shared", "kube"}),
+    "scaler": frozenset({"shared", "kube"}),
+    "activator": frozenset({"shared", "kube"}),
+    "operator": frozenset({"shared", "kube"}),
+    "agent": frozenset({"shared", "kube", "hub"}),
+}
+ENTRY = "cli.py"
+
+
+def _wings() -> list[str]:
+    return sorted(p.parent.name for p in RUNTIME.glob("*/__init__.py") if p.parent.name != "proto")
+
+
+def _wing_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["functions", "runtime"] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def _wing_violations(wing: str, root: Path = RUNTIME) -> list[str]:
+    allowed = WING_MAY_IMPORT[wing] | {wing}
+    broken: list[str] = []
+    for path in sorted((root / wing).rglob("*.py")):
+        if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            continue
+        where = path.relative_to(root.parent.parent)
+        for line, module in _imported_modules(ast.parse(path.read_text(), str(path))):
+            target = _wing_of(module)
+            if module == "functions.runtime":
+                broken.append(f"{where}:{line}: imports {module} (name a wing)")
+            elif target is not None and target not in allowed:
+                may = ", ".join(sorted(WING_MAY_IMPORT[wing])) or "no other wing"
+                broken.append(f"{where}:{line}: imports {module} ({wing} may import {may})")
+    return broken
+
+
+@pytest.mark.parametrize("wing", sorted(WING_MAY_IMPORT))
+def test_each_wing_imports_only_the_wings_it_may(wing: str) -> None:
+    assert _wing_violations(wing) == []
+
+
+def test_every_runtime_module_lives_in_a_wing_with_a_rule() -> None:
+    loose = sorted(p.name for p in RUNTIME.glob("*.py") if p.name not in {"__init__.py", ENTRY})
+    assert loose == [], "a runtime module outside every wing; move it into one"
+    assert set(_wings()) == set(WING_MAY_IMPORT), "a wing without an import rule"
+    for wing in _wings():
+        doc = ast.get_docstring(ast.parse((RUNTIME / wing / "__init__.py").read_text()))
+        assert doc, f"functions/runtime/{wing}/__init__.py must say what the wing decides"
+
+
+def test_the_wing_rule_fails_on_a_planted_bad_import(tmp_path: Path) -> None:
+    # The operator's CLI reaching into the hub is the import the rule exists to stop.
+    planted = tmp_path / "functions" / "runtime"
+    (planted / "operator").mkdir(parents=True)
+    (planted / "operator" / "__init__.py").write_text('"""planted"""\n')
+    (planted / "operator" / "cli.py").write_text(
+        "from functions.runtime.hub.decision import Decision\n"
+        "def f():\n    from functions.runtime.agent import loop\n"
+    )
+    broken = _wing_violations("operator", planted)
+    assert len(broken) == 2
+    assert "imports functions.runtime.hub.decision (operator may import kube, shared)" in broken[0]
+    assert "functions.runtime.agent" in broken[1]

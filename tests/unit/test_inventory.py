@@ -1,4 +1,4 @@
-"""The member's fleet inventory (functions/runtime/inventory.py), on plain objects."""
+"""The member's fleet inventory (functions/runtime/agent/inventory.py), on plain objects."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from functions.common.inventory import (
     node_fabric,
     parse_fabric_label,
 )
-from functions.runtime.inventory import (
+from functions.runtime.agent.inventory import (
     Counters,
     IdleMemory,
     MemberObjects,
@@ -25,7 +25,7 @@ from functions.runtime.inventory import (
     published_devices,
     replica_state,
 )
-from functions.runtime.signals_core import SignalHistory, parse_page
+from functions.runtime.agent.signals import SignalHistory, parse_page
 
 NOW = 1_800_000_000.0
 

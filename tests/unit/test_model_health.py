@@ -5,9 +5,9 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry
 
-from functions.runtime import model_health
-from functions.runtime.fleet_status import summarize
-from functions.runtime.model_health import (
+from functions.runtime.operator import model_health
+from functions.runtime.operator.fleet_status import summarize
+from functions.runtime.operator.model_health import (
     DESIRED_REPLICAS,
     PARKED,
     READY_REPLICAS,

@@ -8,7 +8,7 @@ import pytest
 
 from functions.compose_model_deployment import ondemand
 from functions.compose_model_deployment.model import InputError, read_deployment
-from functions.runtime import activator_core as core
+from functions.runtime.activator import core
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 STAMP = "2026-12-03T12:00:00Z"
@@ -285,7 +285,7 @@ class _Plane:
 def test_concurrent_requests_for_one_model_share_one_attempt():
     import threading  # noqa: PLC0415
 
-    from functions.runtime.activator import Activations  # noqa: PLC0415
+    from functions.runtime.activator.server import Activations  # noqa: PLC0415
 
     plane = _Plane()
     activations = Activations(plane, "us")

@@ -9,13 +9,13 @@ import subprocess
 
 import pytest
 
-from functions.runtime import planner
-from functions.runtime.advisor import ChatAdvisor
-from functions.runtime.hub import plan
-from functions.runtime.hub_decision import HubState
-from functions.runtime.hub_fleet import ClusterFleet, FleetStatus
-from functions.runtime.policy import ChatEndpoint, spec_hash
-from functions.runtime.report_core import Report
+from functions.runtime.hub import planner
+from functions.runtime.hub.advisor import ChatAdvisor
+from functions.runtime.hub.decision import HubState
+from functions.runtime.hub.fleet import ClusterFleet, FleetStatus
+from functions.runtime.hub.plan import plan
+from functions.runtime.shared.policy import ChatEndpoint, spec_hash
+from functions.runtime.shared.report import Report
 from tests.unit import test_hub_acting as acting
 from tests.unit.chatserver import Answer, ChatServer
 from tests.unit.hubsim import make_spec

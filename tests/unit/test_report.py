@@ -6,14 +6,20 @@ import pytest
 
 from functions.common.quantity import quantity_float as parse_quantity
 from functions.common.scheduling import Taint
-from functions.runtime.policy import (
+from functions.runtime.agent.parse import (
+    node_info,
+    node_pool_info,
+    pod_needs_from_template,
+    pod_state,
+)
+from functions.runtime.shared.policy import (
     PolicySpec,
     format_duration,
     parse_duration,
     rfc3339,
     spec_hash,
 )
-from functions.runtime.report_core import (
+from functions.runtime.shared.report import (
     NODEPOOL_LABEL,
     REASON_NOT_A_MEMBER,
     REASON_OBSERVATION_FAILED,
@@ -25,12 +31,6 @@ from functions.runtime.report_core import (
     Report,
     SignalResult,
     compute_report,
-)
-from functions.runtime.report_parse import (
-    node_info,
-    node_pool_info,
-    pod_needs_from_template,
-    pod_state,
 )
 
 NOW = 1_800_000_000.0

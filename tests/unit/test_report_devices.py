@@ -2,14 +2,14 @@
 only while the node's ResourceSlices have that many free (found false by the fleet box's
 scheduler, tests/e2e/test_scheduling.py: the room counted pods by cpu and memory only)."""
 
-from functions.runtime.report_core import PodNeeds, static_room
-from functions.runtime.report_parse import (
+from functions.runtime.agent.parse import (
     claim_template_devices,
     device_class_drivers,
     node_devices,
     node_info,
     pod_needs_from_template,
 )
+from functions.runtime.shared.report import PodNeeds, static_room
 
 CLASS = {
     "metadata": {"name": "gpu"},

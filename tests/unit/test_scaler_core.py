@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.runtime.scaler_core import HubLeaseCopy, parse_time, served_floor
+from functions.runtime.scaler.core import HubLeaseCopy, parse_time, served_floor
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 HUB = "us-east-1/agent-0"

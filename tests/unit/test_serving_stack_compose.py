@@ -339,7 +339,7 @@ def _grants(rules: list[dict], group: str, resource: str, verb: str) -> bool:
 @pytest.mark.parametrize(
     ("account", "group", "resource", "verb"),
     [
-        # What the agent's report reads (functions/runtime/report.py).
+        # What the agent's report reads (functions/runtime/agent/collect.py).
         ("agent", "", "pods", "list"),
         ("agent", "", "nodes", "list"),
         ("agent", "karpenter.sh", "nodepools", "list"),
@@ -355,7 +355,7 @@ def _grants(rules: list[dict], group: str, resource: str, verb: str) -> bool:
         ("agent", "grove.io", "podcliquesets", "get"),
         ("agent", "leaderworkerset.x-k8s.io", "leaderworkersets/scale", "get"),
         ("agent", "grove.io", "podcliquesets/scale", "get"),
-        # What the hub writes (functions/runtime/acting.py), on its own member and peers.
+        # What the hub writes (functions/runtime/hub/acting.py), on its own member and peers.
         ("agent", "gateway.networking.k8s.io", "httproutes", "patch"),
         ("agent", "", "events", "create"),
         ("peer", "gateway.networking.k8s.io", "httproutes", "patch"),

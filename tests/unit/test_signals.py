@@ -9,8 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from functions.common.adaptivepolicy import needs_vocabulary_signals
-from functions.runtime.policy import DEFAULT_SIGNALS, PolicySpec, VocabularySignal
-from functions.runtime.signals_core import (
+from functions.runtime.agent.signals import (
     DEPLOYMENT_LABEL,
     NAMESPACE_LABEL,
     Scope,
@@ -18,6 +17,7 @@ from functions.runtime.signals_core import (
     evaluate,
     parse_page,
 )
+from functions.runtime.shared.policy import DEFAULT_SIGNALS, PolicySpec, VocabularySignal
 
 NOW = 1_800_000_000.0
 SCOPE = Scope("ml-team", "llama-8b")
@@ -324,7 +324,7 @@ def test_the_crd_and_xrd_offer_exactly_the_vocabulary_and_the_functions():
     import yaml  # noqa: PLC0415
 
     from functions.common import vocabulary  # noqa: PLC0415
-    from functions.runtime.policy import SIGNAL_FUNCTIONS  # noqa: PLC0415
+    from functions.runtime.shared.policy import SIGNAL_FUNCTIONS  # noqa: PLC0415
 
     repo = Path(__file__).resolve().parents[2]
     crd = yaml.safe_load((repo / "apis/adaptivepolicies/definition.yaml").read_text())

@@ -1,9 +1,9 @@
-"""`modelplane suggest` on plain objects (functions/runtime/suggest.py); the API server's
+"""`modelplane suggest` on plain objects (functions/runtime/operator/suggest.py); the API server's
 acceptance of the patch is tests/runtime/test_operator_cli.py."""
 
 import yaml
 
-from functions.runtime import suggest
+from functions.runtime.operator import suggest
 from tests.conftest import REPO
 
 CLUSTERS = [

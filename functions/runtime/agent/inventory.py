@@ -1,0 +1,556 @@
+"""The member's fleet inventory: how full it is, what is broken, and what is holding GPUs
+it is not using — the member's half of `modelplane status`.
+
+Read from what the member's API server says and nothing else:
+- nodes by the state that needs a different response: ready, cordoned (unschedulable,
+  nothing left on it), draining (unschedulable, still running pods), unreachable (Ready
+  is not True);
+- GPUs per device class from the ResourceSlices the DRA driver publishes (only the
+  newest generation of each pool), used when a ResourceClaim's allocation names the
+  device, unhealthy when its node is unreachable or the device carries a NoSchedule or
+  NoExecute taint. An unhealthy device is never also counted as used, so free = total -
+  used - unhealthy cannot go below zero;
+- per fabric (the node label each InferenceCluster pool declares, `fabricNodeLabel`,
+  `modelplane.ai/fabric` by default; see `node_fabric`) its GPU nodes and the largest block
+  of entirely free ones — ready nodes whose every device is healthy and unallocated, the
+  number that decides whether a multi-node replica can land there;
+- replicas by state, one per replica's head pod (Standalone, Leader or Decode role);
+- idle replicas: serving, and their request counter has not moved for `idle_after`
+  seconds (IDLE_AFTER_SECONDS unless the agent's `--idle-after` says otherwise; the
+  document names the threshold it used, so a reader never assumes the default), with the
+  GPUs their pods' claims hold. What the counter was and since when it has not moved
+  travels with the record (an annotation), so an agent restart or a failover to the
+  standby agent does not reset the clock.
+
+`compute_inventory` is pure (objects and `now` in, the document out); `InventoryAgent` is
+the shell that lists the objects and writes the record.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kubernetes.client.exceptions import ApiException
+
+from functions.common.conditions import is_ready
+from functions.common.contracts import (
+    LABEL_DEPLOYMENT,
+    LABEL_ROLE,
+    LABEL_SERVING,
+    ROLE_DECODE,
+    ROLE_LEADER,
+    ROLE_STANDALONE,
+)
+from functions.common.cost import PoolPrice
+from functions.common.inventory import (
+    COUNTERS_AVAILABLE,
+    COUNTERS_UNAVAILABLE,
+    GPU_DRIVER,
+    IDLE_AFTER_SECONDS,
+    INVENTORY_RECORD_API_VERSION,
+    INVENTORY_RECORD_KIND,
+    INVENTORY_RECORD_NAME,
+    INVENTORY_RECORD_NAMESPACE,
+    KEY_INVENTORY,
+    FabricLabel,
+    device_class,
+    node_fabric,
+)
+from functions.runtime.agent.cost import CostKey, model_costs
+from functions.runtime.kube.rest import APPLY_PATCH, kube_request
+from functions.runtime.shared.policy import rfc3339
+
+ANNOTATION_IDLE_MEMORY: Final = "modelplane.ai/idle-memory"
+
+NODE_READY: Final = "ready"
+NODE_CORDONED: Final = "cordoned"
+NODE_DRAINING: Final = "draining"
+NODE_UNREACHABLE: Final = "unreachable"
+
+REPLICA_READY: Final = "ready"
+REPLICA_STARTING: Final = "starting"
+REPLICA_DRAINING: Final = "draining"
+REPLICA_FAILED: Final = "failed"
+
+# The pod of a replica that stands for it: one per replica on every stack.
+HEAD_ROLES: Final = frozenset({ROLE_STANDALONE, ROLE_LEADER, ROLE_DECODE})
+# Taints that say a node is being emptied (kubectl cordon; Karpenter's disruption).
+DRAIN_TAINTS: Final = frozenset({"node.kubernetes.io/unschedulable", "karpenter.sh/disrupted"})
+UNHEALTHY_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+_FAILED_WAITING: Final = frozenset(
+    {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"}
+)
+
+ReplicaKey = tuple[str, str]  # (namespace, ModelReplica)
+DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+
+
+@dataclass
+class IdleMemory:
+    """Per replica: the request counter last seen and when it last moved."""
+
+    counters: dict[ReplicaKey, tuple[float, float]] = field(default_factory=dict)
+
+    def to_annotation(self) -> str:
+        return json.dumps(
+            {
+                f"{ns}/{name}": [value, since]
+                for (ns, name), (value, since) in sorted(self.counters.items())
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_annotation(cls, text: str | None) -> IdleMemory:
+        try:
+            raw = json.loads(text or "{}")
+            counters = {}
+            for key, (value, since) in raw.items():
+                namespace, name = key.split("/", 1)
+                counters[(namespace, name)] = (float(value), float(since))
+            return cls(counters)
+        except (ValueError, TypeError, AttributeError):
+            return cls()
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The request counters read this time: per replica, requests finished so far; or why
+    they could not be read (then no replica is named idle — unknown is not idle)."""
+
+    by_replica: Mapping[ReplicaKey, float] = field(default_factory=dict)
+    error: str = ""
+    # Or per deployment (namespace, ModelDeployment), as the collector's signals page
+    # counts: a cluster runs one ModelReplica of a deployment, so it is the same count.
+    by_deployment: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+    def of(self, key: ReplicaKey, deployment: str) -> float | None:
+        """The replica's count, or None when the source has no series for it (its engine
+        is not scraped, or its type exports no request counter): unknown, not zero."""
+        if key in self.by_replica:
+            return self.by_replica[key]
+        return self.by_deployment.get((key[0], deployment))
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _daemon(pod: Mapping[str, Any]) -> bool:
+    return any(
+        o.get("kind") == "DaemonSet"
+        for o in (pod.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
+def node_state(node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]]) -> str:
+    if not is_ready(node):
+        return NODE_UNREACHABLE
+    spec = node.get("spec") or {}
+    emptied = bool(spec.get("unschedulable")) or any(
+        t.get("key") in DRAIN_TAINTS for t in spec.get("taints") or []
+    )
+    if not emptied:
+        return NODE_READY
+    # Cordoned and still running workload pods: someone is (or should be) draining it.
+    busy = any(not _terminal(p) and not _daemon(p) for p in pods_on_node)
+    return NODE_DRAINING if busy else NODE_CORDONED
+
+
+def replica_state(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    if metadata.get("deletionTimestamp"):
+        return REPLICA_DRAINING
+    if status.get("phase") == "Failed":
+        return REPLICA_FAILED
+    if is_ready(pod):
+        return REPLICA_READY
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in _FAILED_WAITING:
+            return REPLICA_FAILED
+    return REPLICA_STARTING
+
+
+@dataclass(frozen=True)
+class Device:
+    key: DeviceKey
+    node: str
+    device_class: str
+    tainted: bool
+
+
+def published_devices(
+    slices: Iterable[Mapping[str, Any]], driver: str = GPU_DRIVER
+) -> list[Device]:
+    """The driver's devices, from the newest generation of each pool only (a pool being
+    republished has slices of two generations for a moment)."""
+    slices = [s for s in slices if (s.get("spec") or {}).get("driver") == driver]
+    newest: dict[str, int] = {}
+    for s in slices:
+        pool = (s.get("spec") or {}).get("pool") or {}
+        name = str(pool.get("name", ""))
+        newest[name] = max(newest.get(name, 0), int(pool.get("generation") or 0))
+    devices = []
+    for s in slices:
+        spec = s.get("spec") or {}
+        pool = spec.get("pool") or {}
+        if int(pool.get("generation") or 0) != newest[str(pool.get("name", ""))]:
+            continue
+        for device in spec.get("devices") or []:
+            devices.append(
+                Device(
+                    key=(driver, str(pool.get("name", "")), str(device.get("name", ""))),
+                    node=str(spec.get("nodeName") or ""),
+                    device_class=device_class(device.get("attributes"), driver),
+                    tainted=any(
+                        t.get("effect") in UNHEALTHY_EFFECTS for t in device.get("taints") or []
+                    ),
+                )
+            )
+    return sorted(devices, key=lambda d: d.key)
+
+
+def allocated_devices(claims: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], set[DeviceKey]]:
+    """(namespace, claim) -> the devices its allocation holds."""
+    held: dict[tuple[str, str], set[DeviceKey]] = {}
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        keys = {
+            (str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
+            for r in results
+        }
+        if keys:
+            meta = claim.get("metadata") or {}
+            held[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = keys
+    return held
+
+
+def _pod_claims(pod: Mapping[str, Any]) -> list[str]:
+    """The ResourceClaims a pod's claims resolved to (generated from templates, or named)."""
+    names = [
+        str(s["resourceClaimName"])
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if s.get("resourceClaimName")
+    ]
+    names += [
+        str(c["resourceClaimName"])
+        for c in (pod.get("spec") or {}).get("resourceClaims") or []
+        if c.get("resourceClaimName")
+    ]
+    return sorted(set(names))
+
+
+@dataclass(frozen=True)
+class MemberObjects:
+    """What the inventory is computed from, as the member's API server lists them."""
+
+    nodes: list[Mapping[str, Any]]
+    slices: list[Mapping[str, Any]]
+    claims: list[Mapping[str, Any]]
+    pods: list[Mapping[str, Any]]
+
+
+def _node_states(objects: MemberObjects) -> dict[str, str]:
+    pods_by_node: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in objects.pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            pods_by_node.setdefault(str(node_name), []).append(pod)
+    return {
+        _name(n): node_state(n, pods_by_node.get(_name(n), []))
+        for n in sorted(objects.nodes, key=_name)
+    }
+
+
+def _gpus_and_fabrics(
+    objects: MemberObjects,
+    states: Mapping[str, str],
+    held: Mapping[Any, set[DeviceKey]],
+    driver: str,
+    fabric_labels: Sequence[FabricLabel] = (),
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    devices = published_devices(objects.slices, driver)
+    used_keys = set().union(*held.values()) if held else set()
+    by_class: dict[str, dict[str, int]] = {}
+    busy_nodes: set[str] = set()
+    for device in devices:
+        totals = by_class.setdefault(device.device_class, {"total": 0, "used": 0, "unhealthy": 0})
+        totals["total"] += 1
+        unhealthy = device.tainted or states.get(device.node) == NODE_UNREACHABLE
+        if unhealthy:
+            totals["unhealthy"] += 1
+        elif device.key in used_keys:
+            totals["used"] += 1
+        if unhealthy or device.key in used_keys:
+            busy_nodes.add(device.node)
+
+    labels_by_node = {_name(n): _labels(n) for n in objects.nodes}
+    fabrics: dict[str, dict[str, int]] = {}
+    for node_name in sorted({d.node for d in devices if d.node}):
+        fabric = node_fabric(labels_by_node.get(node_name, {}), fabric_labels)
+        entry = fabrics.setdefault(fabric, {"nodes": 0, "largestFreeBlock": 0})
+        entry["nodes"] += 1
+        if states.get(node_name) == NODE_READY and node_name not in busy_nodes:
+            entry["largestFreeBlock"] += 1
+    return (
+        [{"deviceClass": c} | t for c, t in sorted(by_class.items())],
+        [{"name": f} | t for f, t in sorted(fabrics.items())],
+    )
+
+
+@dataclass
+class _Replicas:
+    by_state: dict[str, int]
+    serving: set[ReplicaKey]  # replicas with a ready head pod
+    gpus_held: dict[ReplicaKey, int]
+    deployment_of: dict[ReplicaKey, str]
+
+
+def _replicas(pods: Iterable[Mapping[str, Any]], held: Mapping[Any, set[DeviceKey]]) -> _Replicas:
+    out = _Replicas(
+        {REPLICA_READY: 0, REPLICA_STARTING: 0, REPLICA_DRAINING: 0, REPLICA_FAILED: 0},
+        set(),
+        {},
+        {},
+    )
+    for pod in pods:
+        labels = _labels(pod)
+        serving = labels.get(LABEL_SERVING)
+        if not serving or (pod.get("status") or {}).get("phase") == "Succeeded":
+            continue
+        namespace = str((pod.get("metadata") or {}).get("namespace", ""))
+        key = (namespace, serving)
+        out.deployment_of[key] = labels.get(LABEL_DEPLOYMENT, "")
+        out.gpus_held[key] = out.gpus_held.get(key, 0) + sum(
+            len(held.get((namespace, c), ())) for c in _pod_claims(pod)
+        )
+        if labels.get(LABEL_ROLE, ROLE_STANDALONE) in HEAD_ROLES:
+            state = replica_state(pod)
+            out.by_state[state] += 1
+            if state == REPLICA_READY:
+                out.serving.add(key)
+    return out
+
+
+def _idle(
+    replicas: _Replicas, counters: Counters, memory: IdleMemory, now: float, idle_after: float
+) -> tuple[list[dict[str, Any]], IdleMemory]:
+    """The idle clock: a counter that moved (or was never seen) restarts it; a replica no
+    longer serving is forgotten, so its next start is not read as long idle. Counters that
+    could not be read name nobody idle and keep the clocks as they were; so does a replica
+    the source has no counter for (a page that does not carry it says nothing about it)."""
+    if counters.error:
+        kept = {k: v for k, v in memory.counters.items() if k in replicas.serving}
+        return [], IdleMemory(kept)
+    kept = IdleMemory()
+    idle = []
+    for key in sorted(replicas.serving):
+        value = counters.of(key, replicas.deployment_of.get(key, ""))
+        previous = memory.counters.get(key)
+        if value is None:
+            if previous is not None:
+                kept.counters[key] = previous
+            continue
+        since = previous[1] if previous is not None and previous[0] == value else now
+        kept.counters[key] = (value, since)
+        if now - since >= idle_after:
+            idle.append(
+                {
+                    "namespace": key[0],
+                    "name": key[1],
+                    "deployment": replicas.deployment_of.get(key, ""),
+                    "idleSeconds": int(now - since),
+                    "gpus": replicas.gpus_held.get(key, 0),
+                }
+            )
+    idle.sort(key=lambda r: (-r["idleSeconds"], r["namespace"], r["name"]))
+    return idle, kept
+
+
+def compute_inventory(
+    objects: MemberObjects,
+    counters: Counters,
+    memory: IdleMemory,
+    now: float,
+    *,
+    driver: str = GPU_DRIVER,
+    fabric_labels: Sequence[FabricLabel] = (),
+    idle_after: float = IDLE_AFTER_SECONDS,
+) -> tuple[dict[str, Any], IdleMemory]:
+    """The inventory document (status.inventory's shape) and the idle memory to keep."""
+    states = _node_states(objects)
+    held = allocated_devices(objects.claims)
+    gpus, fabrics = _gpus_and_fabrics(objects, states, held, driver, fabric_labels)
+    replicas = _replicas(objects.pods, held)
+    idle, kept = _idle(replicas, counters, memory, now, idle_after)
+    document: dict[str, Any] = {
+        "observedAt": rfc3339(now),
+        "nodes": {"total": len(states)}
+        | {
+            s: sum(1 for v in states.values() if v == s)
+            for s in (NODE_READY, NODE_CORDONED, NODE_DRAINING, NODE_UNREACHABLE)
+        },
+        "gpus": gpus,
+        "fabrics": fabrics,
+        "replicas": replicas.by_state,
+        "idleReplicas": idle,
+        "idleAfterSeconds": int(idle_after),
+        "requestCounters": (
+            COUNTERS_AVAILABLE
+            if not counters.error
+            else f"{COUNTERS_UNAVAILABLE}: {counters.error}"
+        ),
+    }
+    return document, kept
+
+
+# --- the shell ------------------------------------------------------------------------------
+
+RESOURCE_API: Final = "/apis/resource.k8s.io/v1"
+# Requests finished per replica, as the vocabulary's counter reaches a Prometheus-compatible
+# endpoint (resource attributes become labels with `.` as `_`).
+LABEL_COUNTER_NAMESPACE: Final = "k8s_namespace_name"
+LABEL_COUNTER_SERVING: Final = "modelplane_serving"
+REQUEST_COUNTER: Final = "modelplane_requests_total"
+REQUEST_COUNTER_QUERY: Final = (
+    f"sum by ({LABEL_COUNTER_NAMESPACE}, {LABEL_COUNTER_SERVING}) (modelplane_requests_total)"
+)
+
+
+def counters_from_prometheus(base_url: str | None, timeout: float = 5.0) -> Counters:
+    """The request counters from an instant query; why not, when they cannot be read."""
+    if not base_url:
+        return Counters(error="no request-counter source (--prometheus-url is not set)")
+    url = (
+        base_url.rstrip("/")
+        + "/api/v1/query?"
+        + urllib.parse.urlencode({"query": REQUEST_COUNTER_QUERY})
+    )
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = json.load(response)
+        samples = body["data"]["result"]
+        by_replica = {
+            (
+                s["metric"].get(LABEL_COUNTER_NAMESPACE, ""),
+                s["metric"][LABEL_COUNTER_SERVING],
+            ): float(s["value"][1])
+            for s in samples
+            if s["metric"].get(LABEL_COUNTER_SERVING)
+        }
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return Counters(error=f"request counters not read: {err}")
+    return Counters(by_replica)
+
+
+def _list(api, path: str, query=None) -> list[dict[str, Any]]:
+    return list(kube_request(api, "GET", path, query=query).get("items") or [])
+
+
+def record_path() -> str:
+    return f"/api/v1/namespaces/{INVENTORY_RECORD_NAMESPACE}/configmaps/{INVENTORY_RECORD_NAME}"
+
+
+class InventoryAgent:
+    """Lists the member's nodes, ResourceSlices, ResourceClaims and pods, and writes the
+    record (server-side apply, its own field manager)."""
+
+    def __init__(
+        self,
+        api,
+        counters: Callable[[], Counters],
+        fabric_labels: Sequence[FabricLabel] = (),
+        idle_after: float = IDLE_AFTER_SECONDS,
+        *,
+        pool_prices: Sequence[PoolPrice] = (),
+        on_costs: Callable[[dict[CostKey, float]], None] | None = None,
+    ):
+        self.api = api
+        self.counters = counters
+        self.fabric_labels = tuple(fabric_labels)
+        # Priced pools: each sync also hands what each model's devices cost to `on_costs`.
+        self.pool_prices = tuple(pool_prices)
+        self.on_costs = on_costs
+        self.idle_after = idle_after
+
+    def _memory(self) -> IdleMemory:
+        try:
+            record = kube_request(self.api, "GET", record_path())
+        except ApiException as err:
+            if err.status == 404:
+                return IdleMemory()
+            raise
+        annotations = (record.get("metadata") or {}).get("annotations") or {}
+        return IdleMemory.from_annotation(annotations.get(ANNOTATION_IDLE_MEMORY))
+
+    def sync(self, now: float) -> dict[str, Any]:
+        nodes = _list(self.api, "/api/v1/nodes")
+        try:
+            slices = _list(self.api, f"{RESOURCE_API}/resourceslices")
+            claims = _list(self.api, f"{RESOURCE_API}/resourceclaims")
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            slices, claims = [], []  # DRA not served: no devices published
+        pods = _list(self.api, "/api/v1/pods", [("fieldSelector", "status.phase!=Succeeded")])
+        document, memory = compute_inventory(
+            MemberObjects(nodes, slices, claims, pods),
+            self.counters(),
+            self._memory(),
+            now,
+            fabric_labels=self.fabric_labels,
+            idle_after=self.idle_after,
+        )
+        if self.on_costs is not None:
+            self.on_costs(
+                model_costs(nodes, pods, allocated_devices(claims), _pod_claims, self.pool_prices)
+            )
+        kube_request(
+            self.api,
+            "PATCH",
+            record_path(),
+            query=[("fieldManager", "modelplane-inventory"), ("force", "true")],
+            body={
+                "apiVersion": INVENTORY_RECORD_API_VERSION,
+                "kind": INVENTORY_RECORD_KIND,
+                "metadata": {
+                    "name": INVENTORY_RECORD_NAME,
+                    "namespace": INVENTORY_RECORD_NAMESPACE,
+                    "annotations": {ANNOTATION_IDLE_MEMORY: memory.to_annotation()},
+                },
+                "data": {KEY_INVENTORY: json.dumps(document, sort_keys=True)},
+            },
+            content_type=APPLY_PATCH,
+        )
+        return document
+
+
+def counters_from_signals(history) -> Counters:
+    """The request counters from the newest read of the collector's signals page (the
+    agent's `SignalHistory`), summed per deployment; why not, when there is none."""
+    if history.last_error:
+        return Counters(error=f"request counters not read: {history.last_error}")
+    if not history.pages:
+        return Counters(error="request counters not read: no signals page read yet")
+    by_deployment: dict[tuple[str, str], float] = {}
+    for scope, samples in history.pages[-1].samples.items():
+        counted = [v for (name, _), (v, _) in samples.items() if name == REQUEST_COUNTER]
+        if counted:  # a deployment with gauges only has no counter here, not a zero one
+            by_deployment[(scope.namespace, scope.deployment)] = sum(counted)
+    return Counters(by_deployment=by_deployment)

@@ -1,0 +1,221 @@
+"""`modelplane status | explain | retry | suggest`: the operator's side, reading the
+control plane.
+
+A shell around `fleet_status`: it lists the InferenceClusters, ModelDeployments and
+ModelReplicas through a kubeconfig (the control plane, where Crossplane runs), hands the
+plain objects to the pure summary, and prints it. It never talks to a member: everything
+it says is already on the control plane, where the conditions come from.
+
+Installed as `modelplane` (the image's entrypoint dispatches these commands here) and as
+`kubectl-modelplane`, so `kubectl modelplane status` works too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import click
+import yaml
+
+from functions.common.contracts import ANNOTATION_RETRY, API_GROUP, API_VERSION
+from functions.runtime.operator import fleet_status
+from functions.runtime.operator import suggest as first_policy
+
+COMMANDS: Final = ("status", "explain", "retry", "suggest")
+
+PLURAL_CLUSTERS: Final = "inferenceclusters"
+PLURAL_DEPLOYMENTS: Final = "modeldeployments"
+PLURAL_REPLICAS: Final = "modelreplicas"
+
+
+class ControlPlane:
+    """The three kinds, read through one kubeconfig."""
+
+    def __init__(self, api) -> None:
+        from kubernetes import client  # noqa: PLC0415  (slow import; --help stays fast)
+
+        self.objects = client.CustomObjectsApi(api)
+        self._client = client
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None, context: str | None) -> ControlPlane:
+        from kubernetes import config  # noqa: PLC0415
+
+        try:
+            return cls(config.new_client_from_config(config_file=kubeconfig, context=context))
+        except config.ConfigException as error:
+            raise click.ClickException(f"cannot load the kubeconfig: {error}") from error
+
+    def _list(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        try:
+            if namespace and plural != PLURAL_CLUSTERS:
+                found = self.objects.list_namespaced_custom_object(
+                    API_GROUP, API_VERSION, namespace, plural
+                )
+            else:
+                found = self.objects.list_cluster_custom_object(API_GROUP, API_VERSION, plural)
+        except self._client.ApiException as error:
+            if error.status == 404:
+                raise click.ClickException(
+                    f"{plural}.{API_GROUP} is not served by this API server: is this the "
+                    f"control plane, with the modelplane Configuration installed?"
+                ) from error
+            raise click.ClickException(
+                f"listing {plural}: {error.status} {error.reason}"
+            ) from error
+        return list(found.get("items") or [])
+
+    def clusters(self) -> list[dict[str, Any]]:
+        return self._list(PLURAL_CLUSTERS, None)
+
+    def fleet(self, namespace: str | None) -> fleet_status.FleetStatus:
+        return fleet_status.summarize(
+            self._list(PLURAL_CLUSTERS, None),
+            self._list(PLURAL_DEPLOYMENTS, namespace),
+            self._list(PLURAL_REPLICAS, namespace),
+        )
+
+    def deployment(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return self.objects.get_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespace, PLURAL_DEPLOYMENTS, name
+            )
+        except self._client.ApiException as error:
+            if error.status == 404:
+                raise click.ClickException(
+                    f"no ModelDeployment {namespace}/{name} (list them with `modelplane status`)"
+                ) from error
+            raise click.ClickException(f"reading {namespace}/{name}: {error.reason}") from error
+
+    def replicas_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in self._list(PLURAL_REPLICAS, namespace)
+            if (r.get("spec") or {}).get("deployment") == name
+        ]
+
+    def set_retry(self, namespace: str, name: str, value: str) -> None:
+        self.objects.patch_namespaced_custom_object(
+            API_GROUP,
+            API_VERSION,
+            namespace,
+            PLURAL_DEPLOYMENTS,
+            name,
+            {"metadata": {"annotations": {ANNOTATION_RETRY: value}}},
+        )
+
+
+def _namespace_of(kubeconfig: str | None, context: str | None) -> str:
+    """The kubeconfig context's namespace, as kubectl picks it; `default` without one."""
+    from kubernetes import config  # noqa: PLC0415
+
+    try:
+        _, current = config.list_kube_config_contexts(config_file=kubeconfig)
+        if context:
+            contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+            current = next(c for c in contexts if c["name"] == context)
+    except (config.ConfigException, StopIteration):
+        return "default"
+    return (current.get("context") or {}).get("namespace") or "default"
+
+
+def _dump(document: dict[str, Any], output: str) -> str:
+    if output == "json":
+        return json.dumps(document, indent=2, sort_keys=False) + "\n"
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+@click.group(help="Read the modelplane fleet from its control plane.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", help="The control plane's kubeconfig.")
+@click.option("--context", help="The kubeconfig context to use.")
+@click.pass_context
+def main(ctx: click.Context, kubeconfig: str | None, context: str | None) -> None:
+    # KUBECONFIG may list several files; the client reads the first, as it documents.
+    if kubeconfig and ":" in kubeconfig:
+        kubeconfig = kubeconfig.split(":", 1)[0]
+    ctx.obj = {"kubeconfig": kubeconfig, "context": context}
+
+
+def _plane(ctx: click.Context) -> ControlPlane:
+    return ControlPlane.from_kubeconfig(ctx.obj["kubeconfig"], ctx.obj["context"])
+
+
+@main.command(help="The whole fleet in one answer: models, replicas, parked, unplaceable.")
+@click.option("-n", "--namespace", help="Only models in this namespace (default: all).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json", "yaml"]),
+    default="table",
+    show_default=True,
+)
+@click.pass_context
+def status(ctx: click.Context, namespace: str | None, output: str) -> None:
+    fleet = _plane(ctx).fleet(namespace)
+    if output == "table":
+        click.echo(fleet_status.render_table(fleet), nl=False)
+    else:
+        click.echo(_dump(fleet.to_dict(), output), nl=False)
+
+
+@main.command(help="Why a model is short: its placements, unplaceable reason, parking, health.")
+@click.argument("model")
+@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@click.pass_context
+def explain(ctx: click.Context, model: str, namespace: str | None) -> None:
+    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    plane = _plane(ctx)
+    deployment = plane.deployment(namespace, model)
+    replicas = plane.replicas_of(namespace, model)
+    click.echo(fleet_status.explain(deployment, replicas, plane.clusters()), nl=False)
+
+
+@main.command(help="Unpark a parked model (sets the modelplane.ai/retry annotation).")
+@click.argument("model")
+@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@click.pass_context
+def retry(ctx: click.Context, model: str, namespace: str | None) -> None:
+    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    plane = _plane(ctx)
+    deployment = plane.deployment(namespace, model)
+    summary = fleet_status.read_model(deployment, [])
+    if summary.parked is None:
+        # Writing the annotation anyway would do nothing now and would be read as a retry
+        # of whatever parks the model next; refusing keeps the annotation meaningful.
+        click.echo(
+            f"{namespace}/{model} is not parked ({summary.state}); nothing to retry. "
+            + fleet_status.next_step(summary)
+        )
+        return
+    value = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plane.set_retry(namespace, model, value)
+    click.echo(
+        f"{namespace}/{model}: set {ANNOTATION_RETRY}={value}.\n"
+        f"On its next reconcile the model is unparked and placed again; the "
+        f"{summary.parked.failures} start failures that parked it no longer count. "
+        f"If it keeps failing the same way it is parked again after the configured number "
+        f"of new consecutive failures (5 by default); follow it with "
+        f"`modelplane explain {model} -n {namespace}`.\n"
+        f"Last error: {summary.parked.last_error or 'none reported'}"
+    )
+
+
+@main.command(
+    help="Print a first autoscaling policy (shadow mode) for a model: every knob the "
+    "operations checklist says to set per model, each with what goes wrong when it is off."
+)
+@click.argument("model")
+@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@click.pass_context
+def suggest(ctx: click.Context, model: str, namespace: str | None) -> None:
+    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    plane = _plane(ctx)
+    deployment = plane.deployment(namespace, model)
+    click.echo(first_policy.render(deployment, plane.clusters()), nl=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
