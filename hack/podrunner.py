@@ -33,9 +33,17 @@ skip by it), `PodRunner` plays the kubelet instead:
 - a pod deleted gracefully gets SIGTERM, SIGKILL after its grace period, and is then
   removed with grace 0, as the kubelet confirms a deletion.
 
+A process that binds every address (0.0.0.0 or a dual-stack ::) is bound to its pod's
+address instead, by an LD_PRELOAD library the runner builds with the C compiler
+(`build_bind_shim`); so two pods listen on the same port as in a cluster. The process
+sees LD_PRELOAD and PODRUNNER_POD_IP in its environment: the only variables a kubelet
+would not give it (besides the image's ENV, HOSTNAME and a HOME in the pod's folder,
+which a container runtime gives).
+
 Not done (a kubelet does): lifecycle hooks, resource limits (cgroups), network
-isolation (a process that binds 0.0.0.0 takes the port on every pod address), image
-pulls, ephemeral containers, in-place resize, grpc probes.
+isolation beyond the bind library, image pulls, ephemeral containers, in-place resize,
+grpc probes; exec probes run on the host, outside the container's mount namespace; a
+hostNetwork pod still gets its own address.
 
 The runner needs root (or CAP_SYS_ADMIN) for mount namespaces; without them a container
 that mounts anything fails with CreateContainerError saying so, and /etc/hosts and the
@@ -58,6 +66,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import hashlib
 import http.client
 import ipaddress
 import json
@@ -205,6 +214,76 @@ def mount_namespaces_work() -> bool:
         f"sys.exit(0 if libc.unshare({_CLONE_NEWNS}) == 0 else 1)"
     )
     return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
+
+
+# --- the pod's address for wildcard binds ------------------------------------------------
+
+# What a process binds to 0.0.0.0 (or ::) is bound to its pod's address instead, so two
+# pods may listen on the same port as in a cluster (vLLM listens on every address unless
+# told otherwise). An LD_PRELOAD library, built once per runner folder with the C
+# compiler; without one, wildcard binds stay wildcard (and collide). Programs that do
+# not call libc's bind (static Go binaries) are not covered.
+BIND_SHIM_ADDRESS = "PODRUNNER_POD_IP"
+_BIND_SHIM_SOURCE = r"""
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+typedef int (*bind_fn)(int, const struct sockaddr *, socklen_t);
+
+int bind(int fd, const struct sockaddr *addr, socklen_t len) {
+    static bind_fn real_bind;
+    if (!real_bind) real_bind = (bind_fn)dlsym(RTLD_NEXT, "bind");
+    const char *pod_ip = getenv("PODRUNNER_POD_IP");
+    if (pod_ip && addr && addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+        struct sockaddr_in in = *(const struct sockaddr_in *)addr;
+        if (in.sin_addr.s_addr == htonl(INADDR_ANY)
+            && inet_pton(AF_INET, pod_ip, &in.sin_addr) == 1)
+            return real_bind(fd, (const struct sockaddr *)&in, sizeof in);
+    }
+    if (pod_ip && addr && addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        struct sockaddr_in6 in6 = *(const struct sockaddr_in6 *)addr;
+        int v6only = 0;
+        socklen_t size = sizeof v6only;
+        getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &size);
+        char mapped[64];
+        snprintf(mapped, sizeof mapped, "::ffff:%s", pod_ip);
+        /* A dual-stack wildcard: the pod's IPv4 address, mapped. */
+        if (IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr) && !v6only
+            && inet_pton(AF_INET6, mapped, &in6.sin6_addr) == 1)
+            return real_bind(fd, (const struct sockaddr *)&in6, sizeof in6);
+    }
+    return real_bind(fd, addr, len);
+}
+"""
+
+
+def build_bind_shim(folder: Path) -> Path | None:
+    """The bind library in `folder` (built if missing), or None without a C compiler."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        log.warning("podrunner: no C compiler: wildcard binds are not moved to pod addresses")
+        return None
+    digest = hashlib.sha256(_BIND_SHIM_SOURCE.encode()).hexdigest()[:12]
+    library = folder / f"podrunner-bind-{digest}.so"
+    if library.exists():
+        return library
+    source = folder / f"podrunner-bind-{digest}.c"
+    source.write_text(_BIND_SHIM_SOURCE)
+    built = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source), "-ldl"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        log.warning("podrunner: the bind library did not build: %s", built.stderr.strip())
+        return None
+    return library
 
 
 # --- a container ------------------------------------------------------------------------
@@ -404,7 +483,8 @@ class PodRun:
 
 
 class PodRunner:
-    """Runs the pods bound to `node` that match `selector` as local processes.
+    """Runs the pods bound to `node` (None: to any node) that match `selector` as local
+    processes.
 
     `api`: a client for the member's API server (the runner's own; closed by the caller).
     `images`: image reference (exactly as in the pod spec) → the local program standing in.
@@ -415,7 +495,7 @@ class PodRunner:
     def __init__(
         self,
         api: client.ApiClient,
-        node: str,
+        node: str | None,
         images: Mapping[str, Image],
         workdir: Path,
         *,
@@ -445,18 +525,18 @@ class PodRunner:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watch: watch.Watch | None = None
-        self._node_allocatable: dict[str, str] = {}
-        self._host_ips: tuple[str, ...] = ()
+        self._nodes: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
+        self._bind_shim: Path | None = None
 
     # --- public ---------------------------------------------------------------------
 
     def start(self) -> PodRunner:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.mount_namespaces = mount_namespaces_work()
-        self._read_node()
+        self._bind_shim = build_bind_shim(self.workdir)
         for target, name in ((self._watch_pods, "watch"), (self._sync_loop, "sync")):
             thread = threading.Thread(
-                target=target, daemon=True, name=f"podrunner-{name}-{self.node}"
+                target=target, daemon=True, name=f"podrunner-{name}-{self.node or 'all'}"
             )
             thread.start()
             self._threads.append(thread)
@@ -500,18 +580,25 @@ class PodRunner:
 
     # --- watch ----------------------------------------------------------------------
 
-    def _read_node(self) -> None:
-        try:
-            node = json.loads(self.core.read_node(self.node, _preload_content=False).data)
-        except ApiException as error:
-            if error.status != 404:
-                raise
-            return
-        status = node.get("status") or {}
-        self._node_allocatable = dict(status.get("allocatable") or {})
-        self._host_ips = tuple(
-            a["address"] for a in status.get("addresses") or [] if a.get("type") == "InternalIP"
-        )
+    def _node(self, name: str) -> tuple[dict[str, str], tuple[str, ...]]:
+        """A node's allocatable and InternalIPs (read once; nothing for a missing node)."""
+        if name not in self._nodes:
+            try:
+                node = json.loads(self.core.read_node(name, _preload_content=False).data)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                node = {}
+            status = node.get("status") or {}
+            self._nodes[name] = (
+                dict(status.get("allocatable") or {}),
+                tuple(
+                    a["address"]
+                    for a in status.get("addresses") or []
+                    if a.get("type") == "InternalIP"
+                ),
+            )
+        return self._nodes[name]
 
     def _observe(self, kind: str, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
@@ -523,7 +610,8 @@ class PodRunner:
         self._queue.put(uid)
 
     def _watch_pods(self) -> None:
-        fields = f"spec.nodeName={self.node}"
+        # One node, or every pod once the scheduler has bound it.
+        fields = f"spec.nodeName={self.node}" if self.node else "spec.nodeName!="
         version: str | None = None
         while not self._stopping.is_set():
             try:
@@ -742,6 +830,10 @@ class PodRunner:
             "HOSTNAME": self._hostname(run.pod),
             **container_variables,
         }
+        if self._bind_shim is not None:
+            preload = env.get("LD_PRELOAD", "")
+            env["LD_PRELOAD"] = f"{self._bind_shim} {preload}".strip()
+            env[BIND_SHIM_ADDRESS] = run.ip
         run.envs[c.name] = env
         c.generation += 1
         c.started_at = _now()
@@ -824,12 +916,13 @@ class PodRunner:
             config_maps=config_maps,
             secrets=secrets,
             services=tuple(services),
-            allocatable=self._node_allocatable,
+            allocatable=self._node(pod["spec"]["nodeName"])[0],
         )
         return container_env(pod, c.spec, self._addresses(run), sources)
 
     def _addresses(self, run: PodRun) -> Addresses:
-        return Addresses(pod_ips=(run.ip,), host_ips=self._host_ips or ("127.0.0.1",))
+        host_ips = self._node(run.pod["spec"]["nodeName"])[1]
+        return Addresses(pod_ips=(run.ip,), host_ips=host_ips or ("127.0.0.1",))
 
     def _config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         try:
@@ -1222,7 +1315,10 @@ class PodRunner:
                         if c.name == item["resourceFieldRef"].get("containerName")
                     )
                     value = resource_field_value(
-                        run.pod, container, item["resourceFieldRef"], self._node_allocatable
+                        run.pod,
+                        container,
+                        item["resourceFieldRef"],
+                        self._node(run.pod["spec"]["nodeName"])[0],
                     )
             except (ContainerConfigError, StopIteration) as error:
                 raise VolumeError(f"downward API item {item.get('path')}: {error}") from error

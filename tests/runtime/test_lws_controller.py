@@ -153,7 +153,8 @@ def lws() -> Iterator[LwsMember]:
         began = time.monotonic()
         controller.start(api)
         measured("LWS controller: launch to a LeaderWorkerSet accepted", time.monotonic() - began)
-        runner = PodRunner(api, NODE, IMAGES, root / "pods", backoff=Backoff(0.5, 2.0))
+        # Every node: the scheduler-less pods here all name NODE, a box has many nodes.
+        runner = PodRunner(api, None, IMAGES, root / "pods", backoff=Backoff(0.5, 2.0))
         runner.start()
         yield LwsMember(member, kubeconfig, controller, runner, api)
     finally:

@@ -411,3 +411,30 @@ def test_pods_without_the_label_are_left_alone(runner: PodRunner, core: client.C
         assert not untouched.status.container_statuses
     finally:
         delete(core, "fake")
+
+
+def test_pods_that_bind_every_address_share_a_port_each_on_its_own_address(
+    runner: PodRunner, core: client.CoreV1Api
+) -> None:
+    # No --bind: http.server listens on every address, as vLLM does without --host. In a
+    # cluster each pod has its own network; here the bind library moves it to the pod IP.
+    twins = ("twin-a", "twin-b")
+    for name in twins:
+        server = {
+            "name": "server",
+            "image": SERVER_IMAGE,
+            "args": ["8090"],
+            "readinessProbe": {"tcpSocket": {"port": 8090}, "periodSeconds": 1},
+        }
+        core.create_namespaced_pod(NAMESPACE, real_pod(name, [server]))
+    try:
+        ips = {
+            name: wait_pod(core, name, lambda p: condition(p, "Ready") == "True")["status"]["podIP"]
+            for name in twins
+        }
+        assert len(set(ips.values())) == 2
+        for ip in ips.values():
+            assert "Directory listing" in fetch(f"http://{ip}:8090/")
+    finally:
+        for name in twins:
+            delete(core, name)
