@@ -37,6 +37,7 @@ IMAGES = {
     SHELL_IMAGE: Image(entrypoint=("/bin/sh", "-c")),
 }
 WAIT = 30.0
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @pytest.fixture(scope="module")
@@ -438,3 +439,69 @@ def test_pods_that_bind_every_address_share_a_port_each_on_its_own_address(
     finally:
         for name in twins:
             delete(core, name)
+
+
+def test_the_service_account_volume_waits_for_its_ca_then_needs_its_mount_point(
+    runner: PodRunner, core: client.CoreV1Api
+) -> None:
+    # Admission adds the kube-api-access projected volume (a bound token from the
+    # TokenRequest API, the kube-root-ca.crt ConfigMap, the namespace). Without the
+    # controller manager's root-CA publisher the ConfigMap is missing, and the kubelet
+    # waits in ContainerCreating; once it exists, the mount path must be allowed.
+    pod = real_pod("with-token", [{"name": "c", "image": SHELL_IMAGE, "args": ["sleep 30"]}])
+    del pod["spec"]["automountServiceAccountToken"]
+    core.create_namespaced_pod(NAMESPACE, pod)
+    try:
+
+        def waiting(reason: str) -> Callable[[dict], bool]:
+            def check(p: dict) -> bool:
+                state = container_status(p, "c").get("state") or {}
+                return (state.get("waiting") or {}).get("reason") == reason
+
+            return check
+
+        creating = wait_pod(core, "with-token", waiting("ContainerCreating"))
+        message = container_status(creating, "c")["state"]["waiting"]["message"]
+        assert message == 'configmap "kube-root-ca.crt" not found'
+        core.create_namespaced_config_map(
+            NAMESPACE, {"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": "CA"}}
+        )
+        if Path(TOKEN_PATH).exists():  # this host is itself a pod: the path is there
+            wait_pod(core, "with-token", lambda p: "running" in container_status(p, "c")["state"])
+            return
+        refused = wait_pod(core, "with-token", waiting("CreateContainerError"))
+        message = container_status(refused, "c")["state"]["waiting"]["message"]
+        assert message.startswith(f"mount path {TOKEN_PATH} does not exist on this host")
+    finally:
+        delete(core, "with-token")
+        core.delete_namespaced_config_map("kube-root-ca.crt", NAMESPACE)
+
+
+def test_a_failing_liveness_probe_restarts_the_container(
+    runner: PodRunner, core: client.CoreV1Api
+) -> None:
+    pod = real_pod(
+        "unhealthy",
+        [
+            {
+                "name": "c",
+                "image": SHELL_IMAGE,
+                "args": ["sleep 30"],
+                "livenessProbe": {
+                    "exec": {"command": ["false"]},
+                    "periodSeconds": 1,
+                    "failureThreshold": 2,
+                },
+            }
+        ],
+    )
+    core.create_namespaced_pod(NAMESPACE, pod)
+    try:
+        restarted = wait_pod(
+            core, "unhealthy", lambda p: container_status(p, "c").get("restartCount")
+        )
+        last = container_status(restarted, "c")["lastState"]["terminated"]
+        assert last["exitCode"] == 128 + 15  # SIGTERM, as the kubelet stops it
+        assert last["reason"] == "Error"
+    finally:
+        delete(core, "unhealthy")
