@@ -114,6 +114,22 @@ log = logging.getLogger("podrunner")
 REAL_RUN_LABEL = "modelplane.test/run"
 REAL_RUN_VALUE = "real"
 REAL_RUN_SELECTOR = f"{REAL_RUN_LABEL}={REAL_RUN_VALUE}"
+# The matchExpression every KWOK pod Stage of a member with a runner needs, so KWOK
+# never writes the status of (nor deletes) a pod the runner runs: the two would fight.
+KWOK_STAGE_SKIP = {"key": f'.metadata.labels["{REAL_RUN_LABEL}"]', "operator": "DoesNotExist"}
+
+
+def skip_real_pods(stages: list[dict]) -> list[dict]:
+    """KWOK Stages with `KWOK_STAGE_SKIP` added to every Pod stage's selector."""
+    skipping = []
+    for original in stages:
+        stage = json.loads(json.dumps(original))
+        if stage["spec"]["resourceRef"].get("kind") == "Pod":
+            selector = stage["spec"].setdefault("selector", {})
+            selector["matchExpressions"] = [*selector.get("matchExpressions", []), KWOK_STAGE_SKIP]
+        skipping.append(stage)
+    return skipping
+
 
 CLUSTER_DOMAIN = "cluster.local"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -1572,6 +1588,7 @@ def _child_setup(mounts: list[Mount], cwd: str):
 
 
 __all__ = [
+    "KWOK_STAGE_SKIP",
     "POD_ADDRESSES",
     "REAL_RUN_LABEL",
     "REAL_RUN_SELECTOR",
@@ -1580,5 +1597,7 @@ __all__ = [
     "Image",
     "LoopbackAddresses",
     "PodRunner",
+    "build_bind_shim",
     "mount_namespaces_work",
+    "skip_real_pods",
 ]
