@@ -220,6 +220,31 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
         return rsp
 
 
+class ByKind(GuardedRunner):
+    """One function that composes several kinds: the observed XR's kind picks the shell.
+
+    Each kind keeps its own shell (its own `fn.py`-style pipeline); this only chooses,
+    so a function's `main.py` lists what it serves in one place. A kind not listed goes
+    to `default`, the function's first kind, as it did when one shell branched on the
+    kind. The guard is this runner's: a shell's exception is answered here, the same
+    fatal result naming the XR.
+    """
+
+    def __init__(self, default: GuardedRunner, shells: Mapping[str, GuardedRunner]) -> None:
+        super().__init__()
+        self.default = default
+        self.shells = dict(shells)
+
+    def shell_for(self, req: fnv1.RunFunctionRequest) -> GuardedRunner:
+        kind = req.observed.composite.resource.fields.get("kind")
+        if kind is None or kind.WhichOneof("kind") != "string_value":
+            return self.default
+        return self.shells.get(kind.string_value, self.default)
+
+    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        return self.shell_for(req).run(req)
+
+
 def sdk_condition(condition: conditions.Condition) -> resource.Condition:
     return resource.Condition(
         typ=condition.type,

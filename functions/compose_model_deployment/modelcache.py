@@ -30,6 +30,7 @@ Pure: plain dicts in, plain values out; nothing reads the clock.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -53,6 +54,7 @@ from functions.common.naming import (
 from functions.common.quantity import parse_quantity
 from functions.common.redact import url_credentials
 from functions.compose_model_deployment.model import (
+    Holding,
     InputError,
     LabelSelector,
     read_selector,
@@ -555,6 +557,21 @@ def read_cache_view(xr: dict) -> CacheView:
         if isinstance(entry, dict) and entry.get("cluster"):
             phases[str(entry["cluster"])] = str(entry.get("phase") or PHASE_PENDING)
     return CacheView(cache.name, cache.cluster_selector, phases)
+
+
+def absent_view(name: str) -> CacheView:
+    """A cache the deployment names that the API server does not hold: it allows no
+    cluster (nothing new is placed until it exists)."""
+    return CacheView(name, LabelSelector(), {}, exists=False)
+
+
+def ready_at(cache: CacheView | None, own: Iterable[Holding]) -> frozenset[str]:
+    """The clusters whose engine pods may start: the cache is Ready there, or replicas
+    already serve there (weights in GPU memory; a cache re-downloading under a serving
+    model does not stop it)."""
+    if cache is None:
+        return frozenset()
+    return cache.ready | {h.cluster for h in own if h.ready_replicas > 0}
 
 
 def replica_mount(view: CacheView) -> dict:
