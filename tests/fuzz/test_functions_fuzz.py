@@ -38,7 +38,7 @@ from functions.compose_model_deployment import main as deployment_main
 from functions.compose_model_deployment.model import InputError, read_cluster
 from functions.compose_model_replica import fn as replica_fn
 from functions.compose_serving_stack import fn as stack_fn
-from functions.compose_telemetry import fn as telemetry_fn
+from functions.compose_telemetry import main as telemetry_main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -385,7 +385,7 @@ def test_serving_stack_answers_a_broken_cluster(data):
 @given(data=st.data())
 @FUZZ
 def test_telemetry_answers_a_broken_destination_or_mapping(data):
-    runner = telemetry_fn.FunctionRunner()
+    runner = telemetry_main.runner()
     base = data.draw(st.sampled_from([DESTINATION, *MAPPINGS]))
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(base)
