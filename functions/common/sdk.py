@@ -259,6 +259,12 @@ def set_conditions(rsp: fnv1.RunFunctionResponse, *decided: conditions.Condition
     response.set_conditions(rsp, *(sdk_condition(c) for c in decided))
 
 
+def emit(rsp: fnv1.RunFunctionResponse, *decided: conditions.Event) -> None:
+    """Write the events pure code decided as results, in the order given."""
+    for event in decided:
+        (response.warning if event.warning else response.normal)(rsp, event.message)
+
+
 def report_not_composing_yet(
     rsp: fnv1.RunFunctionResponse, function: str, given: str, issue: str
 ) -> None:

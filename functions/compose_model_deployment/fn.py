@@ -32,6 +32,7 @@ from functions.common.sdk import (
     GuardedRunner,
     Required,
     describe_composite,
+    emit,
     keep_observed,
     not_fetched,
     required,
@@ -257,8 +258,7 @@ class FunctionRunner(GuardedRunner):
             now=now,
         )
         resource.update(rsp.desired.composite, {"status": outcome.status})
-        for event in status.events(name, plan, decision, outcome.unplaceable):
-            (response.warning if event.warning else response.normal)(rsp, event.message)
+        emit(rsp, *status.events(name, plan, decision, outcome.unplaceable))
         for message in advice.spec_warnings(deployment, cache, plan):
             response.warning(rsp, f"{name}: {message}")
         set_conditions(

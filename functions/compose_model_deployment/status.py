@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from functions.common import conditions
-from functions.common.conditions import Condition
+from functions.common.conditions import Condition, Event
 from functions.common.naming import deployment_pod_selector
 from functions.compose_model_deployment import ondemand
 from functions.compose_model_deployment.model import Holding
@@ -221,14 +221,6 @@ def deployment_status(
         )
         built["onDemand"] = ondemand.status(activity, result=result, stamp=format_time(now))
     return Outcome(built, sum(ready_by_cluster.values()), unplaceable)
-
-
-@dataclass(frozen=True)
-class Event:
-    """A result a person reads in `kubectl describe`: a warning, or a normal event."""
-
-    warning: bool
-    message: str
 
 
 def events(

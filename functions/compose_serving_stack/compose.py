@@ -14,7 +14,7 @@ because someone mistyped an endpoint.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -128,6 +128,16 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
         fabric_labels=_fabric_labels(spec.get("nodePools") or []),
         pool_prices=_pool_prices(spec.get("nodePools") or []),
     )
+
+
+def peer_names(clusters: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The fleet's InferenceClusters by name (this one among them), as fetched; one
+    without a name is nobody's peer."""
+    return [
+        str((c.get("metadata") or {}).get("name", ""))
+        for c in clusters
+        if (c.get("metadata") or {}).get("name")
+    ]
 
 
 def _pool_prices(pools: list) -> tuple[PoolPrice, ...]:
