@@ -1,0 +1,127 @@
+"""The one way a kind is read: a pydantic model of what the function reads, refused as
+`path: rule`.
+
+Every reader of a kind (ModelReplica, ModelCache, the InferenceCluster as the serving
+stack reads it, the AdaptivePolicy the runtime reads) declares the fields it reads as a
+frozen pydantic model on `Spec` and reads it with `read`, which turns the first
+validation error into the reader's own `InputError` subclass naming the field's path
+and the rule — the message a person gets in `kubectl describe`.
+
+Why pydantic and not dataclasses: both give typed, frozen values, but a dataclass only
+holds values; every type check, default, alias (`providerConfigRef` →
+`provider_config_ref`) and bound would again be written by hand beside it, which is the
+style this replaces. pydantic is already pinned and already reads the two largest kinds
+(ModelReplica, AdaptivePolicy); its validators run in order of declaration, so a model
+whose fields are declared in the order the rules are checked refuses the same input
+with the same first error; and an error carries its location, so the path in a message
+is derived from the model, not written again beside each check.
+
+Two conventions keep messages exactly as a person has seen them:
+
+- A rule of ours is raised as `rule(...)` (a PydanticCustomError whose message is the
+  rule, verbatim; pydantic would prefix a ValueError with "Value error, "). `at` names a
+  path below the field the validator runs on (a check over a whole object that names
+  one of its fields); `path` replaces the location outright (a path the model's shape
+  does not have, such as `members[leader]`).
+- Where an older reader took any value and made a string of it (`str(x or "")`), the
+  model does the same (`Text`), so nothing that was read before is refused now; a value
+  of the wrong JSON type where an object or list goes (which the XRD itself refuses) is
+  refused with its path and pydantic's own rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, NoReturn, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
+
+RULE_ERROR = "modelplane_rule"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class InputError(ValueError):
+    """Input a function cannot act on: `path: rule`. Each reader raises its own subclass
+    (InvalidReplica, InvalidCluster, ...), so a shell catches only its kind's."""
+
+    def __init__(self, path: str, rule: str) -> None:
+        super().__init__(f"{path}: {rule}")
+        self.path = path
+        self.rule = rule
+
+
+class Spec(BaseModel):
+    """A kind's view: frozen, read by the XRD's camelCase names (aliases) or by field
+    name, and unknown fields kept out rather than refused (the XRD is the schema; this
+    is what the function reads of it)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+def rule(message: str, *, at: str = "", path: str = "") -> PydanticCustomError:
+    """Our rule, to raise from a validator: `message` verbatim; `at` a path below the
+    field, `path` a whole path that replaces the field's."""
+    return PydanticCustomError(RULE_ERROR, "{rule}", {"rule": message, "at": at, "path": path})
+
+
+def refuse(message: str, *, at: str = "", path: str = "") -> NoReturn:
+    raise rule(message, at=at, path=path)
+
+
+def join_path(root: str, loc: Sequence[str | int]) -> str:
+    """`root` and a pydantic location as a field path: `spec.engines[0].port`."""
+    path = root
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def error_path(error: dict[str, Any], root: str = "") -> str:
+    """The path one pydantic error names (see `rule` for `at` and `path`)."""
+    ctx = error.get("ctx") or {}
+    if error.get("type") == RULE_ERROR and ctx.get("path"):
+        return str(ctx["path"])
+    path = join_path(root, error["loc"])
+    at = ctx.get("at") if error.get("type") == RULE_ERROR else ""
+    if at:
+        path = f"{path}{at}" if at.startswith("[") else f"{path}.{at}" if path else at
+    return path
+
+
+def read(model: type[M], data: Any, *, error: type[InputError] = InputError, root: str = "") -> M:
+    """`data` as `model`; the first failing rule as `error(path, rule)` (paths under
+    `root`)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        raise error(error_path(first, root), first["msg"]) from None
+
+
+def _text(value: Any) -> str:
+    return str(value or "")
+
+
+# Any value as a string, "" for a falsy one: what `str(x or "")` read before.
+Text = Annotated[str, BeforeValidator(_text)]
+
+
+def _object_or_empty(value: Any) -> Any:
+    return value or {}
+
+
+# An object that may be absent or null (`x.get(...) or {}`): validated as empty.
+OrEmpty = BeforeValidator(_object_or_empty)
+
+
+def flag_rule(value: Any) -> bool:
+    """true or false, nothing else (bool("false") is True: a string must not turn a
+    switch on)."""
+    if not isinstance(value, bool):
+        refuse(f"must be true or false, got {str(value)[:40]!r}")
+    return value
