@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, NoReturn, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
 RULE_ERROR = "modelplane_rule"
@@ -115,13 +115,29 @@ def _object_or_empty(value: Any) -> Any:
     return value or {}
 
 
-# An object that may be absent or null (`x.get(...) or {}`): validated as empty.
+def _list_or_empty(value: Any) -> Any:
+    return value or []
+
+
+# An object (a list) that may be absent, null or empty (`x.get(...) or {}`): read as empty.
 OrEmpty = BeforeValidator(_object_or_empty)
+OrEmptyList = BeforeValidator(_list_or_empty)
 
 
-def flag_rule(value: Any) -> bool:
-    """true or false, nothing else (bool("false") is True: a string must not turn a
-    switch on)."""
+def object_or_refuse(value: Any, *, path: str = "", at: str = "") -> dict:
+    """`value or {}` where a validator reads a raw object: one of another JSON type is
+    refused with pydantic's own rule, as a declared object field would be."""
+    value = value or {}
+    if not isinstance(value, dict):
+        refuse("Input should be a valid dictionary", path=path, at=at)
+    return value
+
+
+def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         refuse(f"must be true or false, got {str(value)[:40]!r}")
     return value
+
+
+# true or false, nothing else (bool("false") is True: a string must not turn a switch on).
+Flag = Annotated[Any, AfterValidator(_flag)]
