@@ -31,7 +31,8 @@ Two conventions keep messages exactly as a person has seen them:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
@@ -40,6 +41,7 @@ from pydantic_core import PydanticCustomError
 RULE_ERROR = "modelplane_rule"
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class InputError(ValueError):
@@ -109,6 +111,23 @@ def _text(value: Any) -> str:
 
 # Any value as a string, "" for a falsy one: what `str(x or "")` read before.
 Text = Annotated[str, BeforeValidator(_text)]
+# Any value as a string (`str(x)`; a field left out takes the model's default).
+Str = Annotated[str, BeforeValidator(str)]
+
+
+def bridge(reader: Callable[..., T]) -> Callable[..., T]:
+    """A reader that raises InputError(path, rule), as a validator: the same path and
+    rule, as a rule of ours (pydantic would wrap a ValueError as "Value error, ...").
+    For a part read the same way by a kind not yet on this base (a label selector)."""
+
+    @functools.wraps(reader)
+    def validate(*args: Any, **kwargs: Any) -> T:
+        try:
+            return reader(*args, **kwargs)
+        except InputError as err:
+            refuse(err.rule, path=err.path)
+
+    return validate
 
 
 def _object_or_empty(value: Any) -> Any:
