@@ -115,19 +115,37 @@ Text = Annotated[str, BeforeValidator(_text)]
 Str = Annotated[str, BeforeValidator(str)]
 
 
-def bridge(reader: Callable[..., T]) -> Callable[..., T]:
+def bridge(reader: Callable[..., T], *, cannot_read_at: str | None = None) -> Callable[..., T]:
     """A reader that raises InputError(path, rule), as a validator: the same path and
     rule, as a rule of ours (pydantic would wrap a ValueError as "Value error, ...").
-    For a part read the same way by a kind not yet on this base (a label selector)."""
+    For a part read the same way by a kind not yet on this base (a label selector).
+
+    `cannot_read_at`: a reader that used to answer any wrong type inside it with
+    `<path>: cannot be read (TypeError: a field has the wrong type)` keeps that answer,
+    as a rule of this field (so an earlier field's rule is still reported first)."""
 
     @functools.wraps(reader)
     def validate(*args: Any, **kwargs: Any) -> T:
         try:
             return reader(*args, **kwargs)
+        except PydanticCustomError:
+            raise  # a rule of ours already (a ValueError too)
         except InputError as err:
             refuse(err.rule, path=err.path)
+        except WRONG_TYPE_ERRORS as err:
+            if cannot_read_at is None:
+                raise
+            refuse(cannot_read(err), path=cannot_read_at)
 
     return validate
+
+
+# What a dict reader raises when a value has another type than it reads.
+WRONG_TYPE_ERRORS = (AttributeError, TypeError, ValueError, KeyError, IndexError)
+
+
+def cannot_read(err: Exception) -> str:
+    return f"cannot be read ({type(err).__name__}: a field has the wrong type)"
 
 
 def _object_or_empty(value: Any) -> Any:

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
-from pydantic import BeforeValidator, Field, PlainValidator
+from pydantic import BeforeValidator, Field, PlainValidator, model_validator
 
 from functions.common import contracts
 from functions.common.conditions import Condition, condition_status
@@ -54,11 +54,19 @@ from functions.common.naming import (
     stable_hash,
 )
 from functions.common.quantity import parse_quantity
-from functions.common.reader import OrEmpty, Spec, Str, Text, bridge, read, refuse
+from functions.common.reader import (
+    OrEmpty,
+    Spec,
+    Str,
+    Text,
+    bridge,
+    object_or_refuse,
+    read,
+    refuse,
+)
 from functions.common.redact import url_credentials
 from functions.compose_model_deployment.model import (
     Holding,
-    InputError,
     LabelSelector,
     read_selector,
     system_namespace_rule,
@@ -116,14 +124,7 @@ def read_cache(xr: dict) -> ModelCache:
     shape it cannot be read from (wrong types included), never another exception: an
     object of another JSON type is named by its path, any other wrong type inside the
     source or selector as `spec: cannot be read`."""
-    try:
-        read_as = read(_ModelCache, xr)
-    except InputError:
-        raise
-    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
-        raise InputError(
-            "spec", f"cannot be read ({type(err).__name__}: a field has the wrong type)"
-        ) from None
+    read_as = read(_ModelCache, xr)
     meta, spec = read_as.metadata, read_as.spec
     kind, entry = spec.source
     return ModelCache(
@@ -134,7 +135,7 @@ def read_cache(xr: dict) -> ModelCache:
         size=spec.size,
         storage_class=spec.storage_class,
         cluster_selector=spec.cluster_selector,
-        retry=str(meta.annotations.get(contracts.ANNOTATION_RETRY, "")),
+        retry=str((meta.annotations or {}).get(contracts.ANNOTATION_RETRY, "")),
     )
 
 
@@ -150,7 +151,7 @@ def _not_the_system_namespace(namespace: Any) -> Any:
 class _Metadata(Spec):
     namespace: Annotated[Str, BeforeValidator(_not_the_system_namespace)] = ""
     name: Str = ""
-    annotations: Annotated[dict, OrEmpty] = Field(default_factory=dict)
+    annotations: Any = None  # read last (_ModelCache), as it always was
 
 
 def _one_source(value: Any) -> tuple[str, dict]:
@@ -193,21 +194,26 @@ def _selector(value: Any) -> LabelSelector:
 
 
 class _CacheSpec(Spec):
-    source: Annotated[tuple[str, dict], PlainValidator(_one_source)] = Field(
-        default=None, validate_default=True
-    )
+    source: Annotated[
+        tuple[str, dict], PlainValidator(bridge(_one_source, cannot_read_at="spec"))
+    ] = Field(default=None, validate_default=True)
     size: Annotated[str, PlainValidator(_positive_size)] = Field(
         default=None, validate_default=True
     )
     storage_class: Text = Field(default="", alias="storageClassName")
-    cluster_selector: Annotated[LabelSelector, PlainValidator(bridge(_selector))] = Field(
-        default=None, alias="clusterSelector", validate_default=True
-    )
+    cluster_selector: Annotated[
+        LabelSelector, PlainValidator(bridge(_selector, cannot_read_at="spec"))
+    ] = Field(default=None, alias="clusterSelector", validate_default=True)
 
 
 class _ModelCache(Spec):
     metadata: Annotated[_Metadata, OrEmpty] = Field(default_factory=_Metadata)
     spec: Annotated[_CacheSpec, OrEmpty] = Field(default_factory=dict, validate_default=True)
+
+    @model_validator(mode="after")
+    def _annotations(self) -> _ModelCache:
+        object_or_refuse(self.metadata.annotations, path="metadata.annotations")
+        return self
 
 
 # The XRD's patterns, checked again: every value below reaches a Job's arguments on every
