@@ -27,6 +27,27 @@ Two conventions keep messages exactly as a person has seen them:
   model does the same (`Text`), so nothing that was read before is refused now; a value
   of the wrong JSON type where an object or list goes (which the XRD itself refuses) is
   refused with its path and pydantic's own rule.
+
+On this base: ModelReplica (compose_model_replica/model.py), AdaptivePolicy
+(runtime/shared/policy.py), the InferenceCluster as compose-serving-stack reads it
+(compose_serving_stack/compose.py) and ModelCache (compose_model_deployment/modelcache.py).
+Still read by hand, each because a declarative model would change which error is
+reported first, or what a reconcile costs:
+
+- ModelDeployment (compose_model_deployment/model.py `read_deployment`): its rules
+  interleave levels of the document (the engines under spec.template.spec before
+  spec.source and spec.replicas, the clusterSelector beside the engines after them), and
+  whether a member may be a Worker depends on its siblings, checked between that
+  member's role and its devices.
+- The InferenceCluster and ModelReplica as placement reads them (same module,
+  `read_cluster`, `read_holding`): memoized per fleet object on the hot path, with
+  paths prefixed by the object's name and a catch-all answer measured in the benches.
+- Label selectors (`read_selector`): shared with `read_deployment`; ModelCache reads it
+  through `bridge`.
+- MetricMapping (common/metricmapping.py) and TelemetryDestination
+  (common/telemetrydestination.py): a destination lists every error in one message, in
+  an order that crosses levels (providerConfigRef's kind before gateway.replicas, its
+  name after), and a mapping's refusal is decided beside the fleet's other mappings.
 """
 
 from __future__ import annotations
