@@ -44,10 +44,13 @@ reported first, or what a reconcile costs:
   paths prefixed by the object's name and a catch-all answer measured in the benches.
 - Label selectors (`read_selector`): shared with `read_deployment`; ModelCache reads it
   through `bridge`.
-- MetricMapping (common/metricmapping.py) and TelemetryDestination
-  (common/telemetrydestination.py): a destination lists every error in one message, in
-  an order that crosses levels (providerConfigRef's kind before gateway.replicas, its
-  name after), and a mapping's refusal is decided beside the fleet's other mappings.
+- MetricMapping (common/metricmapping.py `parse_mapping`): most of its rules depend on
+  the entries before them (a target or source already mapped by spec.metrics[i], a
+  select against the label renames declared after the metrics), and its type rules
+  name the value's type (`must be a string, got int`), not pydantic's words.
+- TelemetryDestination (common/telemetrydestination.py `parse_destination`): it lists
+  every error in one message, in an order that crosses levels (providerConfigRef's
+  kind before gateway.replicas, its name after them).
 """
 
 from __future__ import annotations
