@@ -10,6 +10,8 @@ this module decides the rest of what the shell used to decide inline:
   in a pool it still has, and that the clusterSelector still selects.
 - **parked**: a parked model keeps answering where it exists, at 0 replicas; its
   ModelReplicas anywhere else are removed (and the shell says so).
+- **the activator's clusters**: an on-demand model's route leads to the member's
+  activator wherever no replica of it is ready.
 - **unplaceable fallback**: a model that runs nowhere keeps answerable ModelReplicas (those
   it has, else one on the pool closest to fitting) so a request is told why at once
   instead of being routed to nothing.
@@ -19,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from functions.compose_model_deployment.model import Cluster, Deployment, Holding
+from functions.compose_model_deployment.ondemand import Activity
 from functions.compose_model_deployment.parking import Decision
 from functions.compose_model_deployment.placement import PlacementPlan
 from functions.compose_model_deployment.status import parked_message
@@ -141,3 +144,14 @@ def on_demand_targets(
     """An on-demand model's ModelReplicas: at 0 where a request can arrive while idle,
     and the placements plus those anchors while active."""
     return idle_targets(kept_at, clusters, deployment) if idle else keep_anchors(decided, kept_at)
+
+
+def activator_at(
+    activity: Activity | None, decided: Targets, own: Iterable[Holding]
+) -> set[str] | None:
+    """For an on-demand model, the clusters whose route leads to the member's activator:
+    those with no ready replica. None for any other model."""
+    if activity is None:
+        return None
+    ready = {h.cluster: h.ready_replicas for h in own}
+    return {c.name for c, _, _ in decided.replicas if not ready.get(c.name)}

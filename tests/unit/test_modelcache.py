@@ -354,5 +354,5 @@ def test_pods_start_where_the_cache_is_ready_or_replicas_already_serve():
     serving = type(serving)(**{**serving.__dict__, "ready_replicas": 2})
     waiting = holding("d", "c", "h100", 1)
     cache = view(ready=("a",), failed=("c",))
-    assert fn._cache_ready_at(cache, [serving, waiting]) == {"a", "b"}
-    assert fn._cache_ready_at(None, [serving]) == frozenset()
+    assert modelcache.ready_at(cache, [serving, waiting]) == {"a", "b"}
+    assert modelcache.ready_at(None, [serving]) == frozenset()
