@@ -112,7 +112,6 @@ def build_model(tokenizer: Tokenizer) -> LlamaForCausalLM:
         bos_token_id=vocab[BOS],
         eos_token_id=vocab[EOS],
         pad_token_id=vocab[PAD],
-        torch_dtype="float32",
     )
     model = LlamaForCausalLM(config)
     generator = torch.Generator().manual_seed(SEED)
@@ -122,7 +121,9 @@ def build_model(tokenizer: Tokenizer) -> LlamaForCausalLM:
                 param.fill_(1.0)
             else:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
-    return model.eval()
+    # bfloat16, the dtype vLLM's CPU backend runs in: it would cast float32 weights on
+    # load and warn once per tensor.
+    return model.to(torch.bfloat16).eval()
 
 
 def write_sums(out: Path) -> str:
