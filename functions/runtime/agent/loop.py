@@ -33,11 +33,8 @@ from functions.common.inventory import IDLE_AFTER_SECONDS, FabricLabel
 from functions.runtime.agent.collect import read_collector_page, read_member_inputs
 from functions.runtime.agent.cost import CostMetrics
 from functions.runtime.agent.health import HealthAgent, group_by_replica
-from functions.runtime.agent.inventory import (
-    InventoryAgent,
-    counters_from_prometheus,
-    counters_from_signals,
-)
+from functions.runtime.agent.idle import counters_from_prometheus, counters_from_signals
+from functions.runtime.agent.inventory_record import InventoryAgent
 from functions.runtime.agent.signals import SignalHistory
 from functions.runtime.hub import planner
 from functions.runtime.hub.acting import Actor, NotHub, is_own_pool, policy_path, route_path
