@@ -129,8 +129,13 @@ def _dump(document: dict[str, Any], output: str) -> str:
 
 
 @click.group(help="Read the modelplane fleet from its control plane.")
-@click.option("--kubeconfig", envvar="KUBECONFIG", help="The control plane's kubeconfig.")
-@click.option("--context", help="The kubeconfig context to use.")
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    metavar="FILE",
+    help="The control plane's kubeconfig (default: $KUBECONFIG).",
+)
+@click.option("--context", metavar="NAME", help="The kubeconfig context to use.")
 @click.pass_context
 def main(ctx: click.Context, kubeconfig: str | None, context: str | None) -> None:
     # KUBECONFIG may list several files; the client reads the first, as it documents.
@@ -204,8 +209,9 @@ def retry(ctx: click.Context, model: str, namespace: str | None) -> None:
 
 
 @main.command(
+    short_help="Print a first autoscaling policy (shadow mode) for a model.",
     help="Print a first autoscaling policy (shadow mode) for a model: every knob the "
-    "operations checklist says to set per model, each with what goes wrong when it is off."
+    "operations checklist says to set per model, each with what goes wrong when it is off.",
 )
 @click.argument("model")
 @click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
