@@ -122,6 +122,32 @@ def _namespace_of(kubeconfig: str | None, context: str | None) -> str:
     return (current.get("context") or {}).get("namespace") or "default"
 
 
+def model_reference(model: str, namespace: str | None) -> tuple[str | None, str]:
+    """(namespace, name) of MODEL as the user gave it: `namespace/name` as `modelplane
+    status` prints it, or a plain name with `-n/--namespace`. None as the namespace: the
+    kubeconfig context's. A `-n` that names another namespace than MODEL's is refused
+    rather than either one silently winning."""
+    if "/" not in model:
+        return namespace, model
+    model_namespace, _, name = model.partition("/")
+    if not model_namespace or not name or "/" in name:
+        raise click.BadParameter(
+            f"{model!r}: expected NAME or NAMESPACE/NAME (as `modelplane status` prints it)",
+            param_hint="MODEL",
+        )
+    if namespace is not None and namespace != model_namespace:
+        raise click.UsageError(
+            f"{model} is in namespace {model_namespace!r} but -n/--namespace says "
+            f"{namespace!r}; give the namespace once"
+        )
+    return model_namespace, name
+
+
+def _model(ctx: click.Context, model: str, namespace: str | None) -> tuple[str, str]:
+    namespace, name = model_reference(model, namespace)
+    return namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"]), name
+
+
 def _dump(document: dict[str, Any], output: str) -> str:
     if output == "json":
         return json.dumps(document, indent=2, sort_keys=False) + "\n"
@@ -166,12 +192,21 @@ def status(ctx: click.Context, namespace: str | None, output: str) -> None:
         click.echo(_dump(fleet.to_dict(), output), nl=False)
 
 
+MODEL_ARGUMENT = click.argument("model", metavar="[NAMESPACE/]NAME")
+NAMESPACE_OPTION = click.option(
+    "-n",
+    "--namespace",
+    metavar="NAMESPACE",
+    help="The model's namespace, for a plain NAME (default: the context's).",
+)
+
+
 @main.command(help="Why a model is short: its placements, unplaceable reason, parking, health.")
-@click.argument("model")
-@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@MODEL_ARGUMENT
+@NAMESPACE_OPTION
 @click.pass_context
 def explain(ctx: click.Context, model: str, namespace: str | None) -> None:
-    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    namespace, model = _model(ctx, model, namespace)
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
     replicas = plane.replicas_of(namespace, model)
@@ -179,11 +214,11 @@ def explain(ctx: click.Context, model: str, namespace: str | None) -> None:
 
 
 @main.command(help="Unpark a parked model (sets the modelplane.ai/retry annotation).")
-@click.argument("model")
-@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@MODEL_ARGUMENT
+@NAMESPACE_OPTION
 @click.pass_context
 def retry(ctx: click.Context, model: str, namespace: str | None) -> None:
-    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    namespace, model = _model(ctx, model, namespace)
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
     summary = fleet_status.read_model(deployment, [])
@@ -203,7 +238,7 @@ def retry(ctx: click.Context, model: str, namespace: str | None) -> None:
         f"{summary.parked.failures} start failures that parked it no longer count. "
         f"If it keeps failing the same way it is parked again after the configured number "
         f"of new consecutive failures (5 by default); follow it with "
-        f"`modelplane explain {model} -n {namespace}`.\n"
+        f"`modelplane explain {namespace}/{model}`.\n"
         f"Last error: {summary.parked.last_error or 'none reported'}"
     )
 
@@ -213,11 +248,11 @@ def retry(ctx: click.Context, model: str, namespace: str | None) -> None:
     help="Print a first autoscaling policy (shadow mode) for a model: every knob the "
     "operations checklist says to set per model, each with what goes wrong when it is off.",
 )
-@click.argument("model")
-@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@MODEL_ARGUMENT
+@NAMESPACE_OPTION
 @click.pass_context
 def suggest(ctx: click.Context, model: str, namespace: str | None) -> None:
-    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    namespace, model = _model(ctx, model, namespace)
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
     click.echo(first_policy.render(deployment, plane.clusters()), nl=False)

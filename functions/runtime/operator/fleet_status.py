@@ -668,8 +668,8 @@ def next_step(model: ModelSummary) -> str:
     if model.parked:
         return (
             f"Fix the cause ({model.parked.last_error or 'see the ModelReplicas'}) and change "
-            f"source, profile or engines, or run `modelplane retry {model.name} "
-            f"-n {model.namespace}`."
+            f"source, profile or engines, or run `modelplane retry "
+            f"{model.namespace}/{model.name}`."
         )
     if model.unplaceable:
         return (
