@@ -323,6 +323,42 @@ def test_an_http_server_that_is_not_an_api_server_is_one_line(tmp_path, serving,
     assert f"listing inferenceclusters: {server} answered with something that is not" in line
 
 
+class _Busy(_Answer):
+    """An API server shedding load: `busy` answers of 429 with Retry-After, then lists."""
+
+    busy = 0
+
+    def do_GET(self):
+        if type(self).busy > 0:
+            type(self).busy -= 1
+            self.send_response(429)
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+            return
+        body = b'{"apiVersion": "v1", "kind": "List", "items": []}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_busy_api_servers_retry_after_is_waited_out(tmp_path, serving, monkeypatch):
+    monkeypatch.setattr(_Busy, "busy", 2)
+    done = _modelplane(_kubeconfig(tmp_path, serving(_Busy)), "status", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["modelList"] == []
+
+
+def test_an_api_server_that_stays_busy_is_one_line(tmp_path, serving, monkeypatch):
+    monkeypatch.setattr(_Busy, "busy", 100)
+    line = _one_error_line(_modelplane(_kubeconfig(tmp_path, serving(_Busy)), "status"))
+    assert line == "Error: listing inferenceclusters: 429 Too Many Requests"
+
+
 @pytest.fixture
 def raw_server() -> Iterator:
     """A TCP server that answers every connection with `reply` (b"": says nothing)."""

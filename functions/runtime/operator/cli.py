@@ -33,10 +33,14 @@ PLURAL_REPLICAS: Final = "modelreplicas"
 
 
 # Towards the API server: how long to wait for a connection and, once connected, for each
-# answer. No retries: an unreachable or garbled API server is said once, on one line,
-# within these bounds, rather than after a client's silent attempts.
+# answer. A failed connection or read is not retried: an unreachable or garbled API server
+# is said once, on one line, within these bounds, rather than after silent attempts. A
+# busy one's "retry after" answers (429/503 with Retry-After, from priority and fairness)
+# are waited out a few times, as client-go does and as the client did before.
 CONNECT_TIMEOUT_SECONDS: Final = 5.0
 READ_TIMEOUT_SECONDS: Final = 30.0
+RETRY_AFTER_ATTEMPTS: Final = 3
+RETRY_AFTER_MAX_SECONDS: Final = 10
 NOT_AN_API_SERVER: Final = (
     "answered with something that is not a Kubernetes API response; is this the control "
     "plane's API server?"
@@ -86,9 +90,18 @@ class ControlPlane:
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None, context: str | None) -> ControlPlane:
         from kubernetes import client, config  # noqa: PLC0415
+        from urllib3.util.retry import Retry  # noqa: PLC0415
 
         settings = client.Configuration()
-        settings.retries = 0
+        settings.retries = Retry(
+            total=RETRY_AFTER_ATTEMPTS,
+            connect=0,
+            read=0,
+            other=0,
+            status=RETRY_AFTER_ATTEMPTS,
+            retry_after_max=RETRY_AFTER_MAX_SECONDS,
+            raise_on_status=False,  # the last answer is the ApiException callers word
+        )
         try:
             api = config.new_client_from_config(
                 config_file=kubeconfig, context=context, client_configuration=settings
