@@ -238,7 +238,7 @@ def model_reference(model: str, namespace: str | None) -> tuple[str | None, str]
     if not model_namespace or not name or "/" in name:
         raise click.BadParameter(
             f"{model!r}: expected NAME or NAMESPACE/NAME (as `modelplane status` prints it)",
-            param_hint="MODEL",
+            param_hint="[NAMESPACE/]NAME",
         )
     if namespace is not None and namespace != model_namespace:
         raise click.UsageError(
