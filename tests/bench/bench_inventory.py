@@ -21,12 +21,8 @@ sys.path.insert(0, str(REPO))
 
 from functions.common.contracts import LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_SERVING  # noqa: E402
 from functions.common.inventory import GPU_DRIVER, LABEL_FABRIC  # noqa: E402
-from functions.runtime.agent.inventory import (  # noqa: E402
-    Counters,
-    IdleMemory,
-    MemberObjects,
-    compute_inventory,
-)
+from functions.runtime.agent.idle import Counters, IdleMemory  # noqa: E402
+from functions.runtime.agent.inventory import MemberObjects, compute_inventory  # noqa: E402
 
 SIZES = (50, 500, 2000)
 NOW = 1_800_000_000.0

@@ -44,7 +44,7 @@ from functions.common.contracts import (
 )
 from functions.common.inventory import INVENTORY_RECORD_NAME, INVENTORY_RECORD_NAMESPACE
 from functions.compose_serving_stack import collector
-from functions.runtime.agent.inventory import ANNOTATION_IDLE_MEMORY, REQUEST_COUNTER
+from functions.runtime.agent.idle import ANNOTATION_IDLE_MEMORY, REQUEST_COUNTER
 from functions.runtime.agent.signals import Scope, parse_page
 from tests.collector import engines, harness
 from tests.conftest import require_tool

@@ -44,7 +44,8 @@ from functions.common.health import health_record_name
 from functions.common.metricmapping import parse_mappings
 from functions.compose_serving_stack import collector
 from functions.runtime.agent.health import HealthAgent
-from functions.runtime.agent.loop import Agent, AgentConfig, ElectionRole
+from functions.runtime.agent.loop import Agent, AgentConfig
+from functions.runtime.agent.role import ElectionRole
 from functions.runtime.hub.acting import FIELD_MANAGER, Actor, LeaseCopy
 from functions.runtime.hub.decision_log import DecisionLog
 from functions.runtime.hub.metrics import HubMetrics

@@ -38,7 +38,8 @@ from functions.common.inventory import (
     format_fabric_label,
     inventory_from_record,
 )
-from functions.runtime.agent.inventory import ANNOTATION_IDLE_MEMORY, Counters, InventoryAgent
+from functions.runtime.agent.idle import ANNOTATION_IDLE_MEMORY, Counters
+from functions.runtime.agent.inventory_record import InventoryAgent
 from functions.runtime.cli import parse_fabric_labels
 from functions.runtime.kube.rest import kube_request
 from tests.conftest import REPO

@@ -35,7 +35,8 @@ from functions.common.contracts import (
     HUB_LEASE_NAME,
     SYSTEM_NAMESPACE,
 )
-from functions.runtime.agent.loop import Agent, AgentConfig, FixedRole
+from functions.runtime.agent.loop import Agent, AgentConfig
+from functions.runtime.agent.role import FixedRole
 from functions.runtime.hub.decision_log import DecisionLog
 from functions.runtime.hub.metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics
 from functions.runtime.shared.policy import Policy
@@ -175,11 +176,11 @@ def test_the_hubs_weights_land_on_every_composed_backend_and_sum_to_100(composed
     routes = {c: golden[c]["route"] for c in apis}
     for member, api in apis.items():
         assert live_weights(api, routes[member], backend_of, member) == steady
-    assert agent._route_weights(policy) == steady
+    assert agent.hub.reader.route_weights(policy) == steady
 
     report_everyone(golden, apis, NOW)
     agent.hub_step(NOW)  # the hub's memory: the weights the routes carry
-    assert agent._route_weights(policy) == steady
+    assert agent.hub.reader.route_weights(policy) == steady
     target = {"dev-1": 40, "eu-west-1": 40, "us-east-1": 20}
     set_steady_weights(golden, apis, target)
 
@@ -204,7 +205,7 @@ def test_the_hubs_weights_land_on_every_composed_backend_and_sum_to_100(composed
     assert len({tuple(sorted(w.items())) for w in seen}) >= 3, seen  # 30 to move, 20 a step
     for before, after in itertools.pairwise(seen):
         assert sum(abs(after[m] - before[m]) for m in after) <= 2 * 20, (before, after)
-    assert agent._route_weights(policy) == target
+    assert agent.hub.reader.route_weights(policy) == target
 
 
 def test_a_member_whose_lease_names_another_hub_keeps_its_route_untouched(composed):

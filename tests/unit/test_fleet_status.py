@@ -264,7 +264,7 @@ def test_table_puts_parked_and_unplaceable_first_with_their_reasons():
 def test_explain_says_what_to_do_next():
     text = fleet_status.explain(PARKED, [])
     assert "parked since 2026-01-01T01:00:00Z after 5 consecutive start failures" in text
-    assert "modelplane retry kev -n ml" in text
+    assert "modelplane retry ml/kev" in text
     text = fleet_status.explain(SHORT, [replica("qwen", "eu-west", health=health(2))])
     assert "eu-west/a100: 0 of 2 ready" in text
     assert "2 consecutive start failures" in text

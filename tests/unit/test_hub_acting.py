@@ -16,7 +16,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from functions.common.contracts import ANNOTATION_FENCING_TOKEN
-from functions.runtime.agent.loop import Agent, AgentConfig, FixedRole
+from functions.runtime.agent.loop import Agent, AgentConfig
+from functions.runtime.agent.role import FixedRole
 from functions.runtime.hub.acting import FIELD_MANAGER, Actor, LeaseCopy, NotHub, weighted_rules
 from functions.runtime.hub.decision_log import DecisionLog
 from functions.runtime.hub.metrics import HUB_STEP_ERRORS_TOTAL, HubMetrics

@@ -1,4 +1,5 @@
-"""The member's fleet inventory (functions/runtime/agent/inventory.py), on plain objects."""
+"""The member's fleet inventory (functions/runtime/agent/inventory.py, idle.py), on plain
+objects."""
 
 from __future__ import annotations
 
@@ -15,12 +16,10 @@ from functions.common.inventory import (
     node_fabric,
     parse_fabric_label,
 )
+from functions.runtime.agent.idle import Counters, IdleMemory, counters_from_signals
 from functions.runtime.agent.inventory import (
-    Counters,
-    IdleMemory,
     MemberObjects,
     compute_inventory,
-    counters_from_signals,
     node_state,
     published_devices,
     replica_state,

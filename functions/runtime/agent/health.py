@@ -21,8 +21,11 @@ keys stay exactly those `functions/common/health.py` defines.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
+
+from kubernetes.client import ApiClient, CoreV1Api
 
 from functions.common.conditions import is_ready
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
@@ -323,3 +326,27 @@ class HealthAgent:
                 content_type=APPLY_PATCH,
             )
         return out
+
+
+class HealthStep:
+    """The agent's health step: sync the records, then hand each replica's consecutive
+    start failures and ready pods to `export` (the hub metrics' `model_health`)."""
+
+    def __init__(
+        self, api: ApiClient, export: Callable[[dict[tuple[str, str], tuple[int, int]]], None]
+    ):
+        self.api = api
+        self.export = export
+
+    def step(self, now: float) -> None:
+        core = CoreV1Api(self.api)
+        records = HealthAgent(core).sync(now)
+        pods = core.list_pod_for_all_namespaces(label_selector=LABEL_SERVING)
+        plain = [self.api.sanitize_for_serialization(p) for p in pods.items]
+        ready = {
+            key: sum(1 for p in group if is_ready(p))
+            for key, group in group_by_replica(plain).items()
+        }
+        self.export(
+            {key: (r.consecutive_start_failures, ready.get(key, 0)) for key, r in records.items()}
+        )

@@ -22,20 +22,16 @@ Read from what the member's API server says and nothing else:
   travels with the record (an annotation), so an agent restart or a failover to the
   standby agent does not reset the clock.
 
-`compute_inventory` is pure (objects and `now` in, the document out); `InventoryAgent` is
-the shell that lists the objects and writes the record.
+`compute_inventory` is pure (objects and `now` in, the document out); which replicas are
+idle is idle.py's, and inventory_record.py is the shell that lists the objects and
+writes the record.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
-
-from kubernetes.client.exceptions import ApiException
 
 from functions.common.conditions import is_ready
 from functions.common.contracts import (
@@ -46,26 +42,17 @@ from functions.common.contracts import (
     ROLE_LEADER,
     ROLE_STANDALONE,
 )
-from functions.common.cost import PoolPrice
 from functions.common.inventory import (
     COUNTERS_AVAILABLE,
     COUNTERS_UNAVAILABLE,
     GPU_DRIVER,
     IDLE_AFTER_SECONDS,
-    INVENTORY_RECORD_API_VERSION,
-    INVENTORY_RECORD_KIND,
-    INVENTORY_RECORD_NAME,
-    INVENTORY_RECORD_NAMESPACE,
-    KEY_INVENTORY,
     FabricLabel,
     device_class,
     node_fabric,
 )
-from functions.runtime.agent.cost import CostKey, model_costs
-from functions.runtime.kube.rest import APPLY_PATCH, kube_request
+from functions.runtime.agent.idle import Counters, IdleMemory, ReplicaKey, idle_replicas
 from functions.runtime.shared.policy import rfc3339
-
-ANNOTATION_IDLE_MEMORY: Final = "modelplane.ai/idle-memory"
 
 NODE_READY: Final = "ready"
 NODE_CORDONED: Final = "cordoned"
@@ -86,55 +73,7 @@ _FAILED_WAITING: Final = frozenset(
     {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"}
 )
 
-ReplicaKey = tuple[str, str]  # (namespace, ModelReplica)
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
-
-
-@dataclass
-class IdleMemory:
-    """Per replica: the request counter last seen and when it last moved."""
-
-    counters: dict[ReplicaKey, tuple[float, float]] = field(default_factory=dict)
-
-    def to_annotation(self) -> str:
-        return json.dumps(
-            {
-                f"{ns}/{name}": [value, since]
-                for (ns, name), (value, since) in sorted(self.counters.items())
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_annotation(cls, text: str | None) -> IdleMemory:
-        try:
-            raw = json.loads(text or "{}")
-            counters = {}
-            for key, (value, since) in raw.items():
-                namespace, name = key.split("/", 1)
-                counters[(namespace, name)] = (float(value), float(since))
-            return cls(counters)
-        except (ValueError, TypeError, AttributeError):
-            return cls()
-
-
-@dataclass(frozen=True)
-class Counters:
-    """The request counters read this time: per replica, requests finished so far; or why
-    they could not be read (then no replica is named idle — unknown is not idle)."""
-
-    by_replica: Mapping[ReplicaKey, float] = field(default_factory=dict)
-    error: str = ""
-    # Or per deployment (namespace, ModelDeployment), as the collector's signals page
-    # counts: a cluster runs one ModelReplica of a deployment, so it is the same count.
-    by_deployment: Mapping[tuple[str, str], float] = field(default_factory=dict)
-
-    def of(self, key: ReplicaKey, deployment: str) -> float | None:
-        """The replica's count, or None when the source has no series for it (its engine
-        is not scraped, or its type exports no request counter): unknown, not zero."""
-        if key in self.by_replica:
-            return self.by_replica[key]
-        return self.by_deployment.get((key[0], deployment))
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
@@ -348,41 +287,6 @@ def _replicas(pods: Iterable[Mapping[str, Any]], held: Mapping[Any, set[DeviceKe
     return out
 
 
-def _idle(
-    replicas: _Replicas, counters: Counters, memory: IdleMemory, now: float, idle_after: float
-) -> tuple[list[dict[str, Any]], IdleMemory]:
-    """The idle clock: a counter that moved (or was never seen) restarts it; a replica no
-    longer serving is forgotten, so its next start is not read as long idle. Counters that
-    could not be read name nobody idle and keep the clocks as they were; so does a replica
-    the source has no counter for (a page that does not carry it says nothing about it)."""
-    if counters.error:
-        kept = {k: v for k, v in memory.counters.items() if k in replicas.serving}
-        return [], IdleMemory(kept)
-    kept = IdleMemory()
-    idle = []
-    for key in sorted(replicas.serving):
-        value = counters.of(key, replicas.deployment_of.get(key, ""))
-        previous = memory.counters.get(key)
-        if value is None:
-            if previous is not None:
-                kept.counters[key] = previous
-            continue
-        since = previous[1] if previous is not None and previous[0] == value else now
-        kept.counters[key] = (value, since)
-        if now - since >= idle_after:
-            idle.append(
-                {
-                    "namespace": key[0],
-                    "name": key[1],
-                    "deployment": replicas.deployment_of.get(key, ""),
-                    "idleSeconds": int(now - since),
-                    "gpus": replicas.gpus_held.get(key, 0),
-                }
-            )
-    idle.sort(key=lambda r: (-r["idleSeconds"], r["namespace"], r["name"]))
-    return idle, kept
-
-
 def compute_inventory(
     objects: MemberObjects,
     counters: Counters,
@@ -398,7 +302,15 @@ def compute_inventory(
     held = allocated_devices(objects.claims)
     gpus, fabrics = _gpus_and_fabrics(objects, states, held, driver, fabric_labels)
     replicas = _replicas(objects.pods, held)
-    idle, kept = _idle(replicas, counters, memory, now, idle_after)
+    idle, kept = idle_replicas(
+        replicas.serving,
+        counters,
+        memory,
+        now,
+        idle_after,
+        deployment_of=replicas.deployment_of,
+        gpus_held=replicas.gpus_held,
+    )
     document: dict[str, Any] = {
         "observedAt": rfc3339(now),
         "nodes": {"total": len(states)}
@@ -418,139 +330,3 @@ def compute_inventory(
         ),
     }
     return document, kept
-
-
-# --- the shell ------------------------------------------------------------------------------
-
-RESOURCE_API: Final = "/apis/resource.k8s.io/v1"
-# Requests finished per replica, as the vocabulary's counter reaches a Prometheus-compatible
-# endpoint (resource attributes become labels with `.` as `_`).
-LABEL_COUNTER_NAMESPACE: Final = "k8s_namespace_name"
-LABEL_COUNTER_SERVING: Final = "modelplane_serving"
-REQUEST_COUNTER: Final = "modelplane_requests_total"
-REQUEST_COUNTER_QUERY: Final = (
-    f"sum by ({LABEL_COUNTER_NAMESPACE}, {LABEL_COUNTER_SERVING}) (modelplane_requests_total)"
-)
-
-
-def counters_from_prometheus(base_url: str | None, timeout: float = 5.0) -> Counters:
-    """The request counters from an instant query; why not, when they cannot be read."""
-    if not base_url:
-        return Counters(error="no request-counter source (--prometheus-url is not set)")
-    url = (
-        base_url.rstrip("/")
-        + "/api/v1/query?"
-        + urllib.parse.urlencode({"query": REQUEST_COUNTER_QUERY})
-    )
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            body = json.load(response)
-        samples = body["data"]["result"]
-        by_replica = {
-            (
-                s["metric"].get(LABEL_COUNTER_NAMESPACE, ""),
-                s["metric"][LABEL_COUNTER_SERVING],
-            ): float(s["value"][1])
-            for s in samples
-            if s["metric"].get(LABEL_COUNTER_SERVING)
-        }
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return Counters(error=f"request counters not read: {err}")
-    return Counters(by_replica)
-
-
-def _list(api, path: str, query=None) -> list[dict[str, Any]]:
-    return list(kube_request(api, "GET", path, query=query).get("items") or [])
-
-
-def record_path() -> str:
-    return f"/api/v1/namespaces/{INVENTORY_RECORD_NAMESPACE}/configmaps/{INVENTORY_RECORD_NAME}"
-
-
-class InventoryAgent:
-    """Lists the member's nodes, ResourceSlices, ResourceClaims and pods, and writes the
-    record (server-side apply, its own field manager)."""
-
-    def __init__(
-        self,
-        api,
-        counters: Callable[[], Counters],
-        fabric_labels: Sequence[FabricLabel] = (),
-        idle_after: float = IDLE_AFTER_SECONDS,
-        *,
-        pool_prices: Sequence[PoolPrice] = (),
-        on_costs: Callable[[dict[CostKey, float]], None] | None = None,
-    ):
-        self.api = api
-        self.counters = counters
-        self.fabric_labels = tuple(fabric_labels)
-        # Priced pools: each sync also hands what each model's devices cost to `on_costs`.
-        self.pool_prices = tuple(pool_prices)
-        self.on_costs = on_costs
-        self.idle_after = idle_after
-
-    def _memory(self) -> IdleMemory:
-        try:
-            record = kube_request(self.api, "GET", record_path())
-        except ApiException as err:
-            if err.status == 404:
-                return IdleMemory()
-            raise
-        annotations = (record.get("metadata") or {}).get("annotations") or {}
-        return IdleMemory.from_annotation(annotations.get(ANNOTATION_IDLE_MEMORY))
-
-    def sync(self, now: float) -> dict[str, Any]:
-        nodes = _list(self.api, "/api/v1/nodes")
-        try:
-            slices = _list(self.api, f"{RESOURCE_API}/resourceslices")
-            claims = _list(self.api, f"{RESOURCE_API}/resourceclaims")
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            slices, claims = [], []  # DRA not served: no devices published
-        pods = _list(self.api, "/api/v1/pods", [("fieldSelector", "status.phase!=Succeeded")])
-        document, memory = compute_inventory(
-            MemberObjects(nodes, slices, claims, pods),
-            self.counters(),
-            self._memory(),
-            now,
-            fabric_labels=self.fabric_labels,
-            idle_after=self.idle_after,
-        )
-        if self.on_costs is not None:
-            self.on_costs(
-                model_costs(nodes, pods, allocated_devices(claims), _pod_claims, self.pool_prices)
-            )
-        kube_request(
-            self.api,
-            "PATCH",
-            record_path(),
-            query=[("fieldManager", "modelplane-inventory"), ("force", "true")],
-            body={
-                "apiVersion": INVENTORY_RECORD_API_VERSION,
-                "kind": INVENTORY_RECORD_KIND,
-                "metadata": {
-                    "name": INVENTORY_RECORD_NAME,
-                    "namespace": INVENTORY_RECORD_NAMESPACE,
-                    "annotations": {ANNOTATION_IDLE_MEMORY: memory.to_annotation()},
-                },
-                "data": {KEY_INVENTORY: json.dumps(document, sort_keys=True)},
-            },
-            content_type=APPLY_PATCH,
-        )
-        return document
-
-
-def counters_from_signals(history) -> Counters:
-    """The request counters from the newest read of the collector's signals page (the
-    agent's `SignalHistory`), summed per deployment; why not, when there is none."""
-    if history.last_error:
-        return Counters(error=f"request counters not read: {history.last_error}")
-    if not history.pages:
-        return Counters(error="request counters not read: no signals page read yet")
-    by_deployment: dict[tuple[str, str], float] = {}
-    for scope, samples in history.pages[-1].samples.items():
-        counted = [v for (name, _), (v, _) in samples.items() if name == REQUEST_COUNTER]
-        if counted:  # a deployment with gauges only has no counter here, not a zero one
-            by_deployment[(scope.namespace, scope.deployment)] = sum(counted)
-    return Counters(by_deployment=by_deployment)

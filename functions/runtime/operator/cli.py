@@ -23,12 +23,58 @@ import yaml
 from functions.common.contracts import ANNOTATION_RETRY, API_GROUP, API_VERSION
 from functions.runtime.operator import fleet_status
 from functions.runtime.operator import suggest as first_policy
+from functions.runtime.operator.terminal import escape, escaped
 
 COMMANDS: Final = ("status", "explain", "retry", "suggest")
 
 PLURAL_CLUSTERS: Final = "inferenceclusters"
 PLURAL_DEPLOYMENTS: Final = "modeldeployments"
 PLURAL_REPLICAS: Final = "modelreplicas"
+
+
+# Towards the API server: how long to wait for a connection and, once connected, for each
+# answer. A failed connection or read is not retried: an unreachable or garbled API server
+# is said once, on one line, within these bounds, rather than after silent attempts. A
+# busy one's "retry after" answers (429/503 with Retry-After, from priority and fairness)
+# are waited out a few times, as client-go does and as the client did before.
+CONNECT_TIMEOUT_SECONDS: Final = 5.0
+READ_TIMEOUT_SECONDS: Final = 30.0
+RETRY_AFTER_ATTEMPTS: Final = 3
+RETRY_AFTER_MAX_SECONDS: Final = 10
+NOT_AN_API_SERVER: Final = (
+    "answered with something that is not a Kubernetes API response; is this the control "
+    "plane's API server?"
+)
+
+
+def _failure(message: str) -> click.ClickException:
+    """An error on one line, its values escaped: a reason, a kubeconfig's or a server's
+    words can carry anything."""
+    return click.ClickException(escape(" ".join(message.split())))
+
+
+def _no_answer(host: str, error: Exception) -> str:
+    """Why a request got no API answer, in words (urllib3 wraps the cause in
+    MaxRetryError)."""
+    from urllib3 import exceptions  # noqa: PLC0415
+
+    cause = getattr(error, "reason", None) or error
+    unreachable = f"cannot reach the API server at {host}"
+    # NewConnectionError is a ConnectTimeoutError to urllib3: ask it first.
+    if isinstance(cause, exceptions.NewConnectionError):
+        return f"{unreachable}: {str(cause).rpartition('new connection: ')[2]}"
+    if isinstance(cause, exceptions.ConnectTimeoutError):
+        return f"{unreachable}: no connection within {CONNECT_TIMEOUT_SECONDS:g}s"
+    if isinstance(cause, exceptions.ReadTimeoutError):
+        return (
+            f"the API server at {host} took the connection but did not answer within "
+            f"{READ_TIMEOUT_SECONDS:g}s"
+        )
+    if isinstance(cause, exceptions.SSLError):
+        return f"no TLS connection to the API server at {host}: {cause}"
+    if isinstance(cause, exceptions.ProtocolError):
+        return f"{host} did not answer in HTTP; is this the control plane's API server? ({cause})"
+    return f"{unreachable}: {cause}"
 
 
 class ControlPlane:
@@ -38,35 +84,81 @@ class ControlPlane:
         from kubernetes import client  # noqa: PLC0415  (slow import; --help stays fast)
 
         self.objects = client.CustomObjectsApi(api)
+        self.host = api.configuration.host
         self._client = client
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None, context: str | None) -> ControlPlane:
-        from kubernetes import config  # noqa: PLC0415
+        from kubernetes import client, config  # noqa: PLC0415
+        from urllib3.util.retry import Retry  # noqa: PLC0415
 
+        settings = client.Configuration()
+        settings.retries = Retry(
+            total=RETRY_AFTER_ATTEMPTS,
+            connect=0,
+            read=0,
+            other=0,
+            status=RETRY_AFTER_ATTEMPTS,
+            retry_after_max=RETRY_AFTER_MAX_SECONDS,
+            raise_on_status=False,  # the last answer is the ApiException callers word
+        )
         try:
-            return cls(config.new_client_from_config(config_file=kubeconfig, context=context))
+            api = config.new_client_from_config(
+                config_file=kubeconfig, context=context, client_configuration=settings
+            )
         except config.ConfigException as error:
-            raise click.ClickException(f"cannot load the kubeconfig: {error}") from error
+            raise _failure(f"cannot load the kubeconfig: {error}") from error
+        return cls(api)
+
+    def _call(self, what: str, method, *args) -> dict[str, Any]:
+        """One request, bounded in time. An API server that cannot be reached, or does not
+        answer like one, is a one-line error; its ApiException is the caller's to word."""
+        from urllib3.exceptions import HTTPError  # noqa: PLC0415
+
+        timeout = (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS)
+        try:
+            answer = method(*args, _request_timeout=timeout)
+        except self._client.ApiException as error:
+            if error.status == 0:  # the client refused the answer's content type
+                raise _failure(
+                    f"{what}: {self.host} {NOT_AN_API_SERVER} ({error.reason})"
+                ) from None
+            raise
+        except (HTTPError, OSError) as error:
+            raise _failure(f"{what}: {_no_answer(self.host, error)}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):  # said JSON, was not
+            raise _failure(f"{what}: {self.host} {NOT_AN_API_SERVER}") from None
+        if not isinstance(answer, dict):
+            raise _failure(f"{what}: {self.host} {NOT_AN_API_SERVER}")
+        return answer
 
     def _list(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        what = f"listing {plural}"
         try:
             if namespace and plural != PLURAL_CLUSTERS:
-                found = self.objects.list_namespaced_custom_object(
-                    API_GROUP, API_VERSION, namespace, plural
+                found = self._call(
+                    what,
+                    self.objects.list_namespaced_custom_object,
+                    API_GROUP,
+                    API_VERSION,
+                    namespace,
+                    plural,
                 )
             else:
-                found = self.objects.list_cluster_custom_object(API_GROUP, API_VERSION, plural)
+                found = self._call(
+                    what, self.objects.list_cluster_custom_object, API_GROUP, API_VERSION, plural
+                )
         except self._client.ApiException as error:
             if error.status == 404:
-                raise click.ClickException(
+                raise _failure(
                     f"{plural}.{API_GROUP} is not served by this API server: is this the "
                     f"control plane, with the modelplane Configuration installed?"
                 ) from error
-            raise click.ClickException(
-                f"listing {plural}: {error.status} {error.reason}"
-            ) from error
-        return list(found.get("items") or [])
+            raise _failure(f"{what}: {error.status} {error.reason}") from error
+        items = found.get("items") or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise _failure(f"{what}: {self.host} {NOT_AN_API_SERVER}")
+        return list(items)
 
     def clusters(self) -> list[dict[str, Any]]:
         return self._list(PLURAL_CLUSTERS, None)
@@ -79,16 +171,23 @@ class ControlPlane:
         )
 
     def deployment(self, namespace: str, name: str) -> dict[str, Any]:
+        what = f"reading {namespace}/{name}"
         try:
-            return self.objects.get_namespaced_custom_object(
-                API_GROUP, API_VERSION, namespace, PLURAL_DEPLOYMENTS, name
+            return self._call(
+                what,
+                self.objects.get_namespaced_custom_object,
+                API_GROUP,
+                API_VERSION,
+                namespace,
+                PLURAL_DEPLOYMENTS,
+                name,
             )
         except self._client.ApiException as error:
             if error.status == 404:
-                raise click.ClickException(
+                raise _failure(
                     f"no ModelDeployment {namespace}/{name} (list them with `modelplane status`)"
                 ) from error
-            raise click.ClickException(f"reading {namespace}/{name}: {error.reason}") from error
+            raise _failure(f"{what}: {error.reason}") from error
 
     def replicas_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
         return [
@@ -98,14 +197,20 @@ class ControlPlane:
         ]
 
     def set_retry(self, namespace: str, name: str, value: str) -> None:
-        self.objects.patch_namespaced_custom_object(
-            API_GROUP,
-            API_VERSION,
-            namespace,
-            PLURAL_DEPLOYMENTS,
-            name,
-            {"metadata": {"annotations": {ANNOTATION_RETRY: value}}},
-        )
+        what = f"setting {ANNOTATION_RETRY} on {namespace}/{name}"
+        try:
+            self._call(
+                what,
+                self.objects.patch_namespaced_custom_object,
+                API_GROUP,
+                API_VERSION,
+                namespace,
+                PLURAL_DEPLOYMENTS,
+                name,
+                {"metadata": {"annotations": {ANNOTATION_RETRY: value}}},
+            )
+        except self._client.ApiException as error:
+            raise _failure(f"{what}: {error.status} {error.reason}") from error
 
 
 def _namespace_of(kubeconfig: str | None, context: str | None) -> str:
@@ -122,6 +227,34 @@ def _namespace_of(kubeconfig: str | None, context: str | None) -> str:
     return (current.get("context") or {}).get("namespace") or "default"
 
 
+def model_reference(model: str, namespace: str | None) -> tuple[str | None, str]:
+    """(namespace, name) of MODEL as the user gave it: `namespace/name` as `modelplane
+    status` prints it, or a plain name with `-n/--namespace`. None as the namespace: the
+    kubeconfig context's. A `-n` that names another namespace than MODEL's is refused
+    rather than either one silently winning."""
+    if "/" not in model:
+        return namespace, model
+    model_namespace, _, name = model.partition("/")
+    if not model_namespace or not name or "/" in name:
+        raise click.BadParameter(
+            f"{model!r}: expected NAME or NAMESPACE/NAME (as `modelplane status` prints it)",
+            param_hint="[NAMESPACE/]NAME",
+        )
+    if namespace is not None and namespace != model_namespace:
+        raise click.UsageError(
+            escape(
+                f"{model} is in namespace {model_namespace!r} but -n/--namespace says "
+                f"{namespace!r}; give the namespace once"
+            )
+        )
+    return model_namespace, name
+
+
+def _model(ctx: click.Context, model: str, namespace: str | None) -> tuple[str, str]:
+    namespace, name = model_reference(model, namespace)
+    return namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"]), name
+
+
 def _dump(document: dict[str, Any], output: str) -> str:
     if output == "json":
         return json.dumps(document, indent=2, sort_keys=False) + "\n"
@@ -129,8 +262,13 @@ def _dump(document: dict[str, Any], output: str) -> str:
 
 
 @click.group(help="Read the modelplane fleet from its control plane.")
-@click.option("--kubeconfig", envvar="KUBECONFIG", help="The control plane's kubeconfig.")
-@click.option("--context", help="The kubeconfig context to use.")
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    metavar="FILE",
+    help="The control plane's kubeconfig (default: $KUBECONFIG).",
+)
+@click.option("--context", metavar="NAME", help="The kubeconfig context to use.")
 @click.pass_context
 def main(ctx: click.Context, kubeconfig: str | None, context: str | None) -> None:
     # KUBECONFIG may list several files; the client reads the first, as it documents.
@@ -161,12 +299,21 @@ def status(ctx: click.Context, namespace: str | None, output: str) -> None:
         click.echo(_dump(fleet.to_dict(), output), nl=False)
 
 
+MODEL_ARGUMENT = click.argument("model", metavar="[NAMESPACE/]NAME")
+NAMESPACE_OPTION = click.option(
+    "-n",
+    "--namespace",
+    metavar="NAMESPACE",
+    help="The model's namespace, for a plain NAME (default: the context's).",
+)
+
+
 @main.command(help="Why a model is short: its placements, unplaceable reason, parking, health.")
-@click.argument("model")
-@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@MODEL_ARGUMENT
+@NAMESPACE_OPTION
 @click.pass_context
 def explain(ctx: click.Context, model: str, namespace: str | None) -> None:
-    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    namespace, model = _model(ctx, model, namespace)
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
     replicas = plane.replicas_of(namespace, model)
@@ -174,44 +321,46 @@ def explain(ctx: click.Context, model: str, namespace: str | None) -> None:
 
 
 @main.command(help="Unpark a parked model (sets the modelplane.ai/retry annotation).")
-@click.argument("model")
-@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@MODEL_ARGUMENT
+@NAMESPACE_OPTION
 @click.pass_context
 def retry(ctx: click.Context, model: str, namespace: str | None) -> None:
-    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    namespace, model = _model(ctx, model, namespace)
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
-    summary = fleet_status.read_model(deployment, [])
+    summary = escaped(fleet_status.read_model(deployment, []))
+    where = escape(f"{namespace}/{model}")
     if summary.parked is None:
         # Writing the annotation anyway would do nothing now and would be read as a retry
         # of whatever parks the model next; refusing keeps the annotation meaningful.
         click.echo(
-            f"{namespace}/{model} is not parked ({summary.state}); nothing to retry. "
+            f"{where} is not parked ({summary.state}); nothing to retry. "
             + fleet_status.next_step(summary)
         )
         return
     value = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     plane.set_retry(namespace, model, value)
     click.echo(
-        f"{namespace}/{model}: set {ANNOTATION_RETRY}={value}.\n"
+        f"{where}: set {ANNOTATION_RETRY}={value}.\n"
         f"On its next reconcile the model is unparked and placed again; the "
         f"{summary.parked.failures} start failures that parked it no longer count. "
         f"If it keeps failing the same way it is parked again after the configured number "
         f"of new consecutive failures (5 by default); follow it with "
-        f"`modelplane explain {model} -n {namespace}`.\n"
+        f"`modelplane explain {where}`.\n"
         f"Last error: {summary.parked.last_error or 'none reported'}"
     )
 
 
 @main.command(
+    short_help="Print a first autoscaling policy (shadow mode) for a model.",
     help="Print a first autoscaling policy (shadow mode) for a model: every knob the "
-    "operations checklist says to set per model, each with what goes wrong when it is off."
+    "operations checklist says to set per model, each with what goes wrong when it is off.",
 )
-@click.argument("model")
-@click.option("-n", "--namespace", help="The model's namespace (default: the context's).")
+@MODEL_ARGUMENT
+@NAMESPACE_OPTION
 @click.pass_context
 def suggest(ctx: click.Context, model: str, namespace: str | None) -> None:
-    namespace = namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"])
+    namespace, model = _model(ctx, model, namespace)
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
     click.echo(first_policy.render(deployment, plane.clusters()), nl=False)

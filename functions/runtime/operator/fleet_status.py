@@ -13,7 +13,9 @@ model is never satisfied. A model whose status has not been written yet (a new c
 is "pending", not "satisfied": not fetched yet is not empty.
 
 Pure: it takes the objects as plain dicts (as the API returns them) and returns plain
-dataclasses; the CLI and the metrics shell do the reading.
+dataclasses; the CLI and the metrics shell do the reading. The text it renders for a
+terminal (`render_table`, `explain`) escapes every value's control characters
+(terminal.py); `FleetStatus.to_dict` keeps them exact.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Final
 from functions.common import conditions
 from functions.common.health import HealthRecord, count_failures
 from functions.common.inventory import IDLE_AFTER_SECONDS, device_class
+from functions.runtime.operator.terminal import escaped
 
 # A model's state, one word each, in the order an operator should look at them.
 STATE_PARKED: Final = "Parked"
@@ -573,6 +576,7 @@ def _inventory_lines(inventory: Inventory) -> list[str]:
 
 def render_table(fleet: FleetStatus) -> str:
     """The readable answer: totals first, then what needs a look, then the details."""
+    fleet = escaped(fleet)
     r, m = fleet.replicas, fleet.models
     lines = [
         f"Models:    {m.total} total, {m.satisfied} satisfied, {m.short} short",
@@ -665,11 +669,12 @@ def render_table(fleet: FleetStatus) -> str:
 
 def next_step(model: ModelSummary) -> str:
     """What an operator can do about a model in this state."""
+    model = escaped(model)
     if model.parked:
         return (
             f"Fix the cause ({model.parked.last_error or 'see the ModelReplicas'}) and change "
-            f"source, profile or engines, or run `modelplane retry {model.name} "
-            f"-n {model.namespace}`."
+            f"source, profile or engines, or run `modelplane retry "
+            f"{model.namespace}/{model.name}`."
         )
     if model.unplaceable:
         return (
@@ -685,6 +690,7 @@ def next_step(model: ModelSummary) -> str:
 
 def room_lines(clusters: Iterable[Mapping[str, Any]]) -> list[str]:
     """What each member says is free now (its inventory), for a model that is short."""
+    clusters = escaped(list(clusters))
     lines = []
     for cluster in sorted(clusters, key=lambda c: _key(c)[1]):
         name = _key(cluster)[1]
@@ -710,6 +716,7 @@ def explain(
 ) -> str:
     """Why a model is where it is, from its status and its ModelReplicas', and for a model
     that is short, what room each member reports."""
+    deployment, replicas, clusters = escaped((deployment, list(replicas), list(clusters)))
     replicas = sorted(replicas, key=_key)
     model = read_model(deployment, replicas)
     lines = [

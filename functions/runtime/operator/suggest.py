@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from functions.runtime.operator.terminal import escape
 from functions.runtime.shared.policy import REPORT_INTERVAL_SECONDS
 
 QUERY_WINDOW: Final = "2m"
@@ -272,7 +273,10 @@ def render(deployment: Mapping[str, Any], clusters: Iterable[Mapping[str, Any]])
         for text in _wrap(knob.why, 88 - len(indent)):
             lines.append(f"{indent}# {text}")
         lines.append(f"{indent}{knob.path[-1]}: {_scalar(knob.value)}")
-    return "\n".join(lines) + "\n"
+    # The comments carry names and pools from the cluster; the values are JSON scalars,
+    # whose escapes a YAML reader decodes the same way, so escaping every line keeps the
+    # patch exact and the terminal safe (a newline in a name cannot end its comment).
+    return "\n".join(escape(line) for line in lines) + "\n"
 
 
 def _wrap(text: str, width: int) -> list[str]:
