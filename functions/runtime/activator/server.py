@@ -519,8 +519,15 @@ class Activator:
 
     async def start(self, listen: tuple[str, int], health: tuple[str, int] | None) -> None:
         self.loop = asyncio.get_running_loop()
+        # A backlog as deep as the connections it may hold: a burst waits in the kernel
+        # for its accept, not for a SYN retransmission a second later.
         server = await asyncio.start_server(
-            self._accept, listen[0], listen[1], limit=READ_CHUNK, reuse_address=True
+            self._accept,
+            listen[0],
+            listen[1],
+            limit=READ_CHUNK,
+            reuse_address=True,
+            backlog=self.limits.max_connections,
         )
         self.servers.append(server)
         self.port = server.sockets[0].getsockname()[1]
