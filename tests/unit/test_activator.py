@@ -17,6 +17,7 @@ import contextlib
 import copy
 import http.client
 import json
+import re
 import socket
 import threading
 import time
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from functions.common import contracts
 from functions.compose_model_replica import serving
@@ -580,3 +583,93 @@ def test_keep_alive_serves_several_requests_on_one_connection(activator):
             reply.read()
     finally:
         connection.close()
+
+
+# --- Generated input ----------------------------------------------------------------------
+
+_VALID = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Modelplane-Deployment: team-a/llm\r\n"
+    b"Content-Length: 2\r\n\r\n{}"
+)
+
+
+@st.composite
+def _mangled(draw) -> bytes:
+    """A valid request cut, spliced with noise, or bytes of any kind."""
+    shape = draw(st.sampled_from(["noise", "cut", "splice", "repeat_header"]))
+    if shape == "noise":
+        return draw(st.binary(min_size=1, max_size=600))
+    if shape == "cut":
+        return _VALID[: draw(st.integers(1, len(_VALID) - 1))]
+    if shape == "splice":
+        at = draw(st.integers(0, len(_VALID)))
+        return _VALID[:at] + draw(st.binary(min_size=1, max_size=60)) + _VALID[at:]
+    line = draw(st.sampled_from([b"Content-Length: 5\r\n", b"Transfer-Encoding: chunked\r\n"]))
+    return _VALID.replace(b"Host: x\r\n", b"Host: x\r\n" + line * draw(st.integers(1, 3)))
+
+
+@pytest.fixture(scope="module")
+def fuzzed_activator():
+    engine = ChatServer(script=[Answer(content="ok")] * 10_000)
+    plane = Plane()
+    served = start(plane, Routes([composed_route("team-a", "llm")]), engine)
+    yield served, plane
+    served.shutdown()
+    engine.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mangled())
+def test_any_bytes_get_http_answers_or_a_close_never_a_hang(fuzzed_activator, data):
+    served, _ = fuzzed_activator
+    began = time.monotonic()
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+        with contextlib.suppress(OSError):
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)  # the client is done: a partial request ends here
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    assert time.monotonic() - began < 5
+    if answer:
+        assert re.match(rb"HTTP/1\.1 [1-5]\d\d ", answer), answer[:80]
+    # Whatever it was sent, the server still answers a normal request.
+    assert post(served.port, "team-a/llm")[0] == 200
+
+
+_route_values = st.one_of(
+    st.none(),
+    st.text(max_size=20),
+    st.sampled_from(["team-a/llm", "team-b/llm", "team-a/../x", contracts.ACTIVATOR_SERVICE_NAME]),
+)
+
+
+@st.composite
+def _route(draw) -> dict:
+    route = composed_route(draw(st.sampled_from(["team-a", "team-b"])), "llm")
+    rule = route["spec"]["rules"][0]
+    if draw(st.booleans()):
+        rule["filters"][0]["requestHeaderModifier"]["set"][0]["value"] = draw(_route_values)
+    if draw(st.booleans()):
+        rule["backendRefs"][0]["namespace"] = draw(_route_values)
+    if draw(st.booleans()):
+        route["metadata"]["labels"] = draw(
+            st.dictionaries(st.text(max_size=5), st.text(max_size=5))
+        )
+    if draw(st.booleans()):
+        route["spec"] = draw(st.one_of(st.none(), st.just({"rules": draw(_route_values)})))
+    return route
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_route(), max_size=6))
+def test_a_served_identity_is_vouched_for_by_a_route_of_its_own_namespace(routes):
+    index = core.route_index(routes)
+    assert not index.served & index.contested
+    for namespace, name in index.served:
+        assert any(
+            (route.get("metadata") or {}).get("namespace") == namespace
+            and contracts.LABEL_SERVING in ((route.get("metadata") or {}).get("labels") or {})
+            for route in routes
+        ), (namespace, name)
