@@ -40,7 +40,7 @@ import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import h11
 from kubernetes import client
@@ -394,8 +394,7 @@ class _Connection:
             raise _Closed from err
 
     async def answer(self, refusal: core.Refuse, model: str = "", *, close: bool = False):
-        """Answer with the route's JSON error shape; with `close`, then raise _Closed (so
-        a caller's code after `answer(..., close=True)` never runs)."""
+        """Answer with the route's JSON error shape (and `Connection: close`)."""
         body = core.error_body(refusal.status, refusal.reason, model, refusal.message)
         headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
         if refusal.retry_after:
@@ -409,8 +408,12 @@ class _Connection:
             h11.Data(data=body),
         )
         await self.send(h11.EndOfMessage())
-        if close:
-            raise _Closed
+
+    async def refuse(self, refusal: core.Refuse, model: str = "") -> NoReturn:
+        """Answer, then end the connection (raises _Closed): for a request whose body is
+        not read, or whose client must not be kept."""
+        await self.answer(refusal, model, close=True)
+        raise _Closed
 
     async def answer_text(self, status: int, text: bytes) -> None:
         headers = [("content-type", "text/plain"), ("content-length", str(len(text)))]
@@ -430,13 +433,13 @@ class _Connection:
             loop_time = time.monotonic()
             wait = self.limits.idle_seconds if deadline is None else deadline - loop_time
             if wait <= 0:
-                await self.answer(timeout_refusal, close=True)
+                await self.refuse(timeout_refusal)
             try:
                 data = await asyncio.wait_for(self.reader.read(READ_CHUNK), wait)
             except TimeoutError:
                 if deadline is None:  # nothing of a request arrived: just close
                     raise _Closed from None
-                await self.answer(timeout_refusal, close=True)
+                await self.refuse(timeout_refusal)
             except ConnectionError as err:
                 raise _Closed from err
             if deadline is None and data:
@@ -641,25 +644,24 @@ class Activator:
             max_header_bytes=self.limits.max_header_bytes,
         )
         if problem is not None:
-            await connection.answer(problem, close=True)
+            await connection.refuse(problem)
         identity = next(v for k, v in headers if k == core.HEADER_DEPLOYMENT_LOWER)
         namespace, name = core.parse_deployment(identity)
         if any(k == contracts.HEADER_ACTIVATED.lower() for k, _ in headers):
             # Proxied once already and routed back here: answer, never loop.
-            await connection.answer(
+            await connection.refuse(
                 core.Refuse(core.STATUS_UNAVAILABLE, core.REASON_NOT_READY, "no ready replica yet"),
                 name,
-                close=True,
             )
         try:
             vouched = await self._vouched(namespace, name)
         except Unavailable as err:
-            await connection.answer(err.refusal, name, close=True)
+            await connection.refuse(err.refusal, name)
         if not vouched:
-            await connection.answer(core.not_routed(), close=True)
+            await connection.refuse(core.not_routed())
         key = (namespace, name)
         if self.in_flight >= self.limits.max_in_flight:
-            await connection.answer(
+            await connection.refuse(
                 core.Refuse(
                     core.STATUS_UNAVAILABLE,
                     core.REASON_OVERLOADED,
@@ -667,10 +669,9 @@ class Activator:
                     self.limits.retry_after_seconds,
                 ),
                 name,
-                close=True,
             )
         if self.per_model.get(key, 0) >= self.limits.max_per_model:
-            await connection.answer(
+            await connection.refuse(
                 core.Refuse(
                     core.STATUS_TOO_MANY,
                     core.REASON_MODEL_BUSY,
@@ -678,7 +679,6 @@ class Activator:
                     self.limits.retry_after_seconds,
                 ),
                 name,
-                close=True,
             )
         self.in_flight += 1
         self.per_model[key] = self.per_model.get(key, 0) + 1
@@ -724,13 +724,12 @@ class Activator:
             if isinstance(event, h11.Data):
                 size += len(event.data)
                 if size > self.limits.max_body_bytes:
-                    await connection.answer(
+                    await connection.refuse(
                         core.Refuse(
                             core.STATUS_TOO_LARGE,
                             core.REASON_TOO_LARGE,
                             f"the body is over {self.limits.max_body_bytes} bytes",
-                        ),
-                        close=True,
+                        )
                     )
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
@@ -868,14 +867,13 @@ class Activator:
         except (OSError, TimeoutError, h11.ProtocolError) as err:
             if started:
                 raise _Closed from err  # mid-answer: only closing tells the client
-            await connection.answer(
+            await connection.refuse(
                 core.Refuse(
                     core.STATUS_BAD_GATEWAY,
                     core.REASON_UPSTREAM,
                     f"the model's replica did not answer ({type(err).__name__})",
                 ),
                 model,
-                close=True,
             )
         finally:
             writer.close()
