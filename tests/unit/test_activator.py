@@ -570,6 +570,24 @@ def test_the_health_port_answers_probes_and_nothing_else(activator):
         connection.close()
 
 
+def test_the_health_port_holds_few_connections_briefly(activator):
+    served, _, _ = activator
+    held = [
+        socket.create_connection(("127.0.0.1", served.health_port))
+        for _ in range(shell.HEALTH_CONNECTIONS)
+    ]
+    try:
+        assert _settles(lambda: served.activator.health_connections == shell.HEALTH_CONNECTIONS)
+        assert raw(served.health_port, b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n") == b""
+        # The silent ones are dropped after HEALTH_SECONDS; probes are answered again.
+        assert _settles(lambda: served.activator.health_connections == 0, shell.HEALTH_SECONDS + 2)
+        answer = raw(served.health_port, b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status_of(answer) == 200
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def test_keep_alive_serves_several_requests_on_one_connection(activator):
     served, _, _ = activator
     connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import http
 import logging
 import ssl
@@ -62,6 +63,9 @@ ROUTE_PLURAL: Final = "httproutes"
 DEFAULT_ATTEMPT_TIMEOUT: Final = 60.0  # also cli.py's default
 DEFAULT_UPSTREAM: Final = "http://{service}.{namespace}.svc:{port}"
 KUBE_THREADS: Final = 4
+# The probes' port is open to every pod (the kubelet's address is not a pod's): small.
+HEALTH_CONNECTIONS: Final = 64
+HEALTH_SECONDS: Final = 2.0
 READ_CHUNK: Final = 65536
 HOP_BY_HOP: Final = frozenset(
     {
@@ -478,6 +482,7 @@ class Activator:
         self.upstream_ssl = upstream_ssl
         self.kube = concurrent.futures.ThreadPoolExecutor(KUBE_THREADS, "activator-kube")
         self.connections = 0
+        self.health_connections = 0
         self.in_flight = 0
         self.per_model: dict[tuple[str, str], int] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -555,10 +560,21 @@ class Activator:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """The kubelet's probes: /healthz and /readyz answer `ok` while the loop turns;
-        the port the NetworkPolicy leaves open carries nothing else."""
-        connection = _Connection(reader, writer, self.limits)
+        the port the NetworkPolicy leaves open carries nothing else. Any pod may reach
+        it, so it holds at most HEALTH_CONNECTIONS, each for HEALTH_SECONDS."""
+        if self.health_connections >= HEALTH_CONNECTIONS:
+            writer.close()
+            return
+        self.health_connections += 1
+        brief = dataclasses.replace(
+            self.limits,
+            idle_seconds=HEALTH_SECONDS,
+            header_seconds=HEALTH_SECONDS,
+            write_seconds=HEALTH_SECONDS,
+        )
+        connection = _Connection(reader, writer, brief)
         try:
-            event = await connection.next_event(None, _timeout("headers", 1))
+            event = await connection.next_event(None, _timeout("headers", HEALTH_SECONDS))
             if isinstance(event, h11.Request):
                 path = event.target.decode("latin-1")
                 found = path in (contracts.HEALTHZ_PATH, contracts.READYZ_PATH)
@@ -566,6 +582,7 @@ class Activator:
         except (_Closed, h11.ProtocolError):
             pass
         finally:
+            self.health_connections -= 1
             writer.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
