@@ -295,3 +295,36 @@ def test_any_generated_selector_is_refused_or_answered_within_its_budget(selecto
     assert elapsed < 2.0, (selector, elapsed)
     cel_env.evaluate.cache_clear()
     assert evaluate(selector, GPU) == first  # counted the same way every time
+
+
+def test_a_benign_render_finishes_while_hostile_selectors_are_still_in_flight():
+    """The measurement with figures is tests/bench/bench_cel_isolation.py; here the
+    order alone: a benign render (its selector answered from the memo, as on every
+    reconcile after the first) does not wait for four hostile requests to finish."""
+    runner = FunctionRunner(clock=lambda: NOW)
+    benign = _request([_cluster("us-east-1")], {})
+    asyncio.run(runner.RunFunction(benign))  # memoized from here on
+
+    def hostile(seed: int) -> fnv1.RunFunctionRequest:
+        req = _hostile_deployment_request()
+        engines = req.observed.composite.resource["spec"]["template"]["spec"]["engines"]
+        for i, selector in enumerate(
+            engines[0]["members"][0]["nodeSelector"]["devices"][0]["selectors"]
+        ):
+            selector["cel"] = doubling(5, f"x{{n}}.all(e, e == 0) || {seed * 10 + i} < 0")
+        return req
+
+    async def race() -> tuple[float, int]:
+        hostile_tasks = [asyncio.create_task(runner.RunFunction(hostile(s))) for s in range(4)]
+        await asyncio.sleep(0.05)
+        began = time.perf_counter()
+        rsp = await runner.RunFunction(benign)
+        took = time.perf_counter() - began
+        assert not _severities(rsp, fnv1.SEVERITY_FATAL)
+        still_running = sum(not t.done() for t in hostile_tasks)
+        await asyncio.gather(*hostile_tasks)
+        return took, still_running
+
+    took, still_running = asyncio.run(race())
+    assert still_running >= 1, took
+    assert took < 2.0, took
