@@ -273,11 +273,15 @@ KIND_SERVICE_IMPORT: Final = "ServiceImport"
 # and answers (never proxies) a request that already carries it, so no loop can form.
 ACTIVATOR_SERVICE_NAME: Final = "modelplane-activator"
 ACTIVATOR_PORT: Final = 8090
+# The kubelet's probes only: the NetworkPolicy leaves this port open and ACTIVATOR_PORT to
+# the gateway's proxies alone.
+ACTIVATOR_HEALTH_PORT: Final = 8091
 HEADER_DEPLOYMENT: Final = "X-Modelplane-Deployment"
 HEADER_ACTIVATED: Final = "X-Modelplane-Activated"
 # The control plane's Secret (in the composed namespace, key `kubeconfig`) with the
 # activator's credentials for one member: a ServiceAccount bound to ACTIVATOR_CLUSTER_ROLE
-# (get/list/watch ModelDeployments, patch them to set ANNOTATION_ACTIVATE), copied to the
+# (get ModelDeployments and patch them to set ANNOTATION_ACTIVATE; no list or watch: the
+# rules are functions/runtime/activator/server.py's CONTROL_PLANE_RULES), copied to the
 # member as ACTIVATOR_SERVICE_NAME + "-control-plane".
 ACTIVATOR_SECRET_PREFIX: Final = "modelplane-activator-"
 ACTIVATOR_SECRET_KEY: Final = "kubeconfig"

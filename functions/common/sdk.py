@@ -4,7 +4,10 @@ Pure code never imports this module; it is for `fn.py` and `main.py` only.
 """
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -18,7 +21,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 
-from functions.common import conditions
+from functions.common import budget, conditions
 from functions.common.redact import redact
 
 T = TypeVar("T")
@@ -169,10 +172,19 @@ def describe_composite(xr: Any) -> str:
 CRASH_MESSAGE_LIMIT: Final = 300
 
 
+# The worker threads every function's requests run on. Not asyncio's default pool
+# (cpu + 4 threads): a request waiting its turn for counted work (budget.FairGate) holds
+# a thread without using the CPU, and a cheap request must not queue behind those.
+# Crossplane calls a function once per reconcile, at most --max-reconcile-rate (10 by
+# default) at once; 64 leaves room for several Crossplanes or a higher rate.
+RUNNER_THREADS: Final = 64
+RUNNERS: Final = concurrent.futures.ThreadPoolExecutor(RUNNER_THREADS, thread_name_prefix="run")
+
+
 class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
     """A function's shell: subclasses write `run(req) -> rsp`, plain synchronous code.
 
-    `RunFunction` runs it on a worker thread, so CPU-bound work (parsing a fleet,
+    `RunFunction` runs it on a worker thread (RUNNERS), so CPU-bound work (parsing a fleet,
     evaluating selectors) never blocks the event loop that answers other requests; and it
     turns an exception nobody anticipated into a fatal result naming the XR, never a gRPC
     error. A fatal result makes Crossplane apply nothing, and every fatal response (the
@@ -187,12 +199,25 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
         raise NotImplementedError
 
     async def RunFunction(
-        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
+        self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
+        # The request's work budget (functions.common.budget) rides into the worker
+        # thread with the context: counted work stops at the caller's deadline, or as
+        # soon as the caller cancels, so no thread runs on for a caller that left.
+        remaining = context.time_remaining() if context is not None else None
+        work, token = budget.begin(remaining)
         try:
-            rsp = await asyncio.to_thread(self.run, req)
+            run = functools.partial(contextvars.copy_context().run, self.run, req)
+            rsp = await asyncio.get_running_loop().run_in_executor(RUNNERS, run)
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
+        except budget.WorkStopped as stopped:
+            return self.stopped(req, stopped)
         except Exception as err:  # the point: no exception escapes
             return self.crashed(req, err)
+        finally:
+            budget.end(token)
         if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
             # Crossplane applies nothing after a fatal result; say the same in the
             # response, so no reader of it (a test, a newer Crossplane) sees a deletion.
@@ -200,6 +225,18 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
             keep_observed(
                 rsp, observed, replaced=[k for k in observed if k in rsp.desired.resources]
             )
+        return rsp
+
+    def stopped(
+        self, req: fnv1.RunFunctionRequest, stopped: budget.WorkStopped
+    ) -> fnv1.RunFunctionResponse:
+        """A request whose work was stopped (its budget spent, its deadline passed): a
+        fatal naming the field and the rule, every observed resource kept."""
+        rsp = response.to(req)
+        name = describe_composite(observed_composite(req))
+        keep_observed(rsp, observed_resources(req))
+        self.log.info("work stopped", composite=name, reason=str(stopped))
+        response.fatal(rsp, f"{name}: {stopped}")
         return rsp
 
     def crashed(self, req: fnv1.RunFunctionRequest, err: Exception) -> fnv1.RunFunctionResponse:

@@ -23,10 +23,16 @@ compared with a string literal does not match, it does not fail.
 Compiling costs milliseconds (a lark parse) and evaluating a fraction of one, so a
 compiled program is cached by its text and a result by (text, device profile): a fleet
 of a thousand pools usually has a handful of distinct device profiles.
+
+Work is counted while a selector runs, not only estimated before ("Bounded cost"
+below): every node the interpreter visits and every element an operator copies or
+compares is charged to the selector's budget and to the request's, and the request's
+deadline and cancellation are checked as it goes.
 """
 
 from __future__ import annotations
 
+import contextvars
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -38,8 +44,9 @@ from typing import Any, Final
 import celpy
 import lark
 from celpy import celtypes
-from celpy.evaluation import CELEvalError
+from celpy.evaluation import CELEvalError, Evaluator
 
+from functions.common import budget
 from functions.common.quantity import parse_quantity
 
 # --- Quantities (k8s.io/apimachinery resource.Quantity, exact) -------------------------
@@ -222,14 +229,14 @@ def _version_part(index: int) -> Callable[[Any], celtypes.IntType]:
     return part
 
 
+_NUMBERS: Final = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
+
+
 def _heterogeneous_eq(a: Any, b: Any) -> Any:
     for operand in (a, b):
         if isinstance(operand, CELEvalError):
             return operand
-    numbers = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
-    if isinstance(a, numbers) and isinstance(b, numbers):
-        return celtypes.BoolType(float(a) == float(b))
-    return celtypes.BoolType(_same_kind(a, b) and a == b)
+    return celtypes.BoolType(_equal(a, b, _meter()))
 
 
 def _heterogeneous_ne(a: Any, b: Any) -> Any:
@@ -237,11 +244,46 @@ def _heterogeneous_ne(a: Any, b: Any) -> Any:
     return equal if isinstance(equal, CELEvalError) else celtypes.BoolType(not equal)
 
 
+def _equal(a: Any, b: Any, meter: _Meter) -> bool:
+    """CEL equality, element by element and charged per element: Python's own `==` on
+    lists walks nested lists in C without a word to the meter, and lists of references
+    to lists (built in a few steps by `map`) make it cost millions of comparisons."""
+    meter.elements(1)
+    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS):
+        return float(a) == float(b)
+    if not _same_kind(a, b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_equal(x, y, meter) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping):
+        if len(a) != len(b):
+            return False
+        meter.elements(len(a))
+        return all(k in b and _equal(v, b[k], meter) for k, v in a.items())
+    if isinstance(a, str | bytes):
+        meter.characters(len(a))
+    return bool(a == b)
+
+
+def _contained(item: Any, container: Any) -> Any:
+    """CEL `in`: membership in a list compares with CEL equality, charged per element; a
+    map's keys are hashed (one step)."""
+    meter = _meter()
+    if isinstance(container, list):
+        return celtypes.BoolType(any(_equal(item, element, meter) for element in container))
+    if isinstance(container, Mapping):
+        meter.elements(1)
+        try:
+            return celtypes.BoolType(item in container)
+        except TypeError:
+            return celtypes.BoolType(False)
+    raise TypeError(f"no such overload: in {type(container).__name__}")
+
+
 def _same_kind(a: Any, b: Any) -> bool:
     # CEL compares numbers across int, uint and double; every other pair of distinct
     # types is simply unequal.
-    numbers = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
-    if isinstance(a, numbers) and isinstance(b, numbers):
+    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS):
         return True
     if isinstance(a, celtypes.BoolType) or isinstance(b, celtypes.BoolType):
         return isinstance(a, celtypes.BoolType) and isinstance(b, celtypes.BoolType)
@@ -268,13 +310,18 @@ class CostExceeded(Exception):
 
 
 def _bounded_add(a: Any, b: Any) -> Any:
-    """CEL `+`, refusing a string, bytes or list past MAX_VALUE_SIZE.
+    """CEL `+`, charged for what it copies, refusing a string, bytes or list past
+    MAX_VALUE_SIZE.
 
     The result keeps its CEL type (Python's `+` on two StringTypes gives a plain str,
     which CEL equality would then compare as another type)."""
     if isinstance(a, str | bytes | list) and isinstance(b, str | bytes | list):
         if len(a) + len(b) > MAX_VALUE_SIZE:
             raise CostExceeded(f"a value grew past {MAX_VALUE_SIZE} characters or elements")
+        if isinstance(a, list):
+            _meter().elements(len(a) + len(b))
+        else:
+            _meter().characters(len(a) + len(b))
         if isinstance(a, celtypes.StringType) and isinstance(b, str):
             return celtypes.StringType(str(a) + str(b))
         if isinstance(a, celtypes.BytesType) and isinstance(b, bytes):
@@ -282,6 +329,30 @@ def _bounded_add(a: Any, b: Any) -> Any:
         if isinstance(a, celtypes.ListType) and isinstance(b, list):
             return celtypes.ListType([*a, *b])
     return operator.add(a, b)
+
+
+def _ordered(name: str) -> Callable[[Any, Any], Any]:
+    """`<`, `<=`, `>`, `>=`: CEL orders no lists or maps (Python would, element by
+    element and uncounted)."""
+    compare = celpy.evaluation.base_functions[name]
+
+    def ordered(a: Any, b: Any) -> Any:
+        if isinstance(a, list | Mapping) or isinstance(b, list | Mapping):
+            raise TypeError(f"no such overload: {name} on a list or map")
+        return compare(a, b)
+
+    return ordered
+
+
+def _over_text(name: str) -> Callable[..., Any]:
+    """A string function (`matches`, `contains`, ...) charged for the text it reads."""
+    function = celpy.evaluation.base_functions[name]
+
+    def counted(*args: Any) -> Any:
+        _meter().characters(sum(len(a) for a in args if isinstance(a, str | bytes)))
+        return function(*args)
+
+    return counted
 
 
 LIBRARY: dict[str, Callable[..., Any]] = {
@@ -304,6 +375,9 @@ LIBRARY: dict[str, Callable[..., Any]] = {
     "_==_": _heterogeneous_eq,
     "_+_": _bounded_add,
     "_!=_": _heterogeneous_ne,
+    "_in_": _contained,
+    **{name: _ordered(name) for name in ("_<_", "_<=_", "_>_", "_>=_")},
+    **{name: _over_text(name) for name in ("matches", "contains", "startsWith", "endsWith")},
 }
 
 # CEL's standard functions and macros cel-python provides, plus the library above: a
@@ -345,20 +419,37 @@ _ENV = celpy.Environment()
 #
 # Kubernetes bounds a DRA selector three ways: its length (the XRD: 1024 characters), the
 # parser's nesting depth, and a cost budget (CELSelectorExpressionMaxCost, 1,000,000)
-# estimated before it runs and tracked while it runs. cel-python tracks no cost, so the
-# budget is estimated here, statically and conservatively, in evaluation steps. The
-# budget is 10,000 steps, not 1,000,000: an interpreted step costs about 20 µs in
-# cel-python (a hundred times cel-go), so 10,000 steps is about 0.2 s for one (selector,
-# device profile) pair, and every realistic selector costs under 100. Every AST
+# estimated before it runs and tracked while it runs. Both are done here, in evaluation
+# steps; the budget is 10,000 steps, not 1,000,000, because an interpreted step costs
+# about 25 µs in cel-python (a hundred times cel-go): 10,000 steps is about a quarter of a
+# second for one (selector, device profile) pair, and every realistic selector costs
+# under 100.
+#
+# Before it runs (compile time, a cheap first refusal that names the rule): every AST
 # node is one step, and a comprehension (all, exists, exists_one, map, filter, and the
-# cel.bind rewritten to map) costs its body once per element of its range. A range's size
-# is known for a list literal (its elements) and a map/filter of one (its range's size);
-# any other range is taken as MAX_UNKNOWN_RANGE elements (more than a device has
-# attributes). Values can still grow while a selector runs (cel.bind doubling a string),
-# so `+` refuses to build a string or list past MAX_VALUE_SIZE: an evaluation error, no
-# match, as the scheduler would answer once its runtime budget ran out.
+# cel.bind rewritten to map) costs its body once per element of its range. A range's
+# size is known for a list literal and a map/filter of one; any other range is taken as
+# MAX_UNKNOWN_RANGE elements. That is an estimate, and values built while a selector
+# runs make it wrong (`+` doubling a list 16 elements at a time reaches 65,536 in a
+# dozen steps), so it is not what bounds the work.
+#
+# While it runs (what bounds it): the interpreter is a subclass of cel-python's that
+# charges one step per node it visits (a comprehension's body once per element, since
+# it is visited once per element), and the operators that walk values charge for the
+# elements they touch: `+` for what it copies, `==`, `!=` and `in` per element compared
+# (a CEL-level walk here, not Python's), string functions per ELEMENTS_PER_STEP * 8
+# characters; lists and maps are never ordered. At MAX_COST steps the selector stops
+# (CostExceeded: no match, and the shell refuses the deployment naming the field), and
+# each step also counts against the request (functions.common.budget): all selectors of
+# one request together may use MAX_DEPLOYMENT_COST steps, and a request whose deadline
+# passed or whose caller went away stops at the next step. `+` also refuses to build a
+# string or list past MAX_VALUE_SIZE.
 MAX_SELECTOR_LENGTH: Final = 1024
 MAX_NESTING_DEPTH: Final = 32
+# The deepest parse tree a selector may have: the interpreter recurses once or twice per
+# level, and 340 (32 nested brackets take 330) leaves room under Python's recursion
+# limit for the caller's own frames. `!!!!…true` or `1+1+…` nest without brackets.
+MAX_TREE_DEPTH: Final = 340
 MAX_COST: Final = 10_000
 # All of a deployment's selectors together (up to 4 engines x 4 members x 4 devices x 8
 # selectors = 512 by the XRD): about 1 s per distinct device profile in the fleet, once
@@ -366,6 +457,90 @@ MAX_COST: Final = 10_000
 MAX_DEPLOYMENT_COST: Final = 50_000
 MAX_UNKNOWN_RANGE: Final = 64
 _COMPREHENSIONS: Final = frozenset({"all", "exists", "exists_one", "map", "filter"})
+# Elements compared or copied per evaluation step: CEL equality on lists costs about 2 µs
+# per element in Python, a step about 25 µs, so 8 is on the safe side; characters are
+# cheaper still (C loops), ELEMENTS_PER_STEP * 8 per step.
+ELEMENTS_PER_STEP: Final = 8
+CHARACTERS_PER_ELEMENT: Final = 8
+# How often (in steps) a running selector looks at the request's deadline.
+CHECK_EVERY: Final = 32
+# The request's allowance of counted selector work, in budget.WorkBudget.spend.
+BUDGET_KIND: Final = "cel"
+# One selector evaluates at a time in the process, the request that has spent the least
+# first: a request that has used its budget on hostile selectors waits behind a benign
+# one, and cached answers (the common case) never wait at all.
+EVALUATION_GATE: Final = budget.FairGate()
+
+
+class _Meter:
+    """The work one selector evaluation did: steps, with elements and characters charged
+    as fractions of a step; CostExceeded at `limit` steps, budget.WorkStopped when the
+    request's budget says so."""
+
+    __slots__ = ("limit", "request", "request_left", "units")
+
+    def __init__(self, limit: int, request: budget.WorkBudget, request_left: int) -> None:
+        self.units = 0  # ELEMENTS_PER_STEP units per step
+        self.limit = limit
+        self.request = request
+        self.request_left = request_left
+
+    @property
+    def steps(self) -> int:
+        return -(-self.units // ELEMENTS_PER_STEP)
+
+    def step(self) -> None:
+        self._charge(ELEMENTS_PER_STEP)
+
+    def elements(self, count: int) -> None:
+        self._charge(count)
+
+    def characters(self, count: int) -> None:
+        self._charge(count // CHARACTERS_PER_ELEMENT)
+
+    def _charge(self, units: int) -> None:
+        before = self.units // (ELEMENTS_PER_STEP * CHECK_EVERY)
+        self.units += units
+        steps = self.steps
+        if steps > self.limit:
+            raise CostExceeded(f"used more than {self.limit:,} evaluation steps")
+        if steps > self.request_left:
+            raise _request_stopped()
+        if self.units // (ELEMENTS_PER_STEP * CHECK_EVERY) != before:
+            self.request.check()
+
+
+_UNMETERED: Final = _Meter(2**62, budget.WorkBudget(), 2**62)
+_CURRENT_METER: Final[contextvars.ContextVar[_Meter]] = contextvars.ContextVar(
+    "modelplane_cel_meter", default=_UNMETERED
+)
+
+
+def _meter() -> _Meter:
+    return _CURRENT_METER.get()
+
+
+class _CountingEvaluator(Evaluator):
+    """cel-python's interpreter, charging one step per node it visits; comprehension
+    bodies run in sub-evaluators that share the meter."""
+
+    def __init__(self, ast: lark.Tree, activation: Any, meter: _Meter) -> None:
+        super().__init__(ast, activation)
+        self.meter = meter
+
+    def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
+        return _CountingEvaluator(ast, self.activation, self.meter)
+
+    def _visit_tree(self, tree: lark.Tree) -> Any:
+        self.meter.step()
+        return super()._visit_tree(tree)
+
+
+class _CountingRunner(celpy.InterpretedRunner):
+    """A compiled selector, run by the counting interpreter under the current meter."""
+
+    def evaluate(self, context: Any) -> Any:
+        return _CountingEvaluator(self.ast, self.new_activation(), _meter()).evaluate(context)
 
 
 def _nesting_depth(text: str) -> int:
@@ -468,6 +643,12 @@ def _compiled(text: str) -> tuple[celpy.Runner, int]:
         raise SelectorError(f"does not compile: {first_line}") from None
     except RecursionError:
         raise SelectorError(f"nests too deeply to parse (at most {MAX_NESTING_DEPTH})") from None
+    depth = _tree_depth(ast)
+    if depth > MAX_TREE_DEPTH:
+        raise SelectorError(
+            f"nests {depth} levels deep once parsed; at most {MAX_TREE_DEPTH} (a long "
+            "chain of operators nests as deeply as brackets do)"
+        )
     ast = _rewrite_binds(ast)
     cost = estimated_cost(ast)
     if cost > MAX_COST:
@@ -486,7 +667,18 @@ def _compiled(text: str) -> tuple[celpy.Runner, int]:
         raise SelectorError(
             f"refers to {sorted(variables)[0]!r}; a device selector can only read `device`"
         )
-    return _ENV.program(ast, functions=LIBRARY), cost
+    return _CountingRunner(_ENV, ast, LIBRARY), cost
+
+
+def _tree_depth(ast: lark.Tree) -> int:
+    """The parse tree's depth, walked without recursion (it may be too deep for it)."""
+    deepest = 0
+    pending = [(ast, 1)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        pending.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+    return deepest
 
 
 def _is_cel_bind(node: lark.Tree) -> bool:
@@ -652,32 +844,92 @@ class Evaluation:
     matched: bool
     error: str = ""
     missing_name: str = ""  # set when the error is an unknown attribute/capacity name
+    steps: int = 0  # the work it took, charged to every request that asks for it
+    over_budget: bool = False  # stopped at MAX_COST steps (or MAX_VALUE_SIZE)
 
 
 _MISSING_MEMBER = re.compile(r"no such member in mapping: '([^']*)'")
+REQUEST_BUDGET_RULE: Final = (
+    f"the device selectors of this request used their budget of {MAX_DEPLOYMENT_COST:,} "
+    "evaluation steps together (counted while they run); drop or simplify selectors"
+)
+
+
+def evaluate(text: str, profile: DeviceProfile) -> Evaluation:
+    """Evaluate one compiled selector against one device profile (memoized), charging
+    its steps to the running request, whether they were spent now or when it was first
+    evaluated: a request's outcome does not depend on what earlier ones left in the
+    cache.
+
+    Raises SelectorError only for a selector that does not compile, and
+    budget.WorkStopped when the request's budget, deadline or caller stops the work;
+    every per-device problem is an Evaluation with an error, as the scheduler treats it
+    (no match).
+    """
+    request = budget.current()
+    request.check()
+    result = _evaluated(text, profile)
+    request.spend(BUDGET_KIND, result.steps, MAX_DEPLOYMENT_COST, REQUEST_BUDGET_RULE)
+    return result
+
+
+def _request_stopped() -> budget.WorkStopped:
+    return budget.WorkStopped("", REQUEST_BUDGET_RULE)
 
 
 @lru_cache(maxsize=65536)
-def evaluate(text: str, profile: DeviceProfile) -> Evaluation:
-    """Evaluate one compiled selector against one device profile (memoized).
-
-    Raises SelectorError only for a selector that does not compile; every per-device
-    problem is an Evaluation with an error, as the scheduler treats it (no match).
-    """
+def _evaluated(text: str, profile: DeviceProfile) -> Evaluation:
+    """The answer and the steps it took; only deterministic answers are returned (and so
+    cached): a stop by the request (its budget, deadline, caller) raises."""
     program = compile_selector(text)
+    request = budget.current()
+    with EVALUATION_GATE.turn(request, BUDGET_KIND):
+        return _evaluated_now(program, profile, request)
+
+
+def _evaluated_now(
+    program: celpy.Runner, profile: DeviceProfile, request: budget.WorkBudget
+) -> Evaluation:
+    meter = _Meter(MAX_COST, request, MAX_DEPLOYMENT_COST - request.spent.get(BUDGET_KIND, 0))
+    token = _CURRENT_METER.set(meter)
     try:
         result = program.evaluate(device_activation(profile))
     except CELEvalError as err:
-        return _evaluation_error(err)
+        return _with_steps(_evaluation_error(err), meter)
     except CostExceeded as err:
-        return Evaluation(False, f"over the runtime cost budget: {err}")
+        return Evaluation(
+            False, f"over the runtime cost budget: {err}", steps=meter.steps, over_budget=True
+        )
     except (TypeError, ValueError, ArithmeticError) as err:
-        return Evaluation(False, f"evaluation error: {err}")
+        return Evaluation(False, f"evaluation error: {err}", steps=meter.steps)
+    except RecursionError:
+        # MAX_TREE_DEPTH keeps compiled selectors under the limit; this is the backstop
+        # for a caller already deep in its own stack.
+        return Evaluation(
+            False,
+            "over the runtime cost budget: nests too deeply to evaluate",
+            steps=meter.steps,
+            over_budget=True,
+        )
+    finally:
+        _CURRENT_METER.reset(token)
     if isinstance(result, CELEvalError):
-        return _evaluation_error(result)
+        return _with_steps(_evaluation_error(result), meter)
     if not isinstance(result, celtypes.BoolType):
-        return Evaluation(False, f"must evaluate to bool, got {type(result).__name__}")
-    return Evaluation(bool(result))
+        return Evaluation(
+            False, f"must evaluate to bool, got {type(result).__name__}", steps=meter.steps
+        )
+    return Evaluation(bool(result), steps=meter.steps)
+
+
+# Callers and benchmarks that clear the memo of `evaluate` clear the one it reads.
+evaluate.cache_clear = _evaluated.cache_clear  # type: ignore[attr-defined]
+
+
+def _with_steps(evaluation: Evaluation, meter: _Meter) -> Evaluation:
+    return Evaluation(
+        evaluation.matched, evaluation.error, evaluation.missing_name, steps=meter.steps
+    )
 
 
 def _evaluation_error(err: CELEvalError) -> Evaluation:

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from functions.common.budget import WorkStopped
 from functions.compose_model_deployment.cel_env import (
+    MAX_COST,
     MAX_DEPLOYMENT_COST,
+    MAX_VALUE_SIZE,
     DeviceProfile,
     SelectorError,
     compile_selector,
@@ -104,11 +107,24 @@ def _request_problem(request: DeviceRequest, pool: Pool) -> Mismatch | None:
             )
         profile = kind.profile
     for i, text in enumerate(request.selectors):
-        result = evaluate(text, profile)
-        if not result.matched:
-            return Mismatch(
-                f"{request.path}.selectors[{i}].cel", text, result.error, result.missing_name
+        path = f"{request.path}.selectors[{i}].cel"
+        try:
+            result = evaluate(text, profile)
+        except WorkStopped as stopped:
+            raise WorkStopped(path, stopped.rule) from None
+        if result.over_budget:
+            # Work counted while it ran, so the same selector stops the same way on every
+            # reconcile: the deployment is refused, naming the field, as an estimate over
+            # the budget is when it compiles.
+            detail = result.error.removeprefix("over the runtime cost budget: ")
+            raise WorkStopped(
+                path,
+                f"over its budget on {profile.driver} devices ({detail}): a selector may "
+                f"take at most {MAX_COST:,} evaluation steps, counted while it runs, and "
+                f"build values of at most {MAX_VALUE_SIZE:,} elements; simplify it",
             )
+        if not result.matched:
+            return Mismatch(path, text, result.error, result.missing_name)
     return None
 
 

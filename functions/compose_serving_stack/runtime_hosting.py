@@ -42,6 +42,7 @@ from functions.common.inventory import (
 from functions.common.naming import volume_name
 from functions.compose_serving_stack import adaptivepolicy_crd
 from functions.compose_serving_stack.envelope import COMPOSED_NAMESPACE, Composed, Target, object_
+from functions.compose_serving_stack.substrate_targets import NAMESPACE_ENVOY_GATEWAY
 
 AGENT: Final = contracts.AGENT_SERVICE_NAME
 SCALER: Final = contracts.SCALER_SERVICE_NAME
@@ -117,10 +118,18 @@ def _service_account(target: Target, name: str) -> Composed:
 
 
 def _role(
-    target: Target, name: str, rules: list[dict[str, Any]], *, cluster: bool
+    target: Target,
+    name: str,
+    rules: list[dict[str, Any]],
+    *,
+    cluster: bool,
+    role_name: str = "",
 ) -> list[Composed]:
+    """A Role (or ClusterRole) and its binding to the ServiceAccount `name`; the role is
+    named `role_name` when given, else after the ServiceAccount."""
     kind = "ClusterRole" if cluster else "Role"
-    metadata: dict[str, Any] = {"name": name, "labels": _labels(name)}
+    role = role_name or name
+    metadata: dict[str, Any] = {"name": role, "labels": _labels(name)}
     if not cluster:
         metadata["namespace"] = contracts.SYSTEM_NAMESPACE
     binding_metadata = dict(metadata)
@@ -128,17 +137,17 @@ def _role(
     return [
         object_(
             target,
-            f"runtime-{suffix}-{name}",
+            f"runtime-{suffix}-{role}",
             {"apiVersion": RBAC, "kind": kind, "metadata": metadata, "rules": rules},
         ),
         object_(
             target,
-            f"runtime-{suffix}binding-{name}",
+            f"runtime-{suffix}binding-{role}",
             {
                 "apiVersion": RBAC,
                 "kind": f"{kind}Binding",
                 "metadata": binding_metadata,
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
                 "subjects": [
                     {
                         "kind": "ServiceAccount",
@@ -425,14 +434,38 @@ def activator_secret_source(member: str) -> str:
     return f"{contracts.ACTIVATOR_SECRET_PREFIX}{member}"
 
 
+# The gateway's proxies, the only pods that may reach the activator's serving port:
+# Envoy Gateway runs them in its own namespace and labels each with the Gateway it
+# serves (its owning-gateway labels), so only our inference Gateway's proxies match.
+GATEWAY_PROXY_NAMESPACE: Final = NAMESPACE_ENVOY_GATEWAY
+GATEWAY_PROXY_LABELS: Final = {
+    "gateway.envoyproxy.io/owning-gateway-name": contracts.INFERENCE_GATEWAY_NAME,
+    "gateway.envoyproxy.io/owning-gateway-namespace": contracts.INFERENCE_GATEWAY_NAMESPACE,
+}
+# The activator's Role on the member is named apart from its ServiceAccount: a control
+# plane that is also a member holds the activator's control-plane ClusterRole under the
+# ServiceAccount's name (contracts.ACTIVATOR_CLUSTER_ROLE).
+ACTIVATOR_MEMBER_ROLE: Final = f"{ACTIVATOR}-routes"
+
+
 def _activator(target: Target, image: str) -> list[Composed]:
     """The on-demand activator: on-demand models' routes lead to it while they have no
-    ready replica here. It needs nothing on the member (no ServiceAccount token is
-    mounted); on the control plane it may only read ModelDeployments and patch them (the
-    activate annotation), through a kubeconfig copied from the control plane."""
+    ready replica here. On the member it may only list HTTPRoutes (which identities the
+    routes vouch for, runtime/activator/core.py); on the control plane only get and
+    patch ModelDeployments (the activate annotation), through a kubeconfig copied from
+    the control plane. A NetworkPolicy admits only the inference gateway's proxies to
+    its serving port; the kubelet's probes use a port of their own."""
     secret = f"{ACTIVATOR}-control-plane"
+    labels = _labels(ACTIVATOR)
     return [
         _service_account(target, ACTIVATOR),
+        *_role(
+            target,
+            ACTIVATOR,
+            [_rule(["gateway.networking.k8s.io"], ["httproutes"], ["list"])],
+            cluster=True,
+            role_name=ACTIVATOR_MEMBER_ROLE,
+        ),
         _copied_secret(
             target,
             "activator-credentials",
@@ -440,7 +473,7 @@ def _activator(target: Target, image: str) -> list[Composed]:
             namespace=contracts.SYSTEM_NAMESPACE,
             source=activator_secret_source(target.cluster),
             keys=[contracts.ACTIVATOR_SECRET_KEY],
-            labels=_labels(ACTIVATOR),
+            labels=labels,
         ),
         _deployment(
             target,
@@ -453,16 +486,21 @@ def _activator(target: Target, image: str) -> list[Composed]:
                 f"{ACTIVATOR_MOUNT}/{contracts.ACTIVATOR_SECRET_KEY}",
                 "--listen",
                 f"0.0.0.0:{contracts.ACTIVATOR_PORT}",
+                "--health-listen",
+                f"0.0.0.0:{contracts.ACTIVATOR_HEALTH_PORT}",
             ],
             volumes=[(secret, ACTIVATOR_MOUNT)],
-            ports=[{"name": "http", "containerPort": contracts.ACTIVATOR_PORT}],
+            ports=[
+                {"name": "http", "containerPort": contracts.ACTIVATOR_PORT},
+                {"name": "health", "containerPort": contracts.ACTIVATOR_HEALTH_PORT},
+            ],
             probes={
                 "readinessProbe": {
-                    "httpGet": {"path": contracts.READYZ_PATH, "port": "http"},
+                    "httpGet": {"path": contracts.READYZ_PATH, "port": "health"},
                     "periodSeconds": 5,
                 },
                 "livenessProbe": {
-                    "httpGet": {"path": contracts.HEALTHZ_PATH, "port": "http"},
+                    "httpGet": {"path": contracts.HEALTHZ_PATH, "port": "health"},
                     "periodSeconds": 20,
                     "failureThreshold": 3,
                 },
@@ -477,12 +515,46 @@ def _activator(target: Target, image: str) -> list[Composed]:
                 "metadata": {
                     "name": contracts.ACTIVATOR_SERVICE_NAME,
                     "namespace": contracts.SYSTEM_NAMESPACE,
-                    "labels": _labels(ACTIVATOR),
+                    "labels": labels,
                 },
                 "spec": {
-                    "selector": _labels(ACTIVATOR),
+                    "selector": labels,
                     "ports": [
                         {"name": "http", "port": contracts.ACTIVATOR_PORT, "targetPort": "http"}
+                    ],
+                },
+            },
+        ),
+        object_(
+            target,
+            "runtime-networkpolicy-activator",
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {
+                    "name": ACTIVATOR,
+                    "namespace": contracts.SYSTEM_NAMESPACE,
+                    "labels": labels,
+                },
+                "spec": {
+                    "podSelector": {"matchLabels": labels},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [
+                                {
+                                    "namespaceSelector": {
+                                        "matchLabels": {
+                                            "kubernetes.io/metadata.name": GATEWAY_PROXY_NAMESPACE
+                                        }
+                                    },
+                                    "podSelector": {"matchLabels": GATEWAY_PROXY_LABELS},
+                                }
+                            ],
+                            "ports": [{"protocol": "TCP", "port": "http"}],
+                        },
+                        # The kubelet's probes: the health port serves nothing else.
+                        {"ports": [{"protocol": "TCP", "port": "health"}]},
                     ],
                 },
             },

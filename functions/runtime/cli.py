@@ -25,6 +25,7 @@ from pathlib import Path
 import click
 
 from functions.common.contracts import (
+    ACTIVATOR_HEALTH_PORT,
     ACTIVATOR_PORT,
     COLLECTOR_SIGNALS_URL,
     HEALTHZ_PATH,
@@ -436,13 +437,26 @@ def model_health(*, kubeconfig, metrics_port):
 @click.option(
     "--control-plane",
     required=True,
-    help="A kubeconfig for the control plane (read and patch ModelDeployments only).",
+    help="A kubeconfig for the control plane (get and patch ModelDeployments only).",
+)
+@click.option(
+    "--member-api",
+    default=IN_CLUSTER,
+    show_default=True,
+    help="Where this member's HTTPRoutes are listed (the identities the activator serves): "
+    f"a kubeconfig path or {IN_CLUSTER}.",
 )
 @click.option(
     "--listen",
     default=f"0.0.0.0:{ACTIVATOR_PORT}",
     show_default=True,
-    help="HOST:PORT to serve requests on.",
+    help="HOST:PORT to serve requests on (the gateway's proxies only).",
+)
+@click.option(
+    "--health-listen",
+    default=f"0.0.0.0:{ACTIVATOR_HEALTH_PORT}",
+    show_default=True,
+    help="HOST:PORT for the kubelet's probes (/healthz, /readyz); empty: none.",
 )
 @click.option(
     "--upstream",
@@ -465,18 +479,77 @@ def model_health(*, kubeconfig, metrics_port):
     show_default=True,
     help="Seconds the control plane has to answer a placement attempt.",
 )
-def activator(*, cluster, control_plane, listen, upstream, gateways, attempt_timeout):
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(min=0),
+    default=1024 * 1024,
+    show_default=True,
+    help="The largest request body accepted (413 beyond).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    help="Open connections at most (503 beyond).",
+)
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(min=1),
+    default=128,
+    show_default=True,
+    help="Requests held or proxied at once (503 with Retry-After beyond).",
+)
+@click.option(
+    "--max-per-model",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Of those, for one model (429 with Retry-After beyond).",
+)
+@click.option(
+    "--control-plane-timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to connect and to read, per call to the control plane or the member.",
+)
+def activator(
+    *,
+    cluster,
+    control_plane,
+    member_api,
+    listen,
+    health_listen,
+    upstream,
+    gateways,
+    attempt_timeout,
+    max_body_bytes,
+    max_connections,
+    max_in_flight,
+    max_per_model,
+    control_plane_timeout,
+):
     from functions.runtime.activator import server as activator_shell  # noqa: PLC0415
 
-    plane = activator_shell.ControlPlane(client_for(control_plane))
+    limits = activator_shell.Limits(
+        max_body_bytes=max_body_bytes,
+        max_connections=max_connections,
+        max_in_flight=max_in_flight,
+        max_per_model=min(max_per_model, max_in_flight),
+        control_plane_seconds=control_plane_timeout,
+    )
     server = activator_shell.serve(
-        plane,
+        activator_shell.ControlPlane(client_for(control_plane), control_plane_timeout),
+        activator_shell.MemberRoutes(client_for(member_api), control_plane_timeout),
         cluster,
         listen,
         activator_shell.Upstreams(cluster, upstream, gateways),
+        health_listen=health_listen or None,
+        limits=limits,
         attempt_timeout=attempt_timeout,
     )
-    log.info("activator for %s listening on %s", cluster, listen)
+    log.info("activator for %s listening on :%d", cluster, server.port)
     wait_for_shutdown()
     server.shutdown()
 

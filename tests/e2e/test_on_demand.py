@@ -101,6 +101,7 @@ def activator(box):
         f"activator-{MEMBER}",
         [
             *ENTRYPOINT, "activator", f"--cluster={MEMBER}", f"--control-plane={kubeconfig}",
+            f"--member-api={box.kubeconfigs[MEMBER]}", "--health-listen=127.0.0.1:0",
             f"--listen=127.0.0.1:{port}", f"--upstream={upstream}",
         ],
         workdir / "activator.log",

@@ -19,6 +19,7 @@ from functions.common import conditions, contracts
 from functions.common.contracts import MULTINODE_ENV, OBJECT_API_VERSION, OBJECT_KIND
 from functions.compose_model_replica.compose import compose
 from functions.compose_model_replica.model import parse
+from functions.runtime.activator import core as activator_core
 
 TESTDATA = render.REPO / "tests" / "render" / "testdata"
 XR = TESTDATA / "modelreplica.yaml"
@@ -369,6 +370,9 @@ def test_an_on_demand_replica_with_nothing_ready_routes_to_the_members_activator
     assert modifier["requestHeaderModifier"]["set"] == [
         {"name": contracts.HEADER_DEPLOYMENT, "value": f"{namespace}/{name}"}
     ]
+    # The activator serves exactly the identity this route vouches for (and sets, so a
+    # client's copy of the header never passes).
+    assert activator_core.route_index([manifests["HTTPRoute"]]).served == {(namespace, name)}
     grant = manifests["ReferenceGrant"]
     assert grant["metadata"]["namespace"] == contracts.SYSTEM_NAMESPACE
     assert grant["spec"]["from"] == [

@@ -261,46 +261,4 @@ def test_the_only_write_is_the_annotation():
     }
 
 
-class _Plane:
-    """The control plane as the activator sees it: the attempt is answered (placed) on
-    the first read after the annotation, a replica is ready on the next."""
-
-    def __init__(self):
-        self.activations: list[str] = []
-        self.reads = 0
-
-    def activate(self, namespace, name, attempt_id):
-        self.activations.append(attempt_id)
-
-    def get(self, namespace, name):
-        self.reads += 1
-        status = {}
-        if self.activations:
-            status["onDemand"] = {"attempt": {"id": self.activations[-1], "result": "Placed"}}
-        if self.reads > 2:
-            status["placements"] = [{"cluster": "us", "readyReplicas": 1}]
-        return {"spec": {"onDemand": {}}, "status": status}
-
-
-def test_concurrent_requests_for_one_model_share_one_attempt():
-    import threading  # noqa: PLC0415
-
-    from functions.runtime.activator.server import Activations  # noqa: PLC0415
-
-    plane = _Plane()
-    activations = Activations(plane, "us")
-    steps = []
-    gate = threading.Barrier(5)
-
-    def request():
-        gate.wait()
-        steps.append(activations.run("ml", "qwen"))
-
-    threads = [threading.Thread(target=request) for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert steps == [core.Proxy("us")] * 5
-    assert len(plane.activations) == 1
-    assert plane.activations[0].startswith("us/")
+# A burst sharing one attempt, against the real server: tests/unit/test_activator.py.

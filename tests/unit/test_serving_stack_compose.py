@@ -544,9 +544,10 @@ def test_the_substrate_components_no_mapping_covers_are_surfaced():
     assert {"kube-scheduler", "cert-manager", "envoy-proxies"} <= set(status["unmappedComponents"])
 
 
-def test_the_activator_reaches_only_the_control_plane_with_copied_credentials():
+def test_the_activator_reaches_the_control_plane_only_with_copied_credentials():
     """Its kubeconfig arrives from the control plane's per-member Secret by reference
-    (no credential in a manifest), and nothing on the member grants it anything."""
+    (no credential in a manifest); on the member it may list HTTPRoutes and nothing else,
+    under a role named apart from the control plane's ClusterRole."""
     composed = runtime_hosting.runtime_hosting(Target("us-east-1", "us-east-1"), "img", [])
     objects = [c.resource["spec"] for c in composed]
     manifests = [o["forProvider"]["manifest"] for o in objects]
@@ -567,10 +568,70 @@ def test_the_activator_reaches_only_the_control_plane_with_copied_credentials():
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][:2] == ["runtime", "activator"]
     assert "--control-plane" in container["args"]
-    bound = [m["subjects"] for m in manifests if m["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-    assert all(
-        s["name"] != contracts.ACTIVATOR_SERVICE_NAME for subjects in bound for s in subjects
-    )
+    bindings = [
+        m
+        for m in manifests
+        if m["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s["name"] == contracts.ACTIVATOR_SERVICE_NAME for s in m["subjects"])
+    ]
+    assert [(b["kind"], b["roleRef"]["name"]) for b in bindings] == [
+        ("ClusterRoleBinding", "modelplane-activator-routes")
+    ]
+    assert contracts.ACTIVATOR_CLUSTER_ROLE != "modelplane-activator-routes"
+    (role,) = [
+        m
+        for m in manifests
+        if m["kind"] == "ClusterRole" and m["metadata"]["name"] == "modelplane-activator-routes"
+    ]
+    assert role["rules"] == [
+        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"], "verbs": ["list"]}
+    ]
+
+
+def test_only_the_gateways_proxies_reach_the_activator_and_probes_have_their_own_port():
+    composed = runtime_hosting.runtime_hosting(Target("us-east-1", "us-east-1"), "img", [])
+    manifests = [c.resource["spec"]["forProvider"]["manifest"] for c in composed]
+    (policy,) = [
+        m
+        for m in manifests
+        if m["kind"] == "NetworkPolicy"
+        and m["metadata"]["name"] == contracts.ACTIVATOR_SERVICE_NAME
+    ]
+    assert policy["metadata"]["namespace"] == contracts.SYSTEM_NAMESPACE
+    assert policy["spec"]["podSelector"] == {
+        "matchLabels": runtime_hosting._labels(contracts.ACTIVATOR_SERVICE_NAME)
+    }
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    serving, probes = policy["spec"]["ingress"]
+    assert serving == {
+        "from": [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}
+                },
+                "podSelector": {
+                    "matchLabels": {
+                        "gateway.envoyproxy.io/owning-gateway-name": "modelplane-inference",
+                        "gateway.envoyproxy.io/owning-gateway-namespace": "modelplane-system",
+                    }
+                },
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": "http"}],
+    }
+    assert probes == {"ports": [{"protocol": "TCP", "port": "health"}]}
+    (deployment,) = [
+        m
+        for m in manifests
+        if m["kind"] == "Deployment" and m["metadata"]["name"] == contracts.ACTIVATOR_SERVICE_NAME
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "http": contracts.ACTIVATOR_PORT,
+        "health": contracts.ACTIVATOR_HEALTH_PORT,
+    }
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == "health"
 
 
 def test_each_priced_pool_reaches_the_agent_as_one_json_argument():

@@ -51,20 +51,39 @@ def parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else None
 
 
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    """`value` if it is an object; a policy's fields are read only through this."""
+    return value if isinstance(value, Mapping) else None
+
+
+def _count(value: Any) -> int | None:
+    """A replica count: a non-negative integer (not a bool, not a float), else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
 def served_floor(
     policy: Mapping[str, Any] | None,
     lease: HubLeaseCopy | None,
     cluster: str,
     now: datetime,
 ) -> ServedFloor:
-    """The replicas this member's scaler asks KEDA for at least, and why."""
-    if policy is None:
+    """The replicas this member's scaler asks KEDA for at least, and why.
+
+    Total over any shape: a policy the API server should have refused (a field of the
+    wrong type, a negative maxReplicas) is floor 0 with the field named, never an
+    exception: to KEDA a scaler error is a failed trigger, while floor 0 leaves the
+    cluster's own triggers in charge, which is what "no influence" means."""
+    if _mapping(policy) is None:
         return ServedFloor(0, "no AdaptivePolicy")
-    spec = policy.get("spec") or {}
+    spec = _mapping(policy.get("spec", {}))
+    if spec is None:
+        return ServedFloor(0, "malformed AdaptivePolicy: spec is not an object")
     mode = spec.get("mode", "shadow")
     if mode != MODE_AUTO:
         return ServedFloor(0, f"mode is {mode}")
-    intent = (policy.get("status") or {}).get("intent") or {}
+    intent = _mapping((_mapping(policy.get("status")) or {}).get("intent")) or {}
     if not intent:
         return ServedFloor(0, "no intent")
     expires = parse_time(intent.get("expires"))
@@ -80,13 +99,26 @@ def served_floor(
         return ServedFloor(0, f"intent's hub {hub or '(none)'} does not hold the Lease ({held})")
     if not lease.token or intent.get("fencingToken") != lease.token:
         return ServedFloor(0, f"intent's fencing token is not {hub}'s current term")
-    entry = next((c for c in spec.get("clusters") or [] if c.get("name") == cluster), None)
+    clusters = spec.get("clusters") or []
+    if not isinstance(clusters, list):
+        return ServedFloor(0, "malformed AdaptivePolicy: spec.clusters is not a list")
+    index, entry = next(
+        ((i, c) for i, c in enumerate(clusters) if (_mapping(c) or {}).get("name") == cluster),
+        (-1, None),
+    )
     if entry is None:
         return ServedFloor(0, f"{cluster} is not in spec.clusters")
     floor = intent.get("floor")
     if not isinstance(floor, int) or isinstance(floor, bool) or floor <= 0:
         return ServedFloor(0, "intent floor is 0", expires)
-    cap = entry.get("maxReplicas", 0)
+    cap = _count(entry.get("maxReplicas", 0))
+    if cap is None:
+        return ServedFloor(
+            0,
+            f"malformed AdaptivePolicy: spec.clusters[{index}].maxReplicas "
+            f"{entry.get('maxReplicas')!r} is not a non-negative integer",
+            expires,
+        )
     if floor > cap:
         return ServedFloor(cap, f"floor {floor} capped at maxReplicas {cap}", expires)
     return ServedFloor(floor, f"floor {floor} from {hub}", expires)
