@@ -42,6 +42,9 @@ from functions.common.naming import (
 from functions.common.redact import url_credentials
 from functions.common.served_name import engine_container_index
 
+# The reason a replica waiting for its ModelCache gives (its conditions and its 503).
+REASON_WAITING_FOR_CACHE = "WaitingForModelCache"
+
 
 class InvalidReplica(ValueError):
     """A ModelReplica that cannot be composed: `path: rule`."""
@@ -108,6 +111,17 @@ class Member(_Spec):
     devices: tuple[DeviceRequest, ...] = ()
     template: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def accelerators(self) -> int:
+        """Accelerators per pod: the requests that name no DeviceClass of their own.
+
+        The XRDs say so (`deviceClassName` unset: the pool's accelerators, the devices
+        counted in whole nodes; set: a device beside them, such as an RDMA NIC), and
+        placement counts nodes by the same rule. Only these are engine ranks: 8 GPUs and
+        16 NICs are a tensor-parallel size of 8.
+        """
+        return sum(d.count for d in self.devices if not d.device_class)
+
 
 class Engine(_Spec):
     name: str
@@ -140,6 +154,8 @@ class ModelCacheMount(_Spec):
     # failed) and nothing serves here; no engine pod starts (or holds a GPU) until they
     # are. Absent (a ModelReplica written before the field): not gated.
     ready: bool = True
+    # The cache's spec.size (a quantity): what the engine's startup budget is sized by.
+    size: str = ""
 
 
 class Unavailable(_Spec):
@@ -200,6 +216,24 @@ class ModelReplica(_Spec):
     def waiting_for_cache(self) -> bool:
         """The model's weights are not on this cluster yet: no engine pod starts."""
         return self.model_cache is not None and not self.model_cache.ready
+
+    @property
+    def answer(self) -> Unavailable | None:
+        """Why requests are answered at once with a 503 instead of being routed: the
+        model is parked or fits nowhere (compose-model-deployment says so), or its
+        weights are not on this cluster yet."""
+        if self.unavailable is not None:
+            return self.unavailable
+        if self.waiting_for_cache:
+            assert self.model_cache is not None
+            return Unavailable(
+                reason=REASON_WAITING_FOR_CACHE,
+                message=(
+                    f"the model's weights (ModelCache {self.model_cache.name}) are not on "
+                    f"cluster {self.cluster.name} yet; it starts serving once they are"
+                ),
+            )
+        return None
 
     @property
     def desired_replicas(self) -> int:

@@ -140,8 +140,8 @@ def test_user_labels_env_args_and_volumes_are_kept():
         "--max-model-len",
         "8192",
     ]
-    assert pod["spec"]["volumes"] == [{"name": "cache", "emptyDir": {}}]
-    assert engine["volumeMounts"] == [{"name": "cache", "mountPath": "/root/.cache"}]
+    assert pod["spec"]["volumes"][0] == {"name": "cache", "emptyDir": {}}
+    assert engine["volumeMounts"][0] == {"name": "cache", "mountPath": "/root/.cache"}
 
 
 def test_a_flag_the_user_set_is_not_added_again():
@@ -167,7 +167,10 @@ def test_leader_worker_group_is_leader_plus_worker_nodes():
     lws = manifests(load("leader-worker"))["workload"]
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
-    assert {"name": "MODELPLANE_LEADER_ADDRESS", "value": "$(LWS_LEADER_ADDRESS)"} in leader["env"]
+    assert {
+        "name": "MODELPLANE_LEADER_ADDRESS",
+        "value": "deepseek-v3-$(MODELPLANE_GROUP_INDEX).deepseek-v3.ml-team",
+    } in leader["env"]
     assert "--master-addr" in leader["args"]
 
 
