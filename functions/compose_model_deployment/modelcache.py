@@ -532,6 +532,7 @@ class CacheView:
     selector: LabelSelector
     phases: dict  # cluster name -> phase, as the cache's status last said
     exists: bool = True  # False: named by the deployment, absent from the API server
+    size: str = ""  # spec.size: engines size their startup budget by it
 
     def allows(self, labels: dict) -> bool:
         """Whether the weights may exist on a cluster with these labels."""
@@ -554,7 +555,7 @@ def read_cache_view(xr: dict) -> CacheView:
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and entry.get("cluster"):
             phases[str(entry["cluster"])] = str(entry.get("phase") or PHASE_PENDING)
-    return CacheView(cache.name, cache.cluster_selector, phases)
+    return CacheView(cache.name, cache.cluster_selector, phases, size=cache.size)
 
 
 def replica_mount(view: CacheView) -> dict:
@@ -563,4 +564,5 @@ def replica_mount(view: CacheView) -> dict:
         "name": view.name,
         "claimName": claim_name(view.name),
         "mountPath": mount_path(view.name),
+        **({"size": view.size} if view.size else {}),
     }

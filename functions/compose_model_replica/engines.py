@@ -52,6 +52,9 @@ from functions.common.served_name import SERVED_NAME_FLAG
 if TYPE_CHECKING:
     from functions.compose_model_replica.pods import Wiring
 
+# The engine releases whose flags the lists below were checked against, as their
+# published images are tagged; the examples run these.
+CHECKED_IMAGES = {"vllm": "vllm/vllm-openai:v0.32.0", "sglang": "lmsysorg/sglang:v0.5.23"}
 PORT_FLAG = {"vllm": "--port", "sglang": "--port", "trtllm": "--port"}
 # SGLang listens on 127.0.0.1 unless told otherwise; the probes, the Service and the
 # picker reach the pod's address. vLLM listens on every address by default.
@@ -151,8 +154,33 @@ def multinode_flags(engine_type: str, multinode: MultiNode) -> list[FlagGroup]:
     return []
 
 
+LAYOUT_SPELLINGS = {
+    "vllm": (VLLM_TP, VLLM_PP, VLLM_DP),
+    "sglang": (SGLANG_TP, SGLANG_PP, SGLANG_DP),
+}
+
+
+def layout_flags(engine_type: str, args: list[str]) -> list[str]:
+    """The parallel-layout flags the user wrote, as written (`--flag value` or
+    `--flag=value`): what the engine's other members are given when they set none."""
+    spellings = {s for group in LAYOUT_SPELLINGS.get(engine_type, ()) for s in group}
+    found: list[str] = []
+    for i, arg in enumerate(args):
+        if arg.split("=", 1)[0] not in spellings:
+            continue
+        if "=" in arg:
+            found.append(arg)
+        elif i + 1 < len(args):
+            found += [arg, args[i + 1]]
+    return found
+
+
 def parallelism_flags(
-    engine_type: str, multinode: MultiNode | None, existing: list[str], accelerators: int = 0
+    engine_type: str,
+    multinode: MultiNode | None,
+    existing: list[str],
+    accelerators: int = 0,
+    layout: tuple[str, ...] = (),
 ) -> list[str]:
     """Spread the model over every accelerator the pod (or replica) holds, unless the
     user chose a layout.
@@ -162,8 +190,11 @@ def parallelism_flags(
     engine's documented default: vLLM tensor parallel within a node and pipeline parallel
     across nodes; SGLang tensor parallel across all of them. Any size set by the user
     (tensor, pipeline or data parallel) means the user chose: add none. Accelerators
-    only: a NIC beside the GPUs is no rank.
+    only: a NIC beside the GPUs is no rank. A layout the user wrote on another member of
+    the same engine (`layout`) is given as written instead: every rank must agree on it.
     """
+    if layout and not any(_has(existing, s) for s in LAYOUT_SPELLINGS.get(engine_type, ())):
+        return list(layout)
     if engine_type == "vllm" and not any(_has(existing, s) for s in (VLLM_TP, VLLM_PP, VLLM_DP)):
         if multinode is not None:
             return [
@@ -194,6 +225,7 @@ def engine_args(
     wiring: Wiring,
     traces_endpoint: str = "",
     accelerators: int = 0,
+    layout: tuple[str, ...] = (),
 ) -> list[str]:
     """The flags to append to the engine container's own arguments."""
     if is_shell_script(command, existing):
@@ -225,7 +257,7 @@ def engine_args(
         for spellings, values in multinode_flags(engine_type, wiring.multinode):
             if not _has(existing, spellings):
                 added += values
-    added += parallelism_flags(engine_type, wiring.multinode, existing, accelerators)
+    added += parallelism_flags(engine_type, wiring.multinode, existing, accelerators, layout)
     return added
 
 
@@ -240,6 +272,7 @@ def launch_args(
     wiring: Wiring,
     traces_endpoint: str = "",
     accelerators: int = 0,
+    layout: tuple[str, ...] = (),
 ) -> list[str]:
     """The engine container's whole argument list: the user's, with the model where the
     engine reads it and our flags after them."""
@@ -269,5 +302,6 @@ def launch_args(
         wiring=wiring,
         traces_endpoint=traces_endpoint,
         accelerators=accelerators,
+        layout=layout,
     )
     return [*front, *existing, *back, *added]

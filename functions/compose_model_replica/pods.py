@@ -44,7 +44,7 @@ from functions.common.modelcache import ENV_MODEL_PATH, engine_argv, model_named
 from functions.common.modelcache import VOLUME_NAME as CACHE_VOLUME
 from functions.common.naming import dns_label, label_value
 from functions.common.quantity import parse_quantity
-from functions.compose_model_replica.engines import Model, MultiNode, launch_args
+from functions.compose_model_replica.engines import Model, MultiNode, launch_args, layout_flags
 from functions.compose_model_replica.model import (
     Engine,
     Member,
@@ -233,21 +233,34 @@ def source_model(replica: ModelReplica) -> Model:
     return Model(uri, replica.source.revision)
 
 
+def _member_argv(member: Member) -> tuple[list[str], list[str]]:
+    """The engine container's command and args as the user wrote them."""
+    containers = (member.template.get("spec") or {}).get("containers") or []
+    if not containers:
+        return [], []
+    container = containers[engine_container_index(containers)]
+    return (
+        [str(a) for a in container.get("command") or []],
+        [str(a) for a in container.get("args") or []],
+    )
+
+
+def engine_layout(engine: Engine) -> tuple[str, ...]:
+    """The parallel layout a member of the engine spells out (the first that does), for
+    the members that spell out none: ranks that disagree on it do not start."""
+    for member in engine.members:
+        found = layout_flags(engine.type, _member_argv(member)[1])
+        if found:
+            return tuple(found)
+    return ()
+
+
 def engine_model(replica: ModelReplica, engine: Engine) -> Model:
     """What every process of an engine loads, so every rank agrees: the model a member's
     template names (the user's flag wins on every member, not only its own), else the
     ModelCache's mount, else the deployment's source."""
     for member in engine.members:
-        containers = (member.template.get("spec") or {}).get("containers") or []
-        if not containers:
-            continue
-        container = containers[engine_container_index(containers)]
-        argv = engine_argv(
-            engine.type,
-            [str(a) for a in container.get("command") or []],
-            [str(a) for a in container.get("args") or []],
-        )
-        named = model_named_in(engine.type, argv)
+        named = model_named_in(engine.type, engine_argv(engine.type, *_member_argv(member)))
         if named:
             return Model(named)
     if replica.model_cache is not None:
@@ -303,6 +316,7 @@ def pod_template(
             wiring=wiring,
             traces_endpoint=replica.cluster.traces_endpoint,
             accelerators=member.accelerators,
+            layout=engine_layout(engine) if wiring.multinode is not None else (),
         )
         _mount_cache(container, replica.model_cache)
         _mount_shm(spec, container, member.accelerators)

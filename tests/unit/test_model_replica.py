@@ -134,12 +134,7 @@ def test_user_labels_env_args_and_volumes_are_kept():
     assert pod["metadata"]["labels"]["team.example.com/owner"] == "ml-team"
     engine = pod["spec"]["containers"][0]
     assert {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"} in engine["env"]
-    assert engine["args"][:4] == [
-        "--model",
-        "meta-llama/Llama-3.1-8B-Instruct",
-        "--max-model-len",
-        "8192",
-    ]
+    assert engine["args"][:3] == ["meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192"]
     assert pod["spec"]["volumes"][0] == {"name": "cache", "emptyDir": {}}
     assert engine["volumeMounts"][0] == {"name": "cache", "mountPath": "/root/.cache"}
 
