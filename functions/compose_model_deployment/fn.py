@@ -77,6 +77,7 @@ from functions.compose_model_deployment.placement import PlacementPlan, place
 REQUIRED_CLUSTERS: Final = "inference-clusters"
 REQUIRED_REPLICAS: Final = "model-replicas"
 REQUIRED_CACHE: Final = "model-cache"
+REQUIRED_DEPLOYMENTS: Final = "model-deployments"
 # What a waiting result keeps of an observed ModelReplica's metadata (as it always has).
 KEPT_REPLICA_METADATA: Final = ("name", "labels")
 _CACHE_LIMIT: Final = 20000
@@ -340,6 +341,62 @@ def _replica_bytes(body: dict, varying: dict[str, tuple[str, ...]], shared: dict
             inner.append(written)
         entries.append(nested_entry_bytes(section, b"".join(inner)))
     return b"".join(entries)
+
+
+def _require_cache_inputs(rsp: fnv1.RunFunctionResponse, namespace: str) -> None:
+    """Every InferenceCluster, and the ModelDeployments in the cache's namespace: it is
+    staged only where one that references it could be placed."""
+    response.require_resources(
+        rsp, REQUIRED_CLUSTERS, contracts.API_GROUP_VERSION, contracts.KIND_INFERENCE_CLUSTER
+    )
+    response.require_resources(
+        rsp,
+        REQUIRED_DEPLOYMENTS,
+        contracts.API_GROUP_VERSION,
+        contracts.KIND_MODEL_DEPLOYMENT,
+        namespace=namespace,
+    )
+
+
+def _staging(
+    rsp: fnv1.RunFunctionResponse, name: str, cache, clusters: list[Cluster], items: tuple
+) -> tuple[list[Cluster], dict[str, str]]:
+    """The clusters the cache is staged on, by name, and why each other selected one is
+    not."""
+    by_selector = sorted(
+        (c for c in clusters if cache.cluster_selector.matches(c.labels)), key=lambda c: c.name
+    )
+    referencing = _referencing(rsp, name, cache, items)
+    if referencing is None:
+        # One that cannot be read might run anywhere: nothing is taken away.
+        return by_selector, {}
+    return modelcache.staging_clusters(by_selector, referencing)
+
+
+def _referencing(
+    rsp: fnv1.RunFunctionResponse, name: str, cache, items: tuple[dict, ...]
+) -> list[Deployment] | None:
+    """The ModelDeployments that reference the cache; None when one of them cannot be
+    read (a warning says which)."""
+    found = []
+    for item in items:
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        spec = item.get("spec") if isinstance(item, dict) else None
+        ref = (spec or {}).get("modelCacheRef") if isinstance(spec, dict) else None
+        if not isinstance(ref, dict) or ref.get("name") != cache.name:
+            continue
+        if (meta or {}).get("namespace", cache.namespace) != cache.namespace:
+            continue
+        try:
+            found.append(read_deployment(item))
+        except InputError as err:
+            response.warning(
+                rsp,
+                f"{name}: staging on every selected cluster: ModelDeployment "
+                f"{(meta or {}).get('name', '')} cannot be read: {err}",
+            )
+            return None
+    return found
 
 
 class FunctionRunner(GuardedRunner):
@@ -654,14 +711,16 @@ class FunctionRunner(GuardedRunner):
         except InputError as err:
             response.fatal(rsp, f"{name}: {err}")
             return rsp
-        response.require_resources(
-            rsp, REQUIRED_CLUSTERS, contracts.API_GROUP_VERSION, contracts.KIND_INFERENCE_CLUSTER
-        )
+        _require_cache_inputs(rsp, cache.namespace)
         observed = {key: plain(r.resource) for key, r in req.observed.resources.items()}
         asked = required(req, REQUIRED_CLUSTERS, convert=lambda s: s)
-        if not asked.fetched:
+        asked_deployments = required(req, REQUIRED_DEPLOYMENTS)
+        if not asked.fetched or not asked_deployments.fetched:
             keep_observed(rsp, observed)
-            message = f"asked for {REQUIRED_CLUSTERS}; composing nothing new until they arrive"
+            message = (
+                f"asked for {REQUIRED_CLUSTERS} and {REQUIRED_DEPLOYMENTS}; composing nothing "
+                "new until they arrive"
+            )
             set_conditions(
                 rsp,
                 Condition(modelcache.CACHE_READY, conditions.UNKNOWN, "WaitingForInputs", message),
@@ -677,9 +736,7 @@ class FunctionRunner(GuardedRunner):
                 response.warning(
                     rsp, f"{name}: keeping what is staged on a cluster as it is: {err}"
                 )
-        selected = sorted(
-            (c for c in clusters if cache.cluster_selector.matches(c.labels)), key=lambda c: c.name
-        )
+        selected, skipped = _staging(rsp, name, cache, clusters, asked_deployments.items)
         phases = []
         desired: set[str] = set()
         for cluster in selected:
@@ -749,7 +806,7 @@ class FunctionRunner(GuardedRunner):
         for p in phases:
             if p.phase == modelcache.PHASE_FAILED:
                 response.warning(rsp, f"{name}: download on {p.cluster} failed: {p.message}")
-        set_conditions(rsp, modelcache.cache_condition(phases))
+        set_conditions(rsp, modelcache.cache_condition(phases, skipped))
         rsp.desired.composite.ready = (
             fnv1.Ready.READY_TRUE
             if phases and len(ready) == len(phases)

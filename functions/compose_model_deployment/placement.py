@@ -39,6 +39,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from functions.common import contracts
 from functions.compose_model_deployment.cel_env import DeviceProfile
@@ -55,7 +56,10 @@ from functions.compose_model_deployment.model import (
     Pool,
     footprint_of,
 )
-from functions.compose_model_deployment.modelcache import CacheView
+
+if TYPE_CHECKING:
+    # modelcache stages a cache by placeable_pool, so it imports this module.
+    from functions.compose_model_deployment.modelcache import CacheView
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,24 @@ def _untolerated(deployment: Deployment, pool: Pool, effects: Iterable[str]) -> 
     for taint in pool.taints:
         if taint.effect in effects and not deployment.tolerates(taint):
             return str(taint)
+    return ""
+
+
+def placeable_pool(deployment: Deployment, cluster: Cluster) -> str:
+    """A pool on `cluster` where a replica of `deployment` could ever run (selected by
+    its clusterSelector, devices that match, big enough, no untolerated taint), whatever
+    is free now; "" if none. What a ModelCache is staged by."""
+    if not deployment.cluster_selector.matches(cluster.labels):
+        return ""
+    footprint = footprint_of(deployment.engines)
+    for pool in cluster.pools:
+        if not match_pool(deployment, pool).matched:
+            continue
+        if _structural_problem(pool, footprint):
+            continue
+        if _untolerated(deployment, pool, ("NoSchedule", "NoExecute")):
+            continue
+        return pool.name
     return ""
 
 
