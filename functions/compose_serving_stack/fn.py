@@ -39,7 +39,12 @@ from functions.common.telemetrydestination import (
     parse_destination,
     secret_namespaces_from,
 )
-from functions.compose_serving_stack import collector_objects, runtime_hosting, substrate
+from functions.compose_serving_stack import (
+    collector_objects,
+    device_classes,
+    runtime_hosting,
+    substrate,
+)
 from functions.compose_serving_stack.compose import (
     Cluster,
     DestinationState,
@@ -98,9 +103,12 @@ def _destination_state(destinations: list[dict]) -> DestinationState:
     )
 
 
-def _status(decided, observed: dict) -> dict:
-    """status: telemetry, the member Gateway's address and the inventory record."""
+def _status(decided, observed: dict, cluster: Cluster) -> dict:
+    """status: telemetry, the member Gateway's address, the inventory record and the
+    DeviceClasses the pools need."""
     status: dict = {"telemetry": decided.telemetry.to_status()}
+    if cluster.device_classes:
+        status["deviceClasses"] = device_classes.report(cluster.device_classes, observed)
     gateway = gateway_address(observed.get(substrate.GATEWAY_KEY))
     if gateway:
         status["gateway"] = {"address": gateway}
@@ -219,7 +227,16 @@ class FunctionRunner(GuardedRunner):
             keep_observed(rsp, observed, replaced={c.key for c in decided.composed})
 
         # 4. Status and conditions.
-        resource.update(rsp.desired.composite, {"status": _status(decided, observed)})
+        status = _status(decided, observed, cluster)
+        resource.update(rsp.desired.composite, {"status": status})
+        for missing_class in device_classes.missing(status.get("deviceClasses") or []):
+            response.warning(
+                rsp,
+                f"{name}: DeviceClass {missing_class} (a node pool's devices.driver or "
+                "additionalDevices driver) does not exist on the cluster: no model is placed "
+                "in a pool that would claim it (its pods would stay pending); install the "
+                "DRA driver's DeviceClass or correct the driver",
+            )
 
         stack_ready = readiness(
             conditions.STACK_READY,

@@ -483,3 +483,31 @@ def test_managed_traffic_names_a_backend_per_cluster_and_weights_the_models_rout
         {"name": "qwen-public", "namespace": "edge"},
     ]
     assert policies[0]["traffic"]["stepPercent"] == 20
+
+
+def test_a_device_class_missing_on_every_cluster_is_the_unplaceable_reason(
+    function_servers, tmp_path
+):
+    # compose-serving-stack reports gpu.nvidia.com Missing on both production clusters:
+    # a claim on it would stay pending, so nothing runs, every selected cluster answers
+    # why, and the reason names the class and the clusters.
+    clusters = list(yaml.safe_load_all((TESTDATA / "clusters.yaml").read_text()))
+    for cluster in clusters:
+        if cluster["metadata"]["name"] in ("us-east-1", "eu-west-1"):
+            cluster.setdefault("status", {})["deviceClasses"] = [
+                {"name": "gpu.nvidia.com", "state": "Missing"}
+            ]
+    required = tmp_path / "clusters.yaml"
+    required.write_text(yaml.safe_dump_all(clusters))
+    result = render.render(
+        function_servers, TESTDATA / "first-placement" / "xr.yaml", required=required
+    )
+    assert result.returncode == 0, result.stderr
+    composite, replicas, _results, _conds = _parts(result.documents)
+    reason = composite["status"]["unplaceable"]["reason"]
+    assert "DeviceClass gpu.nvidia.com on eu-west-1" in reason
+    assert "DeviceClass gpu.nvidia.com on us-east-1" in reason
+    assert sorted(replicas) == SELECTED
+    for replica in replicas.values():
+        assert replica["spec"]["replicas"] == 0
+        assert replica["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
