@@ -614,6 +614,35 @@ def test_a_replica_waits_for_its_cache_at_zero_and_says_why():
     assert parse(xr).desired_replicas == xr["spec"]["replicas"]
 
 
+@pytest.mark.parametrize(
+    ("ready", "activator", "answered"),
+    [(False, False, True), (True, False, False), (False, True, False)],
+    ids=[
+        "a_model_waiting_for_its_cache_answers_503_saying_so",
+        "a_model_whose_cache_is_ready_routes_to_its_pool",
+        "an_on_demand_model_waiting_for_its_cache_routes_to_the_activator",
+    ],
+)
+def test_a_model_waiting_for_its_cache_answers_why_instead_of_routing_to_nothing(
+    ready, activator, answered
+):
+    xr = load("model-cache-downloading")
+    xr["spec"]["modelCache"]["ready"] = ready
+    xr["spec"]["activator"] = activator
+    built = manifests(xr)
+    (rule,) = built["route"]["spec"]["rules"]
+    assert ("route-unavailable" in built) is answered
+    if answered:
+        assert "backendRefs" not in rule
+        body = json.loads(built["route-unavailable"]["spec"]["directResponse"]["body"]["inline"])
+        assert body["error"]["reason"] == "WaitingForModelCache"
+        assert "ModelCache deepseek-v3-weights" in body["error"]["message"]
+        serving = observe(parse(xr), compose(parse(xr)).workloads, {}, HEALTH_KEY).conditions[1]
+        assert (serving.reason, serving.status) == ("WaitingForModelCache", "False")
+    else:
+        assert rule["backendRefs"]
+
+
 def test_an_autoscaled_replica_waiting_for_its_cache_is_held_at_zero_by_keda():
     xr = load("autoscaling")
     xr["spec"]["modelCache"] = {

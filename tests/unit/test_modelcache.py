@@ -400,3 +400,13 @@ def test_a_cache_is_staged_only_where_its_deployments_can_be_placed(deployments,
     if condition is not None:
         assert condition.reason == modelcache.REASON_NOT_PLACEABLE
         assert all(f"not staged on {c}" in condition.message for c in skipped)
+
+
+def test_the_replica_mount_carries_the_size_that_sizes_the_startup_budget():
+    view = modelcache.read_cache_view(cache_xr(HF, size="140Gi"))
+    assert modelcache.replica_mount(view) == {
+        "name": "w",
+        "claimName": claim_name("w"),
+        "mountPath": "/models/w",
+        "size": "140Gi",
+    }
