@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from functions.common.adaptivepolicy import manages_traffic
 from functions.common.contracts import (
     LABEL_DEPLOYMENT,
     LABEL_SERVING,
@@ -218,13 +219,23 @@ class ModelReplica(_Spec):
         return self.model_cache is not None and not self.model_cache.ready
 
     @property
+    def routes_elsewhere(self) -> bool:
+        """The route also carries other clusters' backends (managed traffic), which may
+        serve while this cluster cannot."""
+        return manages_traffic(self.autoscaling) and any(
+            c.get("name") != self.cluster.name
+            for c in (self.autoscaling or {}).get("clusters") or []
+        )
+
+    @property
     def answer(self) -> Unavailable | None:
         """Why requests are answered at once with a 503 instead of being routed: the
         model is parked or fits nowhere (compose-model-deployment says so), or its
-        weights are not on this cluster yet."""
+        weights are not on this cluster yet and no other cluster's backend is on the
+        route."""
         if self.unavailable is not None:
             return self.unavailable
-        if self.waiting_for_cache:
+        if self.waiting_for_cache and not self.routes_elsewhere:
             assert self.model_cache is not None
             return Unavailable(
                 reason=REASON_WAITING_FOR_CACHE,

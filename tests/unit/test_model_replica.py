@@ -643,6 +643,27 @@ def test_a_model_waiting_for_its_cache_answers_why_instead_of_routing_to_nothing
         assert rule["backendRefs"]
 
 
+@pytest.mark.parametrize(("routes", "answered"), [([], True), ([{"name": "llama-3-1-8b"}], False)])
+def test_a_cluster_waiting_for_its_cache_still_routes_to_the_other_clusters_it_weights(
+    routes, answered
+):
+    xr = load("autoscaling")
+    xr["spec"]["modelCache"] = {
+        "name": "w",
+        "claimName": "modelcache-w",
+        "mountPath": "/models/w",
+        "ready": False,
+    }
+    if routes:
+        xr["spec"]["autoscaling"]["traffic"] = {"routes": routes}
+    built = manifests(xr)
+    (rule,) = built["route"]["spec"]["rules"]
+    assert ("route-unavailable" in built) is answered
+    if not answered:
+        kinds = {r["kind"] for r in rule["backendRefs"]}
+        assert "ServiceImport" in kinds  # eu-west-1's pods may serve meanwhile
+
+
 def test_an_autoscaled_replica_waiting_for_its_cache_is_held_at_zero_by_keda():
     xr = load("autoscaling")
     xr["spec"]["modelCache"] = {
