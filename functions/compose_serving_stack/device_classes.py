@@ -64,6 +64,8 @@ def observers(target: Target, names: Iterable[str]) -> list[Composed]:
                 "apiVersion": DEVICE_CLASS_API_VERSION,
                 "kind": "DeviceClass",
                 "metadata": {"name": name},
+                # Never applied (Observe only); present so the manifest is a valid one.
+                "spec": {},
             },
             management_policies=OBSERVE_ONLY,
         )

@@ -62,6 +62,7 @@ def test_the_observers_only_observe_and_are_keyed_by_the_class():
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {},
     }
 
 
