@@ -17,7 +17,7 @@ export TOOLS_BIN="$MODELPLANE_TOOLS/bin"
 # Builds use the Go on this machine; never let a go.mod pull another toolchain.
 export GOTOOLCHAIN=local
 # Every tool in the order it is installed. Later issues append theirs here.
-ALL_TOOLS=(crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok otelcol prometheus jq schemas keda)
+ALL_TOOLS=(crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok otelcol prometheus jq schemas keda lws vllm)
 
 if [[ ${1:-} == --dir ]]; then
   echo "$TOOLS_BIN"
@@ -92,7 +92,14 @@ for tool in "${wanted[@]}"; do
   started_at=$SECONDS
   printf '%s: checking' "$tool" >"$step_file"
   (
-    while sleep "${MODELPLANE_TOOLS_TICK:-60}"; do
+    # The sleep is killed with the ticker: an orphaned sleep would hold a piped stderr
+    # open, and whoever reads it would wait up to a minute after the last tool.
+    nap=
+    trap '[[ -z $nap ]] || kill "$nap" 2>/dev/null; exit 0' TERM
+    while :; do
+      sleep "${MODELPLANE_TOOLS_TICK:-60}" &
+      nap=$!
+      wait "$nap"
       printf '[tools] … %s (%d s so far)\n' "$(cat "$step_file")" $((SECONDS - started_at)) >&2
     done
   ) &

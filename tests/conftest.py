@@ -19,12 +19,17 @@ import render  # noqa: E402  (hack/render.py: the harness the demo uses too)
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
-def require_tool(name: str) -> Path:
-    """The path of a pinned tool; fails under CI, skips elsewhere, if it is missing."""
+def require_tool(name: str, tool: str = "") -> Path:
+    """The path of a pinned tool; fails under CI, skips elsewhere, if it is missing.
+
+    `tool`: the hack/tools.sh tool that installs it, named in the message so the command
+    installs only that one (`bash hack/tools.sh vllm`); without it, every tool.
+    """
     path = render.tools_bin() / name
     if path.exists():
         return path
-    message = f"{name} is not installed at {path}: run 'bash hack/tools.sh' (or 'make tools')"
+    command = f"'bash hack/tools.sh {tool}'" if tool else "'bash hack/tools.sh' (or 'make tools')"
+    message = f"{name} is not installed at {path}: run {command}"
     if IN_CI:
         pytest.fail(f"CI requires {message}")
     pytest.skip(message)  # not in CI: under CI=true the test already failed above

@@ -59,6 +59,15 @@ class Condition:
     message: str
 
 
+@dataclass(frozen=True)
+class Event:
+    """A result a person reads in `kubectl describe`, as pure code decides it: a warning
+    or a normal event; the shell emits it (sdk.emit)."""
+
+    warning: bool
+    message: str
+
+
 def condition_status(obj: Mapping[str, Any] | None, condition_type: str) -> str | None:
     """The status of an object's first condition of this type; None when it has none."""
     for condition in ((obj or {}).get("status") or {}).get("conditions") or []:

@@ -105,7 +105,7 @@ PORT_DECODE_ENGINE: Final = 8001
 # Every pod of a multi-node replica (Leader and Workers, on every stack) carries these in
 # the engine container's environment, with the same meaning whatever controller runs it:
 # the engine flags compose-model-replica adds read them as $(NAME), and a command the user
-# writes as `sh -c "..."` reads them as $NAME. Documented in the README ("Multi-node
+# writes as `sh -c "..."` reads them as $NAME. Documented in docs/serving.md ("Multi-node
 # launch contract"); renaming one breaks users' launch scripts.
 ENV_LEADER_ADDRESS: Final = "MODELPLANE_LEADER_ADDRESS"  # the rank-0 pod's DNS name
 ENV_NODE_RANK: Final = "MODELPLANE_NODE_RANK"  # this pod's rank: 0 is the Leader

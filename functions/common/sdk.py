@@ -220,6 +220,31 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
         return rsp
 
 
+class ByKind(GuardedRunner):
+    """One function that composes several kinds: the observed XR's kind picks the shell.
+
+    Each kind keeps its own shell (its own `fn.py`-style pipeline); this only chooses,
+    so a function's `main.py` lists what it serves in one place. A kind not listed goes
+    to `default`, the function's first kind, as it did when one shell branched on the
+    kind. The guard is this runner's: a shell's exception is answered here, the same
+    fatal result naming the XR.
+    """
+
+    def __init__(self, default: GuardedRunner, shells: Mapping[str, GuardedRunner]) -> None:
+        super().__init__()
+        self.default = default
+        self.shells = dict(shells)
+
+    def shell_for(self, req: fnv1.RunFunctionRequest) -> GuardedRunner:
+        kind = req.observed.composite.resource.fields.get("kind")
+        if kind is None or kind.WhichOneof("kind") != "string_value":
+            return self.default
+        return self.shells.get(kind.string_value, self.default)
+
+    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        return self.shell_for(req).run(req)
+
+
 def sdk_condition(condition: conditions.Condition) -> resource.Condition:
     return resource.Condition(
         typ=condition.type,
@@ -232,6 +257,12 @@ def sdk_condition(condition: conditions.Condition) -> resource.Condition:
 def set_conditions(rsp: fnv1.RunFunctionResponse, *decided: conditions.Condition) -> None:
     """Write the conditions pure code decided onto the XR, in the order given."""
     response.set_conditions(rsp, *(sdk_condition(c) for c in decided))
+
+
+def emit(rsp: fnv1.RunFunctionResponse, *decided: conditions.Event) -> None:
+    """Write the events pure code decided as results, in the order given."""
+    for event in decided:
+        (response.warning if event.warning else response.normal)(rsp, event.message)
 
 
 def report_not_composing_yet(

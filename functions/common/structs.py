@@ -20,8 +20,8 @@ list, tuple) and produce the same Struct; anything else is a ValueError, as ther
 from __future__ import annotations
 
 import struct as _struct
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
 
 from google.protobuf import struct_pb2
 
@@ -157,6 +157,34 @@ def nested_entry_bytes(key: str, entries: bytes) -> bytes:
     )
 
 
+def shared_struct_bytes(
+    body: Mapping[str, Any], varying: Mapping[str, tuple[str, ...]], shared: dict
+) -> bytes:
+    """A Struct's bytes for one of many bodies alike but for a few fields: the entries
+    outside `varying` (section -> its fields that differ) come from `shared`, written by
+    the first body and identical in the others; the rest are written for this body."""
+    entries = []
+    for section, value in body.items():
+        fields = varying.get(section)
+        if fields is None:
+            written = shared.get((section,))
+            if written is None:
+                written = shared[(section,)] = entry_bytes(section, value)
+            entries.append(written)
+            continue
+        inner = []
+        for field, item in value.items():
+            if field in fields:
+                inner.append(entry_bytes(field, item))
+                continue
+            written = shared.get((section, field))
+            if written is None:
+                written = shared[(section, field)] = entry_bytes(field, item)
+            inner.append(written)
+        entries.append(nested_entry_bytes(section, b"".join(inner)))
+    return b"".join(entries)
+
+
 def to_struct(body: Mapping[str, Any]) -> struct_pb2.Struct:
     """A dict as a new Struct (as `Struct().update(body)`, in one parse)."""
     return struct_pb2.Struct.FromString(struct_bytes(body))
@@ -261,3 +289,39 @@ def metadata_strings(struct: struct_pb2.Struct, *names: str) -> tuple[str | None
         kind = value.WhichOneof("kind") if value is not None else None
         found.append(value.string_value if kind == "string_value" else None)
     return tuple(found)
+
+
+# --- Parsing once per content -------------------------------------------------------------
+
+T = TypeVar("T")
+PARSED_LIMIT = 20000
+
+
+def content_key(struct: struct_pb2.Struct) -> object:
+    """What identifies a resource's content: its uid and resourceVersion when the API
+    server set them (any change bumps the version), else its exact bytes."""
+    uid, version = metadata_strings(struct, "uid", "resourceVersion")
+    if uid and version is not None:
+        return (uid, version)
+    return struct.SerializeToString(deterministic=True)
+
+
+class ParsedByContent(Generic[T]):
+    """Parsed values by the content they were parsed from (bounded): the same fleet
+    arrives on every reconcile, and converting Structs is the costliest part of a large
+    request. Only the fields the parser reads (`fields`, a `plain_only` shape) are
+    converted."""
+
+    def __init__(self, parse: Callable[[dict], T], fields: dict) -> None:
+        self.parse = parse
+        self.fields = fields
+        self.values: dict[object, T] = {}
+
+    def __call__(self, struct: struct_pb2.Struct) -> T:
+        key = content_key(struct)
+        found = self.values.get(key)
+        if found is None:
+            if len(self.values) >= PARSED_LIMIT:
+                self.values.clear()
+            found = self.values[key] = self.parse(plain_only(struct, self.fields))
+        return found

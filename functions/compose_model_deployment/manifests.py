@@ -10,6 +10,7 @@ by cluster name), so the AdaptivePolicy copies built from it are byte-identical.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Final
 
 from functions.common import contracts
@@ -23,13 +24,20 @@ from functions.common.adaptivepolicy import (
 )
 from functions.common.naming import dns_label, label_value, resource_key
 from functions.compose_model_deployment.model import Cluster, Deployment, Pool
+from functions.compose_model_deployment.targets import Targets
 
 # The only fields in which a deployment's ModelReplicas differ from one another; the
-# shell builds one and copies it for the others (see fn.py), so a field that comes to
-# depend on the cluster must be listed here.
+# shell writes the rest once and reuses it for the others (see fn.py), so a field that
+# comes to depend on the cluster must be listed here.
 PER_CLUSTER_FIELDS: Final = {
     "metadata": ("name", "labels"),
     "spec": ("cluster", "nodePool", "replicas"),
+}
+# The same, with what `model_replicas` sets per cluster besides (the cache's readiness
+# there, and whether the route leads to the activator).
+VARYING_FIELDS: Final = {
+    section: (*fields, *(("modelCache", "activator") if section == "spec" else ()))
+    for section, fields in PER_CLUSTER_FIELDS.items()
 }
 
 
@@ -185,3 +193,41 @@ def model_replica(
         },
         "spec": spec,
     }
+
+
+def model_replicas(
+    deployment: Deployment,
+    decided: Targets,
+    frozen_keys: set[str],
+    *,
+    cache_mount: dict | None,
+    cache_ready_at: frozenset[str],
+    activator_at: set[str] | None,
+) -> Iterator[tuple[str, dict]]:
+    """(composed-resource key, ModelReplica) for each decided target, but the frozen ones
+    (kept as observed) and any whose pool is gone. `activator_at`: for an on-demand model,
+    the clusters whose route goes through the member's activator (no ready replica
+    there); None for any other model."""
+    autoscaling = autoscaling_spec(deployment, [(c, p) for c, p, _ in decided.replicas])
+    for cluster, pool_name, replicas in decided.replicas:
+        pool = cluster.pool(pool_name)
+        key = replica_key(cluster.name)
+        if pool is None or key in frozen_keys:
+            continue
+        body = model_replica(
+            deployment,
+            cluster,
+            pool,
+            replicas,
+            autoscaling=autoscaling,
+            unavailable=decided.unavailable,
+            fabrics=decided.fabrics.get(cluster.name, ()),
+            model_cache=(
+                {**cache_mount, "ready": cluster.name in cache_ready_at}
+                if cache_mount is not None
+                else None
+            ),
+        )
+        if activator_at is not None:
+            body["spec"]["activator"] = cluster.name in activator_at
+        yield key, body

@@ -3,7 +3,8 @@
 The shell hands plain dicts (the XR, the required InferenceClusters and ModelReplicas) to
 the readers here; everything downstream — device matching, placement, parking, status —
 sees only these frozen values. A reader that meets input it cannot act on raises
-InputError with the field's path and the rule, which the shell turns into a fatal result.
+InputError (functions/common/reader.py) with the field's path and the rule, which the
+shell turns into a fatal result.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
 from functions.common.naming import cluster_name_problem
 from functions.common.quantity import parse_quantity
+from functions.common.reader import InputError
 from functions.common.redact import url_credentials
 from functions.common.scheduling import Taint, Toleration
 from functions.compose_model_deployment import ondemand, parking
@@ -35,15 +37,6 @@ POOLS_MAX = 32
 NODES_MAX = 10000
 PER_NODE_MAX = 64
 FABRICS_MAX = 64
-
-
-class InputError(ValueError):
-    """Input no placement can be made from: `path: rule`."""
-
-    def __init__(self, path: str, rule: str) -> None:
-        super().__init__(f"{path}: {rule}")
-        self.path = path
-        self.rule = rule
 
 
 # --- Label selectors, taints, tolerations ------------------------------------------------
@@ -209,15 +202,18 @@ def read_selector(raw: dict | None, path: str) -> LabelSelector:
     return LabelSelector(labels, tuple(requirements))
 
 
-def refuse_system_namespace(meta: dict, what: str) -> None:
+def system_namespace_rule(what: str) -> str:
     """A tenant's object in the suite's own namespace would land beside the runtime on
-    every member; refuse it, naming what to do instead."""
+    every member: the rule that refuses it, naming what to do instead."""
+    return (
+        f"{contracts.SYSTEM_NAMESPACE} is the suite's own namespace on every member; "
+        f"{what} in a tenant namespace"
+    )
+
+
+def refuse_system_namespace(meta: dict, what: str) -> None:
     if meta.get("namespace") == contracts.SYSTEM_NAMESPACE:
-        raise InputError(
-            "metadata.namespace",
-            f"{contracts.SYSTEM_NAMESPACE} is the suite's own namespace on every member; "
-            f"{what} in a tenant namespace",
-        )
+        raise InputError("metadata.namespace", system_namespace_rule(what))
 
 
 def read_deployment(xr: dict) -> Deployment:

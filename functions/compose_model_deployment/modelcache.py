@@ -37,8 +37,11 @@ Pure: plain dicts in, plain values out; nothing reads the clock.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
+
+from pydantic import BeforeValidator, Field, PlainValidator, model_validator
 
 from functions.common import contracts
 from functions.common.conditions import Condition, condition_status
@@ -58,14 +61,24 @@ from functions.common.naming import (
     stable_hash,
 )
 from functions.common.quantity import parse_quantity
+from functions.common.reader import (
+    OrEmpty,
+    Spec,
+    Str,
+    Text,
+    bridge,
+    object_or_refuse,
+    read,
+    refuse,
+)
 from functions.common.redact import url_credentials
 from functions.compose_model_deployment.model import (
     Cluster,
     Deployment,
-    InputError,
+    Holding,
     LabelSelector,
     read_selector,
-    refuse_system_namespace,
+    system_namespace_rule,
 )
 from functions.compose_model_deployment.placement import placeable_pool
 
@@ -119,60 +132,99 @@ class ModelCache:
 
 def read_cache(xr: dict) -> ModelCache:
     """A ModelCache as typed values; InputError naming the field and the rule for any
-    shape it cannot be read from (wrong types included), never another exception."""
-    try:
-        return _read_cache(xr)
-    except InputError:
-        raise
-    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
-        raise InputError(
-            "spec", f"cannot be read ({type(err).__name__}: a field has the wrong type)"
-        ) from None
+    shape it cannot be read from (wrong types included), never another exception: an
+    object of another JSON type is named by its path, any other wrong type inside the
+    source or selector as `spec: cannot be read`."""
+    read_as = read(_ModelCache, xr)
+    meta, spec = read_as.metadata, read_as.spec
+    kind, entry = spec.source
+    return ModelCache(
+        name=meta.name,
+        namespace=meta.namespace,
+        source_kind=kind,
+        source=entry,
+        size=spec.size,
+        storage_class=spec.storage_class,
+        cluster_selector=spec.cluster_selector,
+        retry=str((meta.annotations or {}).get(contracts.ANNOTATION_RETRY, "")),
+    )
 
 
-def _read_cache(xr: dict) -> ModelCache:
-    meta = xr.get("metadata") or {}
-    spec = xr.get("spec") or {}
-    refuse_system_namespace(meta, "stage weights")
-    source = spec.get("source") or {}
+# --- What a ModelCache is read as (functions/common/reader.py) ----------------------------
+
+
+def _not_the_system_namespace(namespace: Any) -> Any:
+    if namespace == contracts.SYSTEM_NAMESPACE:
+        refuse(system_namespace_rule("stage weights"))
+    return namespace
+
+
+class _Metadata(Spec):
+    namespace: Annotated[Str, BeforeValidator(_not_the_system_namespace)] = ""
+    name: Str = ""
+    annotations: Any = None  # read last (_ModelCache), as it always was
+
+
+def _one_source(value: Any) -> tuple[str, dict]:
+    """(kind, its entry): exactly one source, an object, its fields as the XRD says."""
+    source = value or {}
     given = [k for k in SOURCE_KINDS if source.get(k)]
     if len(given) != 1:
-        raise InputError(
-            "spec.source",
-            f"needs exactly one of {', '.join(SOURCE_KINDS)} (got {', '.join(given) or 'none'})",
-        )
+        refuse(f"needs exactly one of {', '.join(SOURCE_KINDS)} (got {', '.join(given) or 'none'})")
     kind = given[0]
     if not isinstance(source[kind], dict):
-        raise InputError(f"spec.source.{kind}", "must be an object")
+        refuse("must be an object", at=kind)
     entry = dict(source[kind])
     if kind == SOURCE_OBJECT_STORE:
         uri = str(entry.get("uri", ""))
         if not uri.startswith(("s3://", "gs://")):
-            raise InputError("spec.source.objectStore.uri", "must start with s3:// or gs://")
+            refuse("must start with s3:// or gs://", at="objectStore.uri")
         if url_credentials(uri):
             # Named, never echoed: the URI reaches every member's Job.
-            raise InputError(
-                "spec.source.objectStore.uri",
+            refuse(
                 f"must not carry credentials (found {', '.join(url_credentials(uri))}); "
                 "use spec.source.objectStore.credentialsSecretRef",
+                at="objectStore.uri",
             )
     _check_source(kind, entry)
-    size = str(spec.get("size") or "")
+    return kind, entry
+
+
+def _positive_size(value: Any) -> str:
+    size = str(value or "")
     try:
         if parse_quantity(size) <= 0:
             raise ValueError
     except ValueError:
-        raise InputError("spec.size", f"{size[:40]!r} is not a positive quantity") from None
-    return ModelCache(
-        name=str(meta.get("name", "")),
-        namespace=str(meta.get("namespace", "")),
-        source_kind=kind,
-        source=entry,
-        size=size,
-        storage_class=str(spec.get("storageClassName") or ""),
-        cluster_selector=read_selector(spec.get("clusterSelector"), "spec.clusterSelector"),
-        retry=str((meta.get("annotations") or {}).get(contracts.ANNOTATION_RETRY, "")),
+        refuse(f"{size[:40]!r} is not a positive quantity")
+    return size
+
+
+def _selector(value: Any) -> LabelSelector:
+    return read_selector(value, "spec.clusterSelector")
+
+
+class _CacheSpec(Spec):
+    source: Annotated[
+        tuple[str, dict], PlainValidator(bridge(_one_source, cannot_read_at="spec"))
+    ] = Field(default=None, validate_default=True)
+    size: Annotated[str, PlainValidator(_positive_size)] = Field(
+        default=None, validate_default=True
     )
+    storage_class: Text = Field(default="", alias="storageClassName")
+    cluster_selector: Annotated[
+        LabelSelector, PlainValidator(bridge(_selector, cannot_read_at="spec"))
+    ] = Field(default=None, alias="clusterSelector", validate_default=True)
+
+
+class _ModelCache(Spec):
+    metadata: Annotated[_Metadata, OrEmpty] = Field(default_factory=_Metadata)
+    spec: Annotated[_CacheSpec, OrEmpty] = Field(default_factory=dict, validate_default=True)
+
+    @model_validator(mode="after")
+    def _annotations(self) -> _ModelCache:
+        object_or_refuse(self.metadata.annotations, path="metadata.annotations")
+        return self
 
 
 # The XRD's patterns, checked again: every value below reaches a Job's arguments on every
@@ -197,24 +249,24 @@ _SECRET_REFS = {
 
 
 def _check_source(kind: str, entry: dict) -> None:
-    """InputError naming the field and its rule; the value is never quoted (it may hold
-    a credential someone pasted in the wrong place)."""
+    """Each field's rule, named under spec.source; the value is never quoted (it may
+    hold a credential someone pasted in the wrong place)."""
     for field, pattern, needed in _PATTERNS[kind]:
         value = entry.get(field)
         if value is None and not needed:
             continue
         if not isinstance(value, str) or len(value) > 1024 or not pattern.fullmatch(value):
-            raise InputError(f"spec.source.{kind}.{field}", f"must match {pattern.pattern}")
+            refuse(f"must match {pattern.pattern}", at=f"{kind}.{field}")
     ref_field, has_key = _SECRET_REFS[kind]
     ref = entry.get(ref_field)
     if ref is None:
         return
-    path = f"spec.source.{kind}.{ref_field}"
+    at = f"{kind}.{ref_field}"
     if not isinstance(ref, dict) or not is_object_name(ref.get("name")):
-        raise InputError(f"{path}.name", "must name a Secret (an RFC 1123 subdomain)")
+        refuse("must name a Secret (an RFC 1123 subdomain)", at=f"{at}.name")
     key = ref.get("key")
     if (has_key or key is not None) and not (isinstance(key, str) and _SECRET_KEY.fullmatch(key)):
-        raise InputError(f"{path}.key", "must be a Secret key ([-._a-zA-Z0-9]+)")
+        refuse("must be a Secret key ([-._a-zA-Z0-9]+)", at=f"{at}.key")
 
 
 # --- What each cluster gets ---------------------------------------------------------------
@@ -598,6 +650,21 @@ def read_cache_view(xr: dict) -> CacheView:
         if isinstance(entry, dict) and entry.get("cluster"):
             phases[str(entry["cluster"])] = str(entry.get("phase") or PHASE_PENDING)
     return CacheView(cache.name, cache.cluster_selector, phases, size=cache.size)
+
+
+def absent_view(name: str) -> CacheView:
+    """A cache the deployment names that the API server does not hold: it allows no
+    cluster (nothing new is placed until it exists)."""
+    return CacheView(name, LabelSelector(), {}, exists=False)
+
+
+def ready_at(cache: CacheView | None, own: Iterable[Holding]) -> frozenset[str]:
+    """The clusters whose engine pods may start: the cache is Ready there, or replicas
+    already serve there (weights in GPU memory; a cache re-downloading under a serving
+    model does not stop it)."""
+    if cache is None:
+        return frozenset()
+    return cache.ready | {h.cluster for h in own if h.ready_replicas > 0}
 
 
 def replica_mount(view: CacheView) -> dict:

@@ -19,12 +19,16 @@ minutes, not on every reconcile; `now` comes from the shell.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from functions.common import conditions
-from functions.common.conditions import Condition
+from functions.common.conditions import Condition, Event
+from functions.common.naming import deployment_pod_selector
+from functions.compose_model_deployment import ondemand
+from functions.compose_model_deployment.model import Holding
 from functions.compose_model_deployment.modelcache import CacheView
 from functions.compose_model_deployment.parking import Baseline, Decision, Parked
 from functions.compose_model_deployment.placement import PlacementPlan
@@ -169,6 +173,74 @@ def build_status(
         if parking.baseline.since:
             status["retried"]["since"] = parking.baseline.since
     return status
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The status a reconcile writes, and what its conditions and events are built from."""
+
+    status: dict
+    ready: int  # ready replicas on the clusters used
+    unplaceable: UnplaceableReport
+
+
+def deployment_status(
+    *,
+    name: str,
+    plan: PlacementPlan,
+    own: Iterable[Holding],
+    previous: dict,
+    desired: int,
+    decision: Decision,
+    cache: CacheView | None,
+    activity: ondemand.Activity | None,
+    now: datetime,
+) -> Outcome:
+    """The deployment's status from this placement; `name` is the deployment's (its pod
+    selector), `previous` the status as observed."""
+    used = {p.cluster for p in plan.placements}
+    ready_by_cluster = {h.cluster: h.ready_replicas for h in own if h.cluster in used}
+    # A fresh attempt is decided afresh: the earlier unplaceable record is not reused.
+    unplaceable = report_unplaceable(
+        None if activity and activity.fresh_attempt else previous.get("unplaceable"), plan, now
+    )
+    built = build_status(
+        desired=desired,
+        label_selector=deployment_pod_selector(name),
+        plan=plan,
+        ready_by_cluster=ready_by_cluster,
+        unplaceable=unplaceable,
+        parking=decision,
+        cache=cache,
+    )
+    if activity is not None:
+        result = ondemand.attempt_result(
+            parked_message=parked_message(decision.parked) if decision.parked else "",
+            unplaceable=plan.unplaceable,
+            reason=plan.reason,
+        )
+        built["onDemand"] = ondemand.status(activity, result=result, stamp=format_time(now))
+    return Outcome(built, sum(ready_by_cluster.values()), unplaceable)
+
+
+def events(
+    composite: str, plan: PlacementPlan, decision: Decision, unplaceable: UnplaceableReport
+) -> list[Event]:
+    """Moves, parking transitions, and (rate limited) what fits nowhere; `composite` is
+    the XR as messages name it."""
+    found = [
+        Event(True, f"moving {m.replicas} replicas off {m.cluster}/{m.pool}: {m.reason}")
+        for m in plan.dropped
+    ]
+    if decision.transition == "parked" and decision.parked:
+        found.append(Event(True, f"{composite} {parked_message(decision.parked)}"))
+    elif decision.transition == "unparked":
+        found.append(Event(False, f"{composite} unparked: {decision.why_unparked}"))
+    if unplaceable.warn:
+        found.append(
+            Event(True, f"{composite}: {plan.unplaceable} replicas fit nowhere: {plan.reason}")
+        )
+    return found
 
 
 def cache_message(cache: CacheView, plan: PlacementPlan) -> str:

@@ -15,12 +15,15 @@ this module decides the rest of what the shell used to decide inline:
   told why at once (a 503 with the reason) instead of being routed to nothing. Its
   ModelReplicas on clusters no longer selected (or gone) are removed, and the shell
   says so.
+- **the activator's clusters**: an on-demand model's route leads to the member's
+  activator wherever no replica of it is ready.
 """
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from functions.compose_model_deployment.model import Cluster, Deployment, Holding
+from functions.compose_model_deployment.ondemand import Activity
 from functions.compose_model_deployment.parking import Decision
 from functions.compose_model_deployment.placement import PlacementPlan
 from functions.compose_model_deployment.status import parked_message
@@ -162,3 +165,14 @@ def on_demand_targets(
     """An on-demand model's ModelReplicas: at 0 where a request can arrive while idle,
     and the placements plus those anchors while active."""
     return idle_targets(kept_at, clusters, deployment) if idle else keep_anchors(decided, kept_at)
+
+
+def activator_at(
+    activity: Activity | None, decided: Targets, own: Iterable[Holding]
+) -> set[str] | None:
+    """For an on-demand model, the clusters whose route leads to the member's activator:
+    those with no ready replica. None for any other model."""
+    if activity is None:
+        return None
+    ready = {h.cluster: h.ready_replicas for h in own}
+    return {c.name for c, _, _ in decided.replicas if not ready.get(c.name)}

@@ -14,7 +14,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, Field
 
 from functions.common.adaptivepolicy import manages_traffic
 from functions.common.contracts import (
@@ -40,6 +40,7 @@ from functions.common.naming import (
     is_object_name,
     label_value,
 )
+from functions.common.reader import InputError, Spec, read
 from functions.common.redact import url_credentials
 from functions.common.served_name import engine_container_index
 
@@ -47,13 +48,8 @@ from functions.common.served_name import engine_container_index
 REASON_WAITING_FOR_CACHE = "WaitingForModelCache"
 
 
-class InvalidReplica(ValueError):
+class InvalidReplica(InputError):
     """A ModelReplica that cannot be composed: `path: rule`."""
-
-    def __init__(self, path: str, rule: str) -> None:
-        super().__init__(f"{path}: {rule}")
-        self.path = path
-        self.rule = rule
 
 
 def _whole_number(value: Any) -> Any:
@@ -73,17 +69,12 @@ WorkerNodes = Annotated[int, BeforeValidator(_whole_number), Field(ge=0, le=63)]
 DeviceCount = Annotated[int, BeforeValidator(_whole_number), Field(ge=1)]
 
 
-class _Spec(BaseModel):
-    # Unknown fields are kept, not rejected: the XRD is the schema, this is the view.
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
-
-
-class ProviderConfigRef(_Spec):
+class ProviderConfigRef(Spec):
     name: str
     kind: str = "ClusterProviderConfig"
 
 
-class Cluster(_Spec):
+class Cluster(Spec):
     name: str
     region: str = ""
     stack: str
@@ -91,7 +82,7 @@ class Cluster(_Spec):
     traces_endpoint: str = Field(default="", alias="tracesEndpoint")
 
 
-class NodePool(_Spec):
+class NodePool(Spec):
     name: str
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     driver: str = ""
@@ -99,14 +90,14 @@ class NodePool(_Spec):
     fabrics: tuple[str, ...] = ()
 
 
-class DeviceRequest(_Spec):
+class DeviceRequest(Spec):
     name: str
     count: DeviceCount
     selectors: tuple[str, ...] = ()
     device_class: str = Field(default="", alias="deviceClassName")  # "": the pool's driver
 
 
-class Member(_Spec):
+class Member(Spec):
     role: str
     worker_nodes: WorkerNodes = Field(default=0, alias="workerNodes")
     devices: tuple[DeviceRequest, ...] = ()
@@ -124,7 +115,7 @@ class Member(_Spec):
         return sum(d.count for d in self.devices if not d.device_class)
 
 
-class Engine(_Spec):
+class Engine(Spec):
     name: str
     type: str
     port: Port | None = None
@@ -134,18 +125,18 @@ class Engine(_Spec):
         return next((m for m in self.members if m.role == role), None)
 
 
-class SecretKeyRef(_Spec):
+class SecretKeyRef(Spec):
     name: str
     key: str
 
 
-class Source(_Spec):
+class Source(Spec):
     uri: str
     revision: str = ""
     credentials_secret_ref: SecretKeyRef | None = Field(default=None, alias="credentialsSecretRef")
 
 
-class ModelCacheMount(_Spec):
+class ModelCacheMount(Spec):
     """The ModelCache volume on this cluster: engine pods mount it read-only."""
 
     name: str
@@ -159,7 +150,7 @@ class ModelCacheMount(_Spec):
     size: str = ""
 
 
-class Unavailable(_Spec):
+class Unavailable(Spec):
     reason: str
     message: str
 
@@ -172,7 +163,7 @@ class Shape(StrEnum):
     PREFILL_DECODE = "PrefillDecode"
 
 
-class ModelReplica(_Spec):
+class ModelReplica(Spec):
     name: str
     namespace: str
     deployment: str
@@ -278,13 +269,6 @@ _ROLES_BY_SHAPE = {
 }
 
 
-def _pydantic_path(error: dict) -> str:
-    path = "spec"
-    for part in error["loc"]:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
 def _credential_in(node: Any, path: str, depth: int = 0) -> tuple[str, list[str]] | None:
     """The first string under `node` that carries a URL credential: its path and what."""
     if depth > _MAX_DEPTH:
@@ -323,13 +307,12 @@ def parse(xr: dict) -> ModelReplica:
         # Every string here may be copied onto the member or into a message: a URL with a
         # password is refused by path, its value never repeated.
         raise InvalidReplica(path, f"must not carry credentials (found {', '.join(found)})")
-    try:
-        replica = ModelReplica.model_validate(
-            {**spec, "name": meta.get("name", ""), "namespace": meta.get("namespace", "")}
-        )
-    except ValidationError as err:
-        first = err.errors()[0]
-        raise InvalidReplica(_pydantic_path(first), first["msg"]) from None
+    replica = read(
+        ModelReplica,
+        {**spec, "name": meta.get("name", ""), "namespace": meta.get("namespace", "")},
+        error=InvalidReplica,
+        root="spec",
+    )
     _check(replica)
     return replica
 

@@ -14,9 +14,11 @@ because someone mistyped an endpoint.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final
+
+from pydantic import Field, ValidationInfo, field_validator
 
 from functions.common import contracts
 from functions.common.cost import PRICE_FIELD, PoolPrice, pool_prices_of_pools, price_problem
@@ -28,6 +30,17 @@ from functions.common.inventory import (
 )
 from functions.common.metricmapping import ResolvedMappings
 from functions.common.naming import cluster_name_problem
+from functions.common.reader import (
+    Flag,
+    InputError,
+    OrEmpty,
+    OrEmptyList,
+    Spec,
+    Text,
+    object_or_refuse,
+    read,
+    refuse,
+)
 from functions.common.redact import url_credentials
 from functions.compose_serving_stack import (
     access,
@@ -51,11 +64,12 @@ _STACKS: Final = (contracts.STACK_STANDARD, contracts.STACK_DYNAMO)
 _PROVIDER_CONFIG_KINDS: Final = ("ClusterProviderConfig", "ProviderConfig")
 
 
-class InvalidCluster(ValueError):
-    def __init__(self, field: str, rule: str) -> None:
-        super().__init__(f"{field}: {rule}")
-        self.field = field
-        self.rule = rule
+class InvalidCluster(InputError):
+    """An InferenceCluster no resource can be built from: `field: rule`."""
+
+    @property
+    def field(self) -> str:
+        return self.path
 
 
 @dataclass(frozen=True)
@@ -75,108 +89,178 @@ class Cluster:
     device_classes: tuple[str, ...] = ()
 
 
+# --- What the stack reads of an InferenceCluster (functions/common/reader.py) ------------
+# Fields are declared in the order their rules are checked, so the first error is the
+# first rule broken.
+
+
+class _Metadata(Spec):
+    name: Any = Field(default=None, validate_default=True)
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, name: Any) -> Any:
+        problem = cluster_name_problem(name)
+        if problem is not None:
+            refuse(problem)
+        return name
+
+
+class _Runtime(Spec):
+    prometheus_url: Text = Field(default="", alias="prometheusURL")
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _plain_url(cls, url: str) -> str:
+        credentials = url_credentials(url) if url else []
+        if credentials:
+            # Named, never echoed: the URL reaches the runtime's flags, events and logs.
+            refuse(f"must not carry credentials (found {', '.join(credentials)})")
+        if url and not _PROMETHEUS_URL.fullmatch(url):
+            refuse(f"{url[:200]!r} must be an http(s) URL without spaces or quotes")
+        return url
+
+
+class _Telemetry(Spec):
+    node_tier: Flag = Field(default=False, alias="nodeTier")
+
+
+class _ClusterSpec(Spec):
+    stack: Any = Field(default=None, validate_default=True)
+    provider_config_ref: Any = Field(default=None, alias="providerConfigRef")
+    kubeconfig: access.KubeconfigSecret | None = Field(
+        default=None, alias="kubeconfigSecretRef", validate_default=True
+    )
+    region: Text = ""
+    runtime: Annotated[_Runtime, OrEmpty] = Field(default_factory=_Runtime)
+    telemetry: Annotated[_Telemetry, OrEmpty] = Field(default_factory=_Telemetry)
+    node_pools: Annotated[list[Any], OrEmptyList] = Field(default_factory=list, alias="nodePools")
+
+    @field_validator("stack")
+    @classmethod
+    def _known_stack(cls, stack: Any) -> str:
+        stack = stack or contracts.STACK_STANDARD
+        if stack not in _STACKS:
+            refuse(f"{stack!r} is not one of {', '.join(_STACKS)}")
+        return stack
+
+    @field_validator("kubeconfig", mode="wrap")
+    @classmethod
+    def _one_way_in(cls, raw: Any, _handler: Any, info: ValidationInfo) -> Any:
+        """How the cluster is reached: either a provider config someone made
+        (providerConfigRef) or a kubeconfig Secret (then the provider configs are ours,
+        named after the cluster), each complete. Checked here, in the order a person
+        fixes them, each path naming the field at fault."""
+        ref = info.data.get("provider_config_ref") or {}
+        kubeconfig = _kubeconfig(raw, has_ref=bool(ref))
+        if kubeconfig is None:
+            ref = object_or_refuse(ref, path="spec.providerConfigRef")
+            name = ref.get("name")
+            if not isinstance(name, str) or not name:
+                refuse(
+                    "is required unless spec.kubeconfigSecretRef is set: it is how the cluster "
+                    "is reached",
+                    path="spec.providerConfigRef.name",
+                )
+            kind = ref.get("kind") or "ClusterProviderConfig"
+            if kind not in _PROVIDER_CONFIG_KINDS:
+                refuse(
+                    f"{kind!r} is not one of {', '.join(_PROVIDER_CONFIG_KINDS)}",
+                    path="spec.providerConfigRef.kind",
+                )
+        return kubeconfig
+
+    @field_validator("node_pools")
+    @classmethod
+    def _pools_the_agent_can_name(cls, pools: list[Any]) -> list[Any]:
+        for i, pool in enumerate(pools):
+            if isinstance(pool, dict):
+                object_or_refuse(pool.get("nodeSelector"), at=f"[{i}].nodeSelector")
+        _check_fabric_labels(pools)
+        _check_prices(pools)
+        for i, pool in enumerate(pools):
+            if isinstance(pool, dict) and pool.get(PRICE_FIELD) is not None:
+                # A priced pool's driver names the devices its price is for.
+                object_or_refuse(pool.get("devices"), at=f"[{i}].devices")
+        return pools
+
+
+class _InferenceCluster(Spec):
+    metadata: Annotated[_Metadata, OrEmpty] = Field(default_factory=dict, validate_default=True)
+    spec: Annotated[_ClusterSpec, OrEmpty] = Field(default_factory=dict, validate_default=True)
+
+
 def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
     """The InferenceCluster, with the field and the rule for anything unusable."""
-    name = (xr.get("metadata") or {}).get("name")
-    problem = cluster_name_problem(name)
-    if problem is not None:
-        raise InvalidCluster("metadata.name", problem)
-    spec = xr.get("spec") or {}
-    stack = spec.get("stack") or contracts.STACK_STANDARD
-    if stack not in _STACKS:
-        raise InvalidCluster("spec.stack", f"{stack!r} is not one of {', '.join(_STACKS)}")
-    ref = spec.get("providerConfigRef") or {}
-    kubeconfig = _kubeconfig(spec.get("kubeconfigSecretRef"), has_ref=bool(ref))
-    # With a kubeconfig the provider configs are ours, named after the cluster.
-    provider_config = name if kubeconfig else ref.get("name")
-    if not isinstance(provider_config, str) or not provider_config:
-        raise InvalidCluster(
-            "spec.providerConfigRef.name",
-            "is required unless spec.kubeconfigSecretRef is set: it is how the cluster is reached",
-        )
-    kind = (None if kubeconfig else ref.get("kind")) or "ClusterProviderConfig"
-    if kind not in _PROVIDER_CONFIG_KINDS:
-        raise InvalidCluster(
-            "spec.providerConfigRef.kind",
-            f"{kind!r} is not one of {', '.join(_PROVIDER_CONFIG_KINDS)}",
-        )
-    prometheus_url = str((spec.get("runtime") or {}).get("prometheusURL") or "")
-    credentials = url_credentials(prometheus_url) if prometheus_url else []
-    if credentials:
-        # Named, never echoed: the URL reaches the runtime's flags, events and logs.
-        raise InvalidCluster(
-            "spec.runtime.prometheusURL",
-            f"must not carry credentials (found {', '.join(credentials)})",
-        )
-    if prometheus_url and not _PROMETHEUS_URL.fullmatch(prometheus_url):
-        raise InvalidCluster(
-            "spec.runtime.prometheusURL",
-            f"{prometheus_url[:200]!r} must be an http(s) URL without spaces or quotes",
-        )
-    telemetry = spec.get("telemetry") or {}
-    node_tier = telemetry.get("nodeTier", False)
-    if not isinstance(node_tier, bool):
-        # bool("false") is True: a string must not turn the node tier on.
-        raise InvalidCluster(
-            "spec.telemetry.nodeTier", f"must be true or false, got {str(node_tier)[:40]!r}"
-        )
+    read_as = read(_InferenceCluster, xr, error=InvalidCluster)
+    name, spec = read_as.metadata.name, read_as.spec
+    ref = spec.provider_config_ref or {}
+    if spec.kubeconfig is not None:
+        provider_config, kind = name, "ClusterProviderConfig"
+    else:
+        provider_config, kind = ref["name"], ref.get("kind") or "ClusterProviderConfig"
     return Cluster(
         name=name,
-        stack=stack,
-        region=str(spec.get("region") or ""),
+        stack=spec.stack,
+        region=spec.region,
         target=Target(name, provider_config, kind),
-        node_tier=node_tier,
-        prometheus_url=prometheus_url,
-        kubeconfig=kubeconfig,
-        fabric_labels=_fabric_labels(spec.get("nodePools") or []),
-        pool_prices=_pool_prices(spec.get("nodePools") or []),
-        device_classes=device_classes.needed(spec.get("nodePools") or []),
+        node_tier=spec.telemetry.node_tier,
+        prometheus_url=spec.runtime.prometheus_url,
+        kubeconfig=spec.kubeconfig,
+        fabric_labels=fabric_labels_of_pools([p for p in spec.node_pools if isinstance(p, dict)]),
+        pool_prices=pool_prices_of_pools([p for p in spec.node_pools if isinstance(p, dict)]),
+        device_classes=device_classes.needed(spec.node_pools),
     )
 
 
-def _pool_prices(pools: list) -> tuple[PoolPrice, ...]:
-    """The priced pools; a price the schema should have refused is refused here too."""
+def peer_names(clusters: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The fleet's InferenceClusters by name (this one among them), as fetched; one
+    without a name is nobody's peer."""
+    return [
+        str((c.get("metadata") or {}).get("name", ""))
+        for c in clusters
+        if (c.get("metadata") or {}).get("name")
+    ]
+
+
+def _check_prices(pools: list) -> None:
+    """A price the schema should have refused is refused here too."""
     for i, pool in enumerate(pools):
         if isinstance(pool, dict) and pool.get(PRICE_FIELD) is not None:
             problem = price_problem(pool[PRICE_FIELD])
             if problem is not None:
-                raise InvalidCluster(f"spec.nodePools[{i}].{PRICE_FIELD}", problem)
-    return pool_prices_of_pools([p for p in pools if isinstance(p, dict)])
+                refuse(problem, at=f"[{i}].{PRICE_FIELD}")
 
 
-def _fabric_labels(pools: list) -> tuple[FabricLabel, ...]:
-    """Each pool's fabric label for the agent's `--fabric-label`; a pool whose label or
-    nodeSelector would not survive that argument is refused here, not at agent start."""
-    pools = [p for p in pools if isinstance(p, dict)]
-    labels = fabric_labels_of_pools(pools)
+def _check_fabric_labels(pools: list) -> None:
+    """A pool whose fabric label or nodeSelector would not survive the agent's
+    `--fabric-label` argument is refused here, not at agent start."""
+    labels = fabric_labels_of_pools([p for p in pools if isinstance(p, dict)])
     for i, fabric in enumerate(labels):
         try:
             same = parse_fabric_label(format_fabric_label(fabric)) == fabric
         except ValueError:
             same = False
         if not same:
-            raise InvalidCluster(
-                f"spec.nodePools[{i}]",
+            refuse(
                 "fabricNodeLabel and nodeSelector must be label keys and values "
                 "(no ':', ',' or '=' inside them)",
+                at=f"[{i}]",
             )
-    return labels
 
 
 def _kubeconfig(raw: Any, *, has_ref: bool) -> access.KubeconfigSecret | None:
     if not raw:
         return None
     if has_ref:
-        raise InvalidCluster(
-            "spec.kubeconfigSecretRef",
-            "set either providerConfigRef or kubeconfigSecretRef, not both",
-        )
+        refuse("set either providerConfigRef or kubeconfigSecretRef, not both")
+    raw = object_or_refuse(raw)
     secret = access.KubeconfigSecret(
         str(raw.get("namespace") or ""), str(raw.get("name") or ""), str(raw.get("key") or "")
     )
     for field_name in ("namespace", "name", "key"):
         if not getattr(secret, field_name):
-            raise InvalidCluster(f"spec.kubeconfigSecretRef.{field_name}", "is required")
+            refuse("is required", at=field_name)
     return secret
 
 

@@ -34,15 +34,18 @@ _NOT_THERE: Final = "does not exist"
 
 
 def needed(pools: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
-    """The DeviceClasses the pools' devices are claimed by (their drivers), sorted."""
+    """The DeviceClasses the pools' devices are claimed by (their drivers), sorted. A
+    shape that names no driver names no class: the reader reports bad shapes, not this."""
     names: set[str] = set()
     for pool in pools:
         if not isinstance(pool, Mapping):
             continue
-        driver = (pool.get("devices") or {}).get("driver")
+        devices = pool.get("devices")
+        driver = devices.get("driver") if isinstance(devices, Mapping) else None
         if isinstance(driver, str) and driver:
             names.add(driver)
-        for extra in pool.get("additionalDevices") or []:
+        extras = pool.get("additionalDevices")
+        for extra in extras if isinstance(extras, list) else []:
             driver = extra.get("driver") if isinstance(extra, Mapping) else None
             if isinstance(driver, str) and driver:
                 names.add(driver)

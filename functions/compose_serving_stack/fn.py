@@ -1,11 +1,12 @@
 """The gRPC shell of compose-serving-stack: an InferenceCluster becomes its member's
-substrate, runtime and (while a TelemetryDestination exists) collector.
+substrate, runtime and (while something reads it) collector.
 
-Top to bottom: read the cluster (fatal on a field no resource can be built from), ask
-for the MetricMappings, the TelemetryDestinations, the other InferenceClusters (peers)
-and this cluster's ModelReplicas (engine types), wait while any is not fetched yet,
-plan with pure code (compose.py), write the desired resources, then status and
-conditions from what is observed.
+Top to bottom: read the cluster (fatal on a field no resource can be built from, or on
+a changed stack), ask for the MetricMappings, the TelemetryDestinations, the other
+InferenceClusters (peers) and this cluster's ModelReplicas (engine types), wait while
+any is not fetched yet, plan with pure code (compose.py, destination.py), write the
+desired resources, then status, conditions and events from what is observed
+(status.py; whether the member has each DeviceClass the pools name, device_classes.py).
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from typing import Final
 from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.common import conditions, contracts
+from functions.common import contracts
 from functions.common.builtin_mappings import builtin_mapping_resources
-from functions.common.conditions import Condition
 from functions.common.limits import TooLarge
 from functions.common.metricmapping import resolve_mappings
 from functions.common.sdk import (
     GuardedRunner,
     describe_composite,
+    emit,
     keep_observed,
     not_fetched,
     observed_composite,
@@ -31,47 +32,15 @@ from functions.common.sdk import (
     required,
     set_conditions,
 )
-from functions.common.telemetrydestination import (
-    ENV_SECRET_NAMESPACES,
-    InvalidDestination,
-    active_destination,
-    identity_of,
-    parse_destination,
-    secret_namespaces_from,
-)
-from functions.compose_serving_stack import (
-    collector_objects,
-    device_classes,
-    runtime_hosting,
-    substrate,
-)
-from functions.compose_serving_stack.compose import (
-    Cluster,
-    DestinationState,
-    GatewayDestination,
-    InvalidCluster,
-    parse_cluster,
-    plan,
-)
-from functions.compose_serving_stack.status import (
-    gateway_address,
-    is_ready,
-    mappings_condition,
-    observed_inventory,
-    readiness,
-    replicas_needing_signals,
-    unmapped_engine_types,
-)
+from functions.common.telemetrydestination import ENV_SECRET_NAMESPACES, secret_namespaces_from
+from functions.compose_serving_stack import runtime_hosting, status, substrate
+from functions.compose_serving_stack.compose import InvalidCluster, parse_cluster, peer_names, plan
+from functions.compose_serving_stack.destination import destination_state
 
 REQUIRED_MAPPINGS: Final = "metric-mappings"
 REQUIRED_DESTINATIONS: Final = "telemetry-destinations"
 REQUIRED_CLUSTERS: Final = "inference-clusters"
 REQUIRED_REPLICAS: Final = "model-replicas"
-
-REASON_COMPOSED: Final = "Composed"
-REASON_WAITING: Final = "WaitingForInputs"
-REASON_DISABLED: Final = "TelemetryDisabled"
-REASON_DESTINATION_INVALID: Final = "TelemetryDestinationInvalid"
 
 # The runtime's image: the repository's one image (Dockerfile). A DeploymentRuntimeConfig
 # sets the variable to the tag the function itself runs from.
@@ -79,75 +48,20 @@ ENV_RUNTIME_IMAGE: Final = "MODELPLANE_RUNTIME_IMAGE"
 DEFAULT_RUNTIME_IMAGE: Final = "ghcr.io/modelplaneai/modelplane:v0.1.0"
 
 
-def _destination_state(destinations: list[dict]) -> DestinationState:
-    if not destinations:
-        return DestinationState()
-    winner = active_destination([identity_of(d) for d in destinations])
-    chosen = next(d for d in destinations if identity_of(d) == winner)
-    try:
-        parsed = parse_destination(
-            chosen, secret_namespaces_from(os.environ.get(ENV_SECRET_NAMESPACES))
-        )
-    except InvalidDestination as err:
-        return DestinationState(problem=f"TelemetryDestination {winner.name} is invalid: {err}")
-    token = parsed.gateway.token
-    return DestinationState(
-        GatewayDestination(
-            parsed.name,
-            parsed.gateway.endpoint,
-            token.namespace,
-            token.name,
-            token.key,
-            traces_and_logs=parsed.exporter.carries_traces_and_logs,
-        )
-    )
-
-
-def _status(decided, observed: dict, cluster: Cluster) -> dict:
-    """status: telemetry, the member Gateway's address, the inventory record and the
-    DeviceClasses the pools need."""
-    status: dict = {"telemetry": decided.telemetry.to_status()}
-    if cluster.device_classes:
-        status["deviceClasses"] = device_classes.report(cluster.device_classes, observed)
-    gateway = gateway_address(observed.get(substrate.GATEWAY_KEY))
-    if gateway:
-        status["gateway"] = {"address": gateway}
-    inventory = observed_inventory(observed.get(runtime_hosting.INVENTORY_KEY))
-    if inventory is not None:
-        status["inventory"] = inventory
-    return status
-
-
-def _usable_cluster(req: fnv1.RunFunctionRequest, xr: dict) -> tuple[Cluster | None, str]:
-    """The InferenceCluster, or None and why this function must not compose it."""
-    try:
-        cluster = parse_cluster(xr)
-    except InvalidCluster as err:
-        return None, str(err)
-    installed = substrate.installed_stack(req.observed.resources.keys())
-    if installed is not None and installed != cluster.stack:
-        # The XRD says so too (self == oldSelf), but an older XRD or a replaced object
-        # must not make this function swap one stack's releases for the other's.
-        return None, (
-            f"spec.stack is immutable: the cluster was installed as {installed}, not "
-            f"{cluster.stack}; set it back, or delete and recreate the InferenceCluster "
-            "to change its stack"
-        )
-    return cluster, ""
-
-
 class FunctionRunner(GuardedRunner):
-    def __init__(self) -> None:
-        super().__init__()
-
     def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         xr = observed_composite(req)
         name = describe_composite(xr)
 
         # 1. Resolve inputs.
-        cluster, refused = _usable_cluster(req, xr)
-        if cluster is None:
+        try:
+            cluster = parse_cluster(xr)
+        except InvalidCluster as err:
+            response.fatal(rsp, f"{name}: {err}")
+            return rsp
+        refused = substrate.stack_change_refused(req.observed.resources.keys(), cluster.stack)
+        if refused:
             response.fatal(rsp, f"{name}: {refused}")
             return rsp
         group = contracts.API_GROUP_VERSION
@@ -174,41 +88,28 @@ class FunctionRunner(GuardedRunner):
         if missing:
             # Not fetched yet is not "none exist": keep everything as it is and ask.
             keep_observed(rsp, observed)
-            set_conditions(
-                rsp,
-                Condition(
-                    conditions.COMPOSED,
-                    conditions.FALSE,
-                    REASON_WAITING,
-                    f"waiting for {', '.join(missing)}",
-                ),
-            )
+            set_conditions(rsp, status.waiting_condition(missing))
             return rsp
-
         # The built-ins are always in effect; an applied mapping replaces its engine's.
         mappings = resolve_mappings(list(asked_mappings.items), builtin_mapping_resources())
-        destination = _destination_state(list(asked_destinations.items))
-        peers = [
-            str((c.get("metadata") or {}).get("name", ""))
-            for c in asked_clusters.items
-            if (c.get("metadata") or {}).get("name")
-        ]
-        unmapped = unmapped_engine_types(
-            list(asked_replicas.items), cluster.name, mappings.mapped_engines
+        destination = destination_state(
+            list(asked_destinations.items),
+            secret_namespaces_from(os.environ.get(ENV_SECRET_NAMESPACES)),
         )
-        signals_for = replicas_needing_signals(list(asked_replicas.items), cluster.name)
+        replicas = list(asked_replicas.items)
 
         # 2. Decide.
-        image = os.environ.get(ENV_RUNTIME_IMAGE, DEFAULT_RUNTIME_IMAGE)
         try:
             decided = plan(
                 cluster,
                 mappings,
                 destination=destination,
-                peers=peers,
-                unmapped=unmapped,
-                runtime_image=image,
-                signals_for=signals_for,
+                peers=peer_names(asked_clusters.items),
+                unmapped=status.unmapped_engine_types(
+                    replicas, cluster.name, mappings.mapped_engines
+                ),
+                runtime_image=os.environ.get(ENV_RUNTIME_IMAGE, DEFAULT_RUNTIME_IMAGE),
+                signals_for=status.replicas_needing_signals(replicas, cluster.name),
             )
         except TooLarge as err:
             # Refused here, naming what to shrink, rather than applied to fail on the
@@ -226,67 +127,19 @@ class FunctionRunner(GuardedRunner):
         if decided.keep_observed_collector:
             keep_observed(rsp, observed, replaced={c.key for c in decided.composed})
 
-        # 4. Status and conditions.
-        status = _status(decided, observed, cluster)
-        resource.update(rsp.desired.composite, {"status": status})
-        for missing_class in device_classes.missing(status.get("deviceClasses") or []):
-            response.warning(
-                rsp,
-                f"{name}: DeviceClass {missing_class} (a node pool's devices.driver or "
-                "additionalDevices driver) does not exist on the cluster: no model is placed "
-                "in a pool that would claim it (its pods would stay pending); install the "
-                "DRA driver's DeviceClass or correct the driver",
-            )
-
-        stack_ready = readiness(
-            conditions.STACK_READY,
-            # The inventory record's absence (no agent turn yet) is not an unready stack.
-            [k for k in decided.stack_keys if k != runtime_hosting.INVENTORY_KEY],
-            observed,
-            f"{cluster.stack} stack",
-        )
-        if decided.collector_keys:
-            collector_ready = readiness(
-                conditions.COLLECTOR_READY,
-                [collector_objects.DEPLOYMENT_KEY],
-                observed,
-                "collector",
-            )
-        elif decided.keep_observed_collector:
-            collector_ready = Condition(
-                conditions.COLLECTOR_READY,
-                conditions.truth(is_ready(observed.get(collector_objects.DEPLOYMENT_KEY))),
-                REASON_DESTINATION_INVALID,
-                decided.telemetry.reason,
-            )
-        else:
-            collector_ready = Condition(
-                conditions.COLLECTOR_READY,
-                conditions.FALSE,
-                REASON_DISABLED,
-                decided.telemetry.reason,
-            )
-        refusals = mappings_condition(
-            conditions.MAPPINGS_ACCEPTED, mappings.refused, mappings.in_use
-        )
-        composed_message = (
-            f"{name} (stack {cluster.stack}, region {cluster.region}): "
-            f"{len(decided.composed)} resources; telemetry {decided.telemetry.mode}"
-        )
-        set_conditions(
+        # 4. Status, conditions and events.
+        cluster_status = status.cluster_status(decided.telemetry, observed, cluster.device_classes)
+        resource.update(rsp.desired.composite, {"status": cluster_status})
+        set_conditions(rsp, *status.derive_conditions(name, cluster, decided, mappings, observed))
+        emit(
             rsp,
-            stack_ready,
-            collector_ready,
-            refusals,
-            Condition(conditions.COMPOSED, conditions.TRUE, REASON_COMPOSED, composed_message),
+            *status.events(
+                name,
+                cluster.name,
+                mappings,
+                decided.telemetry,
+                cluster_status.get("deviceClasses") or [],
+            ),
         )
-        for refused in mappings.refused:
-            response.warning(rsp, f"{refused.message}: left out of the collector on {cluster.name}")
-        if decided.telemetry.unmapped_engine_types:
-            response.normal(
-                rsp,
-                "engine types without a MetricMapping pass through under their own names: "
-                + ", ".join(decided.telemetry.unmapped_engine_types),
-            )
         self.log.info("composed", composite=name, resources=len(decided.composed))
         return rsp

@@ -1,6 +1,7 @@
 """What an operator reads on an InferenceCluster: `status.telemetry`, `status.gateway`,
-and the StackReady / CollectorReady / MappingsAccepted conditions, all derived from
-typed inputs and the observed composed resources, never from the wall clock.
+`status.deviceClasses`, and the StackReady / CollectorReady / MappingsAccepted
+conditions, all derived from typed inputs and the observed composed resources, never
+from the wall clock.
 """
 
 from __future__ import annotations
@@ -8,13 +9,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from functions.common import conditions
 from functions.common.adaptivepolicy import needs_vocabulary_signals
-from functions.common.conditions import Condition
+from functions.common.conditions import Condition, Event
 from functions.common.inventory import inventory_from_record
-from functions.common.metricmapping import SOURCE_BUILTIN, MappingInUse, RefusedMapping
+from functions.common.metricmapping import (
+    SOURCE_BUILTIN,
+    MappingInUse,
+    RefusedMapping,
+    ResolvedMappings,
+)
+from functions.compose_serving_stack import (
+    collector_objects,
+    device_classes,
+    runtime_hosting,
+    substrate,
+)
+
+if TYPE_CHECKING:  # compose.py builds its Plan from this module's Telemetry
+    from functions.compose_serving_stack.compose import Cluster, Plan
 
 MODE_PUSH: Final = "Push"
 MODE_LOCAL: Final = "Local"  # no destination: the collector serves the agent's signals only
@@ -30,6 +45,9 @@ class Reason(StrEnum):
     PUSHING = "Pushing"
     ALL_ACCEPTED = "AllAccepted"
     REFUSED = "MappingRefused"
+    COMPOSED = "Composed"
+    WAITING = "WaitingForInputs"
+    DISABLED = "TelemetryDisabled"
 
 
 @dataclass(frozen=True)
@@ -185,3 +203,113 @@ def mappings_condition(
         + "; ".join(r.message for r in refused)
         + f"; {_in_use_summary(in_use)}",
     )
+
+
+def cluster_status(
+    telemetry: Telemetry,
+    observed: Mapping[str, Mapping[str, Any]],
+    needed_classes: Sequence[str] = (),
+) -> dict:
+    """status: telemetry, the member Gateway's address, the inventory record and the
+    DeviceClasses the pools need (whether the member has each)."""
+    status: dict = {"telemetry": telemetry.to_status()}
+    if needed_classes:
+        status["deviceClasses"] = device_classes.report(needed_classes, observed)
+    gateway = gateway_address(observed.get(substrate.GATEWAY_KEY))
+    if gateway:
+        status["gateway"] = {"address": gateway}
+    inventory = observed_inventory(observed.get(runtime_hosting.INVENTORY_KEY))
+    if inventory is not None:
+        status["inventory"] = inventory
+    return status
+
+
+def waiting_condition(missing: Sequence[str]) -> Condition:
+    """Inputs not fetched yet: nothing is composed anew, and Composed says so."""
+    return Condition(
+        conditions.COMPOSED, conditions.FALSE, Reason.WAITING, f"waiting for {', '.join(missing)}"
+    )
+
+
+def derive_conditions(
+    composite: str,
+    cluster: Cluster,
+    decided: Plan,
+    mappings: ResolvedMappings,
+    observed: Mapping[str, Mapping[str, Any]],
+) -> list[Condition]:
+    """StackReady, CollectorReady, MappingsAccepted and Composed, in that order;
+    `composite` is the XR as messages name it."""
+    stack_ready = readiness(
+        conditions.STACK_READY,
+        # The inventory record's absence (no agent turn yet) is not an unready stack.
+        [k for k in decided.stack_keys if k != runtime_hosting.INVENTORY_KEY],
+        observed,
+        f"{cluster.stack} stack",
+    )
+    if decided.collector_keys:
+        collector_ready = readiness(
+            conditions.COLLECTOR_READY,
+            [collector_objects.DEPLOYMENT_KEY],
+            observed,
+            "collector",
+        )
+    elif decided.keep_observed_collector:
+        collector_ready = Condition(
+            conditions.COLLECTOR_READY,
+            conditions.truth(is_ready(observed.get(collector_objects.DEPLOYMENT_KEY))),
+            Reason.DESTINATION_INVALID,
+            decided.telemetry.reason,
+        )
+    else:
+        collector_ready = Condition(
+            conditions.COLLECTOR_READY,
+            conditions.FALSE,
+            Reason.DISABLED,
+            decided.telemetry.reason,
+        )
+    refusals = mappings_condition(conditions.MAPPINGS_ACCEPTED, mappings.refused, mappings.in_use)
+    composed_message = (
+        f"{composite} (stack {cluster.stack}, region {cluster.region}): "
+        f"{len(decided.composed)} resources; telemetry {decided.telemetry.mode}"
+    )
+    return [
+        stack_ready,
+        collector_ready,
+        refusals,
+        Condition(conditions.COMPOSED, conditions.TRUE, Reason.COMPOSED, composed_message),
+    ]
+
+
+def events(
+    composite: str,
+    cluster: str,
+    mappings: ResolvedMappings,
+    telemetry: Telemetry,
+    reported_classes: Iterable[Mapping[str, str]] = (),
+) -> list[Event]:
+    """Each DeviceClass the member lacks and each refused mapping (warnings), and the
+    engine types passing through unmapped; `composite` is the XR as messages name it."""
+    found = [
+        Event(
+            True,
+            f"{composite}: DeviceClass {missing_class} (a node pool's devices.driver or "
+            "additionalDevices driver) does not exist on the cluster: no model is placed "
+            "in a pool that would claim it (its pods would stay pending); install the "
+            "DRA driver's DeviceClass or correct the driver",
+        )
+        for missing_class in device_classes.missing(reported_classes)
+    ]
+    found += [
+        Event(True, f"{refused.message}: left out of the collector on {cluster}")
+        for refused in mappings.refused
+    ]
+    if telemetry.unmapped_engine_types:
+        found.append(
+            Event(
+                False,
+                "engine types without a MetricMapping pass through under their own names: "
+                + ", ".join(telemetry.unmapped_engine_types),
+            )
+        )
+    return found

@@ -309,6 +309,21 @@ def installed_stack(observed_keys: Iterable[str]) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
+def stack_change_refused(observed_keys: Iterable[str], stack: str) -> str:
+    """Why a cluster installed as one stack must not be composed as another ("" when it
+    may be composed). The XRD says so too (self == oldSelf), but an older XRD or a
+    replaced object must not make this function swap one stack's releases for the
+    other's."""
+    installed = installed_stack(observed_keys)
+    if installed is None or installed == stack:
+        return ""
+    return (
+        f"spec.stack is immutable: the cluster was installed as {installed}, not "
+        f"{stack}; set it back, or delete and recreate the InferenceCluster "
+        "to change its stack"
+    )
+
+
 def substrate(target: Target, stack: str) -> list[Composed]:
     """Every substrate resource of a cluster of this stack, in a stable order."""
     composed: list[Composed] = [

@@ -13,9 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from functions.common import conditions
+from functions.common.conditions import Condition
 from functions.common.metricmapping import parse_mappings
+
+REASON_VALID: Final = "Valid"
+REASON_INVALID: Final = "Invalid"
+REASON_COMPOSED: Final = "Composed"
 
 
 @dataclass(frozen=True)
@@ -47,3 +53,37 @@ def validate_mapping(
     if refused:
         return [MappingError(r.field, r.rule) for r in refused]
     return []
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a MetricMapping's reconcile says: a warning ("" when valid) and conditions."""
+
+    warning: str
+    conditions: list[Condition]
+
+
+def verdict(composite: str, resource: Mapping[str, Any], errors: list[MappingError]) -> Verdict:
+    """`composite`: the mapping as messages name it. A mapping composes nothing, so
+    Composed is always True; MappingValid says whether collectors use it, and why not."""
+    composed = Condition(
+        conditions.COMPOSED, conditions.TRUE, REASON_COMPOSED, "nothing to compose"
+    )
+    if errors:
+        message = f"{composite} is not used by any collector: " + "; ".join(
+            e.message for e in errors
+        )
+        invalid = Condition(conditions.MAPPING_VALID, conditions.FALSE, REASON_INVALID, message)
+        return Verdict(message, [invalid, composed])
+    return Verdict(
+        "",
+        [
+            Condition(
+                conditions.MAPPING_VALID,
+                conditions.TRUE,
+                REASON_VALID,
+                f"every cluster's collector renames engine {resource['spec']['engine']!r} with it",
+            ),
+            composed,
+        ],
+    )

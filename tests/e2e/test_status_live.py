@@ -255,7 +255,7 @@ def test_status_shows_a_parked_an_unplaceable_an_idle_and_an_on_demand_model(box
         "status live: four set-ups until the CLI shows them",
         time.monotonic() - fleet_of_four["began"],
     )
-    print(table)  # the table a user sees (the README's copy comes from a run like this)
+    print(table)  # the table a user sees (docs/operating.md's copy comes from a run like this)
 
     jsonschema.validate(document, SCHEMA)
     assert yaml.safe_load(_modelplane(box, "status", "-o", "yaml"))["schema"] == document["schema"]

@@ -32,11 +32,13 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from functions.compose_model_deployment import cache_fn
 from functions.compose_model_deployment import fn as deployment_fn
+from functions.compose_model_deployment import main as deployment_main
 from functions.compose_model_deployment.model import InputError, read_cluster
 from functions.compose_model_replica import fn as replica_fn
 from functions.compose_serving_stack import fn as stack_fn
-from functions.compose_telemetry import fn as telemetry_fn
+from functions.compose_telemetry import main as telemetry_main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -269,19 +271,30 @@ def test_model_deployment_answers_a_broken_deployment(data):
 CACHE = _load(EXAMPLES / "modelcaches" / "llama-3-3-70b.yaml")
 
 
+def _referencing(cache: dict) -> dict:
+    """The example deployment, referencing the cache: it is staged only where one could
+    be placed."""
+    deployment = copy.deepcopy(DEPLOYMENT)
+    deployment["metadata"]["namespace"] = cache["metadata"]["namespace"]
+    deployment["spec"]["modelCacheRef"] = {"name": cache["metadata"]["name"]}
+    return deployment
+
+
 def _cache_request(xr: dict) -> fnv1.RunFunctionRequest:
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(xr)
-    req.required_resources[deployment_fn.REQUIRED_CLUSTERS].SetInParent()
+    req.required_resources[cache_fn.REQUIRED_CLUSTERS].SetInParent()
     for item in CLUSTERS:
-        req.required_resources[deployment_fn.REQUIRED_CLUSTERS].items.add().resource.update(item)
+        req.required_resources[cache_fn.REQUIRED_CLUSTERS].items.add().resource.update(item)
+    referencing = req.required_resources[cache_fn.REQUIRED_DEPLOYMENTS]
+    referencing.items.add().resource.update(_referencing(CACHE))
     return req
 
 
 @given(data=st.data())
 @FUZZ
 def test_model_cache_answers_a_broken_cache_or_a_broken_observed_object(data):
-    runner = deployment_fn.FunctionRunner()
+    runner = deployment_main.runner()
     first = _run(runner, _cache_request(CACHE))
     assert not _fatal(first)
     assert first.desired.resources
@@ -383,7 +396,7 @@ def test_serving_stack_answers_a_broken_cluster(data):
 @given(data=st.data())
 @FUZZ
 def test_telemetry_answers_a_broken_destination_or_mapping(data):
-    runner = telemetry_fn.FunctionRunner()
+    runner = telemetry_main.runner()
     base = data.draw(st.sampled_from([DESTINATION, *MAPPINGS]))
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(base)

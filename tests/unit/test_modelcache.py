@@ -8,8 +8,10 @@ import pytest
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from functions.common import contracts
 from functions.common.modelcache import claim_name, model_flag_in
 from functions.compose_model_deployment import fn, modelcache
+from functions.compose_model_deployment.cache_plan import plan_cache
 from functions.compose_model_deployment.model import InputError, LabelSelector
 from functions.compose_model_deployment.modelcache import CacheView
 from functions.compose_model_deployment.placement import place
@@ -354,8 +356,8 @@ def test_pods_start_where_the_cache_is_ready_or_replicas_already_serve():
     serving = type(serving)(**{**serving.__dict__, "ready_replicas": 2})
     waiting = holding("d", "c", "h100", 1)
     cache = view(ready=("a",), failed=("c",))
-    assert fn._cache_ready_at(cache, [serving, waiting]) == {"a", "b"}
-    assert fn._cache_ready_at(None, [serving]) == frozenset()
+    assert modelcache.ready_at(cache, [serving, waiting]) == {"a", "b"}
+    assert modelcache.ready_at(None, [serving]) == frozenset()
 
 
 # --- Where a cache is staged --------------------------------------------------------------
@@ -410,3 +412,27 @@ def test_the_replica_mount_carries_the_size_that_sizes_the_startup_budget():
         "mountPath": "/models/w",
         "size": "140Gi",
     }
+
+
+@pytest.mark.parametrize(
+    ("referencing", "staged", "skipped"),
+    [
+        (None, ["a", "b"], []),
+        ([], [], ["a", "b"]),
+        ([deployment()], ["a"], ["b"]),
+    ],
+    ids=[
+        "on_every_selected_cluster_while_a_referencing_deployment_cannot_be_read",
+        "nowhere_while_no_deployment_references_it",
+        "only_where_a_referencing_deployment_could_be_placed",
+    ],
+)
+def test_the_cache_plan_composes_only_on_the_clusters_it_is_staged_on(referencing, staged, skipped):
+    cache = modelcache.read_cache(cache_xr(HF))
+    clusters = [cluster("a"), cluster("b", pool("a100", product="A100"))]
+    decided = plan_cache(cache, clusters, set(), {}, referencing)
+    assert [c.name for c in decided.selected] == staged
+    assert [p.cluster for p in decided.phases] == staged
+    assert sorted(decided.skipped) == skipped
+    owners = {c.body["metadata"]["labels"][contracts.LABEL_CLUSTER] for c in decided.composed}
+    assert owners == set(staged)

@@ -1,4 +1,4 @@
-"""The fleet roll-up's processors and the read-time queries the README documents."""
+"""The fleet roll-up's processors and the read-time queries docs/telemetry.md documents."""
 
 from hypothesis import given
 from hypothesis import strategies as st

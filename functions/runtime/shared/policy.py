@@ -15,11 +15,12 @@ step, intent lifetime) are constants here, so the agent, the hub and the tests a
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from functions.common import vocabulary
 from functions.common.durations import parse_duration
 from functions.common.naming import stable_hash
+from functions.common.reader import Spec
 
 REPORT_INTERVAL_SECONDS: Final = 30.0
 REPORT_STALE_SECONDS: Final = 120.0
@@ -67,17 +68,13 @@ def format_duration(seconds: float) -> str:
     return "".join(parts) or "0s"
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
-
-
-class Workload(_Spec):
+class Workload(Spec):
     api_version: str = Field(alias="apiVersion")
     kind: str
     name: str
 
 
-class ClusterEntry(_Spec):
+class ClusterEntry(Spec):
     name: str
     max_replicas: int = Field(alias="maxReplicas", ge=0)
     region: str | None = None
@@ -109,7 +106,7 @@ class ClusterEntry(_Spec):
         return self.backend_ref or self.name
 
 
-class Route(_Spec):
+class Route(Spec):
     name: str
     namespace: str | None = None
 
@@ -126,7 +123,7 @@ DEFAULT_SIGNAL_WINDOW_SECONDS: Final = 120.0
 PROMQL_MAX_LENGTH: Final = 2048
 
 
-class VocabularySignal(_Spec):
+class VocabularySignal(Spec):
     """A signal named in the vocabulary (see functions/runtime/agent/signals.py), or, for
     one outside it, a PromQL query against the endpoint the operator names."""
 
@@ -197,7 +194,7 @@ class NamedSignal(VocabularySignal):
     name: str = Field(pattern=r"^[a-z][A-Za-z0-9]{0,62}$")
 
 
-class Signals(_Spec):
+class Signals(Spec):
     window: float = DEFAULT_SIGNAL_WINDOW_SECONDS
     demand: VocabularySignal | None = None
     pressure: VocabularySignal | None = None
@@ -239,11 +236,11 @@ class Signals(_Spec):
         return {q.name: q for q in self.extra}
 
 
-class Capacity(_Spec):
+class Capacity(Spec):
     replica_capacity: float | None = Field(default=None, alias="replicaCapacity", gt=0)
 
 
-class Escalation(_Spec):
+class Escalation(Spec):
     step: int = Field(default=2, ge=1)
     after: float = 120.0
     early_after: float = Field(default=30.0, alias="earlyAfter")
@@ -257,7 +254,7 @@ class Escalation(_Spec):
         return parse_duration(value) if isinstance(value, str) else float(value)
 
 
-class Traffic(_Spec):
+class Traffic(Spec):
     step_percent: int = Field(default=10, alias="stepPercent", ge=1, le=100)
     # The HTTPRoutes whose backendRefs (one per member) carry the weights; every one
     # gets the same weights.
@@ -272,12 +269,12 @@ class Traffic(_Spec):
         return self
 
 
-class SecretKeyRef(_Spec):
+class SecretKeyRef(Spec):
     name: str
     key: str = "apiKey"
 
 
-class ChatEndpoint(_Spec):
+class ChatEndpoint(Spec):
     """An OpenAI-compatible Chat Completions endpoint (the official `openai` client)."""
 
     endpoint: str
@@ -304,19 +301,19 @@ class RankingModel(ChatEndpoint):
     )
 
 
-class Adaptive(_Spec):
+class Adaptive(Spec):
     """experimental.adaptive: a planner proposing up to three plans a step."""
 
     planner: ChatEndpoint
     mode: Literal["shadow", "apply"] = "shadow"
 
 
-class Experimental(_Spec):
+class Experimental(Spec):
     model: RankingModel | None = None
     adaptive: Adaptive | None = None
 
 
-class PolicySpec(_Spec):
+class PolicySpec(Spec):
     mode: Literal["off", "shadow", "auto"] = MODE_SHADOW
     workload: Workload
     clusters: tuple[ClusterEntry, ...] = Field(min_length=1)
@@ -403,7 +400,7 @@ class PolicySpec(_Spec):
         return tuple(sorted(c.name for c in self.clusters))
 
 
-class Policy(_Spec):
+class Policy(Spec):
     """One copy of the policy: its identity and spec (status is read by the modules that own it)."""
 
     namespace: str
@@ -458,5 +455,5 @@ def spec_hash(spec: PolicySpec, member: str) -> str:
     return stable_hash(spec_hash_input(raw, member), 16)
 
 
-def _dump(part: _Spec) -> dict:
+def _dump(part: Spec) -> dict:
     return part.model_dump(by_alias=True, exclude_none=True, mode="json")
