@@ -111,7 +111,16 @@ ENV_LEADER_ADDRESS: Final = "MODELPLANE_LEADER_ADDRESS"  # the rank-0 pod's DNS 
 ENV_NODE_RANK: Final = "MODELPLANE_NODE_RANK"  # this pod's rank: 0 is the Leader
 ENV_NODE_COUNT: Final = "MODELPLANE_NODE_COUNT"  # nodes in the replica: workerNodes + 1
 ENV_GROUP_SIZE: Final = "MODELPLANE_GROUP_SIZE"  # pods in the replica's group (one per node)
-MULTINODE_ENV: Final = (ENV_LEADER_ADDRESS, ENV_NODE_RANK, ENV_NODE_COUNT, ENV_GROUP_SIZE)
+# The replica's group as its controller numbers it (LWS group index, Grove PodCliqueSet
+# replica index): what the leader's address is built on.
+ENV_GROUP_INDEX: Final = "MODELPLANE_GROUP_INDEX"
+MULTINODE_ENV: Final = (
+    ENV_GROUP_INDEX,
+    ENV_LEADER_ADDRESS,
+    ENV_NODE_RANK,
+    ENV_NODE_COUNT,
+    ENV_GROUP_SIZE,
+)
 
 # --- Serving roles and modes ------------------------------------------------------------
 

@@ -36,41 +36,66 @@ def mount_path(cache: str) -> str:
 
 
 # The flag each engine we know loads its weights from, and every spelling it accepts
-# (vLLM: `--model`, or the positional model of `vllm serve`; SGLang's launch_server:
-# `--model-path`, also spelled `--model`). compose-model-replica adds the first
-# spelling with the mount path; compose-model-deployment warns when the user's own
-# template already names a model, since the user's flag always wins.
+# (vLLM: the positional model of `vllm serve`, or `--model`, which vLLM 0.32 still
+# takes but warns will be removed; SGLang's launch_server: `--model-path`, also spelled
+# `--model`). compose-model-replica gives every engine process the model (vLLM
+# positionally); compose-model-deployment warns when the user's own template already
+# names a model beside a cache, since the user's flag always wins.
 MODEL_FLAG: Final = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
+# The vllm/vllm-openai image's entrypoint: a container that names no command runs it.
+VLLM_IMAGE_ENTRYPOINT: Final = ("vllm", "serve")
 
 
-def _engine_argv(template: dict) -> list[str]:
+def engine_argv(engine_type: str, command: list[str], args: list[str]) -> list[str]:
+    """What the engine process is started with: a vLLM container without a command runs
+    its image's `vllm serve`, so its first argument is the positional model."""
+    if engine_type == "vllm" and not command:
+        return [*VLLM_IMAGE_ENTRYPOINT, *args]
+    return [*command, *args]
+
+
+def _engine_argv(template: dict) -> tuple[list[str], list[str]]:
     containers = ((template or {}).get("spec") or {}).get("containers") or []
     engine = next((c for c in containers if c.get("name") == "engine"), None)
     engine = engine if engine is not None else (containers[0] if containers else {})
-    argv: list[str] = []
-    for arg in [*(engine.get("command") or []), *(engine.get("args") or [])]:
-        argv += str(arg).split()
-    return argv
+    command: list[str] = []
+    args: list[str] = []
+    for arg in engine.get("command") or []:
+        command += str(arg).split()
+    for arg in engine.get("args") or []:
+        args += str(arg).split()
+    return command, args
 
 
-def model_flag_in(engine_type: str, argv: list[str]) -> str:
-    """The model the user's own argv names (`--model X`, `vllm serve X`), or ""."""
+def _model_at(engine_type: str, argv: list[str]) -> tuple[str, str]:
+    """(how the user named it, the model), or ("", "")."""
     spellings = MODEL_FLAG.get(engine_type, ())
     for i, arg in enumerate(argv):
         for flag in spellings:
             if arg.startswith(flag + "="):
-                return arg
+                return arg, arg.split("=", 1)[1]
             if arg == flag and i + 1 < len(argv):
-                return f"{flag} {argv[i + 1]}"
+                return f"{flag} {argv[i + 1]}", argv[i + 1]
         if (
             engine_type == "vllm"
             and arg == "serve"
             and i + 1 < len(argv)
             and not argv[i + 1].startswith("-")
         ):
-            return f"serve {argv[i + 1]}"
-    return ""
+            return f"serve {argv[i + 1]}", argv[i + 1]
+    return "", ""
+
+
+def model_flag_in(engine_type: str, argv: list[str]) -> str:
+    """The model the user's own argv names (`--model X`, `vllm serve X`), or ""."""
+    return _model_at(engine_type, argv)[0]
+
+
+def model_named_in(engine_type: str, argv: list[str]) -> str:
+    """The model itself that the user's argv names, or ""."""
+    return _model_at(engine_type, argv)[1]
 
 
 def user_model_flag(engine_type: str, template: dict) -> str:
-    return model_flag_in(engine_type, _engine_argv(template))
+    command, args = _engine_argv(template)
+    return model_flag_in(engine_type, engine_argv(engine_type, command, args))

@@ -1,12 +1,18 @@
 """What one ModelCache reconcile composes, keeps and removes, and the status it reports.
 
-Per cluster the cache's selector picks (by name): the tenant's Namespace (never deleted
+Per cluster the cache is staged on (by name): the tenant's Namespace (never deleted
 with the cache: a namespace outlives any one cache in it), the ReadWriteMany volume and
 the download Job (modelcache.py builds both), each wrapped in an Object that reaches
 the member. An observed object this reconcile does not compose is *kept* when it
 belongs to a cluster that cannot be read (never read as "not selected": that would
 delete its weights), and *removed* otherwise (the cluster left the selector, or the
 source changed and named a new Job) — deliberately, and the shell says so.
+
+A cluster the cache's selector picks is staged on only where a ModelDeployment that
+references the cache could be placed (modelcache.staging_clusters): downloading hundreds
+of GiB where the model can never run costs storage and egress for nothing. Each selected
+cluster left out is kept with why, for the CacheReady condition. When a referencing
+deployment cannot be read, nothing is taken away: it might run anywhere.
 
 Pure: typed values and observed dicts in, plain values out.
 """
@@ -21,7 +27,7 @@ from functions.common.naming import dns_label, label_value
 from functions.common.objects import provider_object
 from functions.compose_model_deployment import modelcache
 from functions.compose_model_deployment.manifests import member_provider_config
-from functions.compose_model_deployment.model import Cluster
+from functions.compose_model_deployment.model import Cluster, Deployment
 
 
 @dataclass(frozen=True)
@@ -33,11 +39,13 @@ class Composed:
 
 @dataclass(frozen=True)
 class CachePlan:
-    selected: list[Cluster]
+    selected: list[Cluster]  # the clusters it is staged on
     phases: list[modelcache.ClusterPhase]  # one per selected cluster, in its order
     composed: list[Composed]
     kept: list[str] = field(default_factory=list)  # observed keys kept exactly as they are
     removed: list[str] = field(default_factory=list)  # observed keys no longer composed
+    # Selected by the cache's clusterSelector but not staged on: cluster name -> why.
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def ready(self) -> list[modelcache.ClusterPhase]:
@@ -99,12 +107,19 @@ def plan_cache(
     clusters: Iterable[Cluster],
     unreadable: set[str],
     observed: Mapping[str, dict],
+    referencing: list[Deployment] | None,
 ) -> CachePlan:
     """`clusters`: every InferenceCluster that could be read; `unreadable`: the names of
-    those that could not; `observed`: what this cache composed before, by key."""
-    selected = sorted(
+    those that could not; `observed`: what this cache composed before, by key;
+    `referencing`: the ModelDeployments that reference the cache, or None when one of
+    them cannot be read."""
+    by_selector = sorted(
         (c for c in clusters if cache.cluster_selector.matches(c.labels)), key=lambda c: c.name
     )
+    if referencing is None:
+        selected, skipped = by_selector, {}
+    else:
+        selected, skipped = modelcache.staging_clusters(by_selector, referencing)
     phases = []
     composed: list[Composed] = []
     for cluster in selected:
@@ -120,4 +135,4 @@ def plan_cache(
     for key, obj in sorted(observed.items()):
         if key not in desired:
             (kept if _owner(obj) in unreadable else removed).append(key)
-    return CachePlan(selected, phases, composed, kept, removed)
+    return CachePlan(selected, phases, composed, kept, removed, skipped)

@@ -213,11 +213,12 @@ class FunctionRunner(GuardedRunner):
         existing_at = targets.existing_at(own, by_name, deployment)
         if decision.is_parked:
             plan = PlacementPlan((), 0, "")
-            for h in targets.removed_when_parked(own, existing_at):
+            answering = targets.answering_at(existing_at, clusters, deployment)
+            for h in targets.removed_when_parked(own, answering):
                 response.warning(
                     rsp,
                     f"{name}: removing the parked model's ModelReplica on "
-                    f"{h.cluster}/{h.pool}: the cluster or pool is gone or no longer selected",
+                    f"{h.cluster}/{h.pool}: the cluster is gone or no longer selected",
                 )
         else:
             frozen_replicas = sum(h.replicas for h in frozen)
@@ -228,7 +229,8 @@ class FunctionRunner(GuardedRunner):
                 max(0, desired - frozen_replicas),
                 cache=cache,
             )
-        decided = targets.replica_targets(plan, decision, existing_at, by_name)
+            answering = targets.answering_at(existing_at, clusters, deployment, plan.nearest)
+        decided = targets.replica_targets(plan, decision, answering, by_name)
         if activity is not None and not decision.is_parked:
             decided = targets.on_demand_targets(
                 decided, existing_at, clusters, deployment, idle=desired == 0

@@ -440,6 +440,9 @@ class Cluster:
     pools: tuple[Pool, ...]
     # The collector's OTLP traces receiver (status.telemetry.tracesEndpoint), if any.
     traces_endpoint: str = ""
+    # DeviceClasses its pools name that the member does not have (status.deviceClasses,
+    # compose-serving-stack's): a claim on one would stay pending.
+    missing_device_classes: frozenset[str] = frozenset()
     pools_by_name: dict = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -460,7 +463,7 @@ def cluster_name(ic: Any) -> str:
 CLUSTER_FIELDS: Final = {
     "metadata": {"name": None, "labels": None},
     "spec": None,
-    "status": {"telemetry": {"tracesEndpoint": None}},
+    "status": {"telemetry": {"tracesEndpoint": None}, "deviceClasses": None},
 }
 
 
@@ -513,6 +516,19 @@ def _traces_endpoint(ic: dict) -> str:
     argument, so anything but a plain host:port is ignored (no traces, never an odd arg)."""
     value = ((ic.get("status") or {}).get("telemetry") or {}).get("tracesEndpoint")
     return value if isinstance(value, str) and _HOST_PORT.fullmatch(value) else ""
+
+
+def _missing_device_classes(ic: dict) -> frozenset[str]:
+    """The classes compose-serving-stack reports Missing; anything else (Present, Unknown,
+    a shape it cannot read) is not held against the cluster."""
+    reported = (ic.get("status") or {}).get("deviceClasses")
+    if not isinstance(reported, list):
+        return frozenset()
+    return frozenset(
+        str(r["name"])
+        for r in reported
+        if isinstance(r, dict) and r.get("state") == "Missing" and isinstance(r.get("name"), str)
+    )
 
 
 def _read_cluster(ic: dict) -> Cluster:
@@ -596,6 +612,7 @@ def _read_cluster(ic: dict) -> Cluster:
         provider_config_ref=dict(spec.get("providerConfigRef") or {}),
         pools=tuple(sorted(pools, key=lambda p: p.name)),
         traces_endpoint=_traces_endpoint(ic),
+        missing_device_classes=_missing_device_classes(ic),
     )
 
 

@@ -18,6 +18,13 @@ The Job's name carries a hash of the source and its composed-resource key does t
 Job's pod template is immutable, so a changed source is a new Job (the old one is
 deleted with its Object), downloading into the same volume.
 
+A cache is staged only on clusters where its weights can be used: its own
+clusterSelector picks them, and a ModelDeployment that references it could be placed
+there (its clusterSelector selects the cluster and a pool has matching devices, room for
+one replica when empty, and no taint it does not tolerate). Downloading hundreds of GiB
+to a cluster that can never run the model costs storage and egress for nothing; a
+selected cluster left out is named in the CacheReady condition with why.
+
 Each cluster's phase is read from the Job as the member's API server returned it (the
 Object's `status.atProvider.manifest`): Complete → Ready, Failed → Failed with the
 Job's own reason and message, a running pod (`status.ready`; `active` counts pending
@@ -66,11 +73,14 @@ from functions.common.reader import (
 )
 from functions.common.redact import url_credentials
 from functions.compose_model_deployment.model import (
+    Cluster,
+    Deployment,
     Holding,
     LabelSelector,
     read_selector,
     system_namespace_rule,
 )
+from functions.compose_model_deployment.placement import placeable_pool
 
 # Pinned downloaders (see the module docstring for what each one's entrypoint takes).
 STORAGE_INITIALIZER_IMAGE: Final = "kserve/storage-initializer:v0.16.0"
@@ -96,6 +106,7 @@ REASON_WAITING_FOR_POD: Final = "WaitingForPod"
 REASON_RUNNING: Final = "Running"
 REASON_COMPLETE: Final = "Complete"
 REASON_NO_CLUSTERS: Final = "NoClusters"
+REASON_NOT_PLACEABLE: Final = "NoPlaceableDeployment"
 REASON_UNREADABLE: Final = "Unreadable"
 
 
@@ -541,7 +552,31 @@ def _observe_cluster(
     )
 
 
-def cache_condition(phases: list[ClusterPhase]) -> Condition:
+def staging_clusters(
+    selected: list[Cluster], deployments: list[Deployment]
+) -> tuple[list[Cluster], dict[str, str]]:
+    """The selected clusters the cache is staged on (a deployment that references it
+    could be placed there), and why each other one is not."""
+    staged: list[Cluster] = []
+    skipped: dict[str, str] = {}
+    for cluster in selected:
+        if any(placeable_pool(d, cluster) for d in deployments):
+            staged.append(cluster)
+        elif deployments:
+            names = ", ".join(sorted(d.name for d in deployments))
+            skipped[cluster.name] = (
+                f"no ModelDeployment that references this cache ({names}) can be placed there"
+            )
+        else:
+            skipped[cluster.name] = "no ModelDeployment references this cache"
+    return staged, skipped
+
+
+def cache_condition(phases: list[ClusterPhase], skipped: dict[str, str] | None = None) -> Condition:
+    skipped = skipped or {}
+    left_out = "; ".join(f"not staged on {c}: {why}" for c, why in sorted(skipped.items()))
+    if not phases and skipped:
+        return Condition(CACHE_READY, "False", REASON_NOT_PLACEABLE, left_out[:1024])
     if not phases:
         return Condition(
             CACHE_READY,
@@ -551,8 +586,12 @@ def cache_condition(phases: list[ClusterPhase]) -> Condition:
         )
     ready = [p for p in phases if p.phase == PHASE_READY]
     if len(ready) == len(phases):
+        message = f"the weights are complete on {len(ready)} clusters"
         return Condition(
-            CACHE_READY, "True", PHASE_READY, f"the weights are complete on {len(ready)} clusters"
+            CACHE_READY,
+            "True",
+            PHASE_READY,
+            (message + (f"; {left_out}" if left_out else ""))[:1024],
         )
     others = "; ".join(
         f"{p.cluster}: {p.phase} ({p.message})" for p in phases if p.phase != PHASE_READY
@@ -569,7 +608,10 @@ def cache_condition(phases: list[ClusterPhase]) -> Condition:
         CACHE_READY,
         "False",
         worst,
-        f"ready on {len(ready)} of {len(phases)} clusters; {others}"[:1024],
+        (
+            f"ready on {len(ready)} of {len(phases)} clusters; {others}"
+            + (f"; {left_out}" if left_out else "")
+        )[:1024],
     )
 
 
@@ -584,6 +626,7 @@ class CacheView:
     selector: LabelSelector
     phases: dict  # cluster name -> phase, as the cache's status last said
     exists: bool = True  # False: named by the deployment, absent from the API server
+    size: str = ""  # spec.size: engines size their startup budget by it
 
     def allows(self, labels: dict) -> bool:
         """Whether the weights may exist on a cluster with these labels."""
@@ -606,7 +649,7 @@ def read_cache_view(xr: dict) -> CacheView:
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and entry.get("cluster"):
             phases[str(entry["cluster"])] = str(entry.get("phase") or PHASE_PENDING)
-    return CacheView(cache.name, cache.cluster_selector, phases)
+    return CacheView(cache.name, cache.cluster_selector, phases, size=cache.size)
 
 
 def absent_view(name: str) -> CacheView:
@@ -630,4 +673,5 @@ def replica_mount(view: CacheView) -> dict:
         "name": view.name,
         "claimName": claim_name(view.name),
         "mountPath": mount_path(view.name),
+        **({"size": view.size} if view.size else {}),
     }

@@ -19,6 +19,9 @@ racing for the last node never both give way: the younger one yields.
 - Scale-down takes from the cluster with the most replicas (ties: the last by name).
 - An autoscaled deployment uses at most 100 clusters: each of its ModelReplicas carries
   the AdaptivePolicy member list, which holds no more.
+- A pool whose claims would name a DeviceClass the member does not have (its
+  InferenceCluster's status says Missing) takes no new replica: its pods would stay
+  pending; the unplaceable reason names the class and the cluster.
 - A deployment that names a ModelCache goes only to clusters the cache's selector picks
   (its weights can exist nowhere else), and new replicas go to clusters where the cache
   is Ready before any other (an engine elsewhere waits for its weights); among those,
@@ -39,6 +42,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from functions.common import contracts
 from functions.compose_model_deployment.cel_env import DeviceProfile
@@ -55,7 +59,10 @@ from functions.compose_model_deployment.model import (
     Pool,
     footprint_of,
 )
-from functions.compose_model_deployment.modelcache import CacheView
+
+if TYPE_CHECKING:
+    # modelcache stages a cache by placeable_pool, so it imports this module.
+    from functions.compose_model_deployment.modelcache import CacheView
 
 
 @dataclass(frozen=True)
@@ -199,6 +206,43 @@ def _untolerated(deployment: Deployment, pool: Pool, effects: Iterable[str]) -> 
     for taint in pool.taints:
         if taint.effect in effects and not deployment.tolerates(taint):
             return str(taint)
+    return ""
+
+
+def claimed_device_classes(deployment: Deployment, pool: Pool) -> tuple[str, ...]:
+    """The DeviceClasses the deployment's pods would claim in this pool: the pool's
+    driver for its accelerators, and each class a request names beside them."""
+    names = set()
+    for engine in deployment.engines:
+        for member in engine.members:
+            for request in member.devices:
+                names.add(request.device_class or pool.driver)
+    return tuple(sorted(n for n in names if n))
+
+
+def missing_device_classes(deployment: Deployment, cluster: Cluster, pool: Pool) -> list[str]:
+    return [
+        n for n in claimed_device_classes(deployment, pool) if n in cluster.missing_device_classes
+    ]
+
+
+def placeable_pool(deployment: Deployment, cluster: Cluster) -> str:
+    """A pool on `cluster` where a replica of `deployment` could ever run (selected by
+    its clusterSelector, devices that match, big enough, no untolerated taint), whatever
+    is free now; "" if none. What a ModelCache is staged by."""
+    if not deployment.cluster_selector.matches(cluster.labels):
+        return ""
+    footprint = footprint_of(deployment.engines)
+    for pool in cluster.pools:
+        if not match_pool(deployment, pool).matched:
+            continue
+        if _structural_problem(pool, footprint):
+            continue
+        if _untolerated(deployment, pool, ("NoSchedule", "NoExecute")):
+            continue
+        if missing_device_classes(deployment, cluster, pool):
+            continue
+        return pool.name
     return ""
 
 
@@ -440,6 +484,8 @@ class _Planner:
                 continue
             if _untolerated(self.deployment, pool, ("NoSchedule", "NoExecute")):
                 continue
+            if missing_device_classes(self.deployment, cluster, pool):
+                continue
             pools.append(pool)
         return pools
 
@@ -550,6 +596,20 @@ def _reverse(name: str) -> tuple[int, ...]:
     return (*(-ord(ch) for ch in name), 1)
 
 
+def _missing_classes_reason(deployment: Deployment, matching: list[tuple[Cluster, Pool]]) -> str:
+    """Why every pool that matches would leave the pods pending: the classes, by cluster."""
+    by_cluster: dict[str, list[str]] = {}
+    for cluster, pool in matching:
+        names = by_cluster.setdefault(cluster.name, [])
+        names += [n for n in missing_device_classes(deployment, cluster, pool) if n not in names]
+    where = "; ".join(f"DeviceClass {', '.join(n)} on {c}" for c, n in by_cluster.items())
+    return (
+        "every matching pool's devices are claimed by a DeviceClass its cluster does not "
+        f"have ({where}): its pods would stay pending; the InferenceCluster's "
+        "status.deviceClasses says which"
+    )
+
+
 def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
     """One reason naming what was missing where, and the pool closest to fitting."""
     deployment, footprint = planner.deployment, planner.footprint
@@ -612,6 +672,11 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
             )
             reason += ": " + describe_mismatch(first, list(profiles))
         return reason, fallback
+    with_classes = [(c, p) for c, p in matching if not missing_device_classes(deployment, c, p)]
+    if not with_classes:
+        c, p = matching[0]
+        return _missing_classes_reason(deployment, matching), (c.name, p.name)
+    matching = with_classes
     structural = [(c, p, _structural_problem(p, footprint)) for c, p in matching]
     sized = [(c, p) for c, p, problem in structural if not problem]
     if not sized:

@@ -8,13 +8,15 @@ this module decides the rest of what the shell used to decide inline:
   everyone else's.
 - **what exists where**: the deployment's ModelReplicas on a cluster that still exists,
   in a pool it still has, and that the clusterSelector still selects.
-- **parked**: a parked model keeps answering where it exists, at 0 replicas; its
-  ModelReplicas anywhere else are removed (and the shell says so).
+- **answering why**: a parked model, or one that fits nowhere, runs nothing but keeps a
+  ModelReplica at 0 on every cluster the clusterSelector selects (in the pool it has
+  there; elsewhere the pool closest to fitting, else the first by name: no pod runs, so
+  the pool only names it), so a request that reaches any selected cluster's gateway is
+  told why at once (a 503 with the reason) instead of being routed to nothing. Its
+  ModelReplicas on clusters no longer selected (or gone) are removed, and the shell
+  says so.
 - **the activator's clusters**: an on-demand model's route leads to the member's
   activator wherever no replica of it is ready.
-- **unplaceable fallback**: a model that runs nowhere keeps answerable ModelReplicas (those
-  it has, else one on the pool closest to fitting) so a request is told why at once
-  instead of being routed to nothing.
 """
 
 from collections.abc import Iterable
@@ -66,11 +68,33 @@ def existing_at(
 
 
 def removed_when_parked(
-    own: Iterable[Holding], kept_at: Iterable[tuple[Cluster, str]]
+    own: Iterable[Holding], answering: Iterable[tuple[Cluster, str]]
 ) -> list[Holding]:
-    """A parked model's ModelReplicas that go: cluster or pool gone, or not selected."""
-    kept = {(c.name, pool) for c, pool in kept_at}
-    return [h for h in own if (h.cluster, h.pool) not in kept]
+    """A parked model's ModelReplicas that go: on a cluster gone or no longer selected."""
+    kept = {c.name for c, _pool in answering}
+    return [h for h in own if h.cluster not in kept]
+
+
+def answering_at(
+    kept_at: list[tuple[Cluster, str]],
+    clusters: Iterable[Cluster],
+    deployment: Deployment,
+    nearest: tuple[str, str] | None = None,
+) -> list[tuple[Cluster, str]]:
+    """Where a model that runs nothing answers why: every selected cluster with a pool,
+    in the pool its ModelReplica has there, else the pool closest to fitting, else the
+    first by name; by cluster name."""
+    at = {c.name: (c, pool) for c, pool in kept_at}
+    for cluster in clusters:
+        if cluster.name in at or not cluster.pools:
+            continue
+        if not deployment.cluster_selector.matches(cluster.labels):
+            continue
+        if nearest is not None and nearest[0] == cluster.name and cluster.pool(nearest[1]):
+            at[cluster.name] = (cluster, nearest[1])
+        else:
+            at[cluster.name] = (cluster, min(p.name for p in cluster.pools))
+    return [at[name] for name in sorted(at)]
 
 
 @dataclass(frozen=True)
@@ -85,20 +109,17 @@ class Targets:
 def replica_targets(
     plan: PlacementPlan,
     parking: Decision,
-    kept_at: list[tuple[Cluster, str]],
+    answering: list[tuple[Cluster, str]],
     by_name: dict[str, Cluster],
 ) -> Targets:
-    """The plan's placements; a parked model, or one that fits nowhere, answers at 0."""
+    """The plan's placements; a parked model, or one that fits nowhere, answers at 0
+    wherever a request may arrive (`answering`, see answering_at)."""
     if parking.parked:
         return _unavailable(
-            [(c, pool, 0) for c, pool in kept_at], REASON_PARKED, parked_message(parking.parked)
+            [(c, pool, 0) for c, pool in answering], REASON_PARKED, parked_message(parking.parked)
         )
-    if not plan.placements and plan.unplaceable and (kept_at or plan.nearest):
-        if kept_at:
-            at = [(c, pool, 0) for c, pool in kept_at]
-        else:
-            cluster, pool = plan.nearest
-            at = [(by_name[cluster], pool, 0)]
+    if not plan.placements and plan.unplaceable and answering:
+        at = [(c, pool, 0) for c, pool in answering]
         return _unavailable(at, REASON_UNPLACEABLE, plan.reason)
     return Targets(
         tuple((by_name[p.cluster], p.pool, p.replicas) for p in plan.placements),

@@ -100,7 +100,7 @@ def compose(replica: ModelReplica) -> Plan:
         composed.append(
             envelope(replica, "route-activator-grant", serving.activator_reference_grant(replica))
         )
-    elif replica.unavailable is not None:
+    elif replica.answer is not None:
         composed.append(envelope(replica, "route-unavailable", serving.unavailable_filter(replica)))
 
     if replica.autoscaling is not None:

@@ -3,11 +3,19 @@
 An engine type is free-form: anything else is run exactly as the template says, with the
 `http` port declared and the multi-node launch contract (functions.common.contracts,
 `MODELPLANE_*`) in the environment. For the engines a platform team runs most (vLLM,
-SGLang, TensorRT-LLM) the port, the served model name and the multi-node flags are
-appended, so a ModelDeployment does not have to repeat what the backend already knows.
+SGLang) the model, the port, the served model name, the parallel layout and the
+multi-node flags are added, so a ModelDeployment does not have to repeat what the
+backend already knows, and every process of a replica is started alike.
 
-Three rules keep that safe:
+Four rules keep that safe:
 - A flag the user wrote (under any of its spellings) always wins: ours is not added.
+- Every engine process names its model (leader, headless worker, prefill, decode): a
+  headless vLLM worker builds its whole model config from its own arguments, and without
+  one it loads vLLM's default model. vLLM takes it positionally, first after `serve`
+  (`vllm serve MODEL`; `--model` is deprecated, and `--served-model-name` before the
+  model is refused), so it is put at the front of the arguments when the container runs
+  the image's `vllm serve` (no command) or names `... serve` as its command; any other
+  launch line gets `--model`. SGLang takes `--model-path`.
 - The multi-node flags read the contract's variables as `$(NAME)`, never a controller's
   own (`LWS_*`, `GROVE_*`): the backends fill the same names, so one replica launches
   with byte-identical flags on the Standard and the Dynamo stack.
@@ -15,50 +23,68 @@ Three rules keep that safe:
   arguments would become the script's `$0 $1 ...`, not the engine's flags. The script
   reads the contract's variables itself.
 
-Flag names, checked against the engines' own sources:
-- vLLM's multi-process multi-node mode (no Ray; vllm-project/vllm PR #23691, in releases
-  from v0.11): `--nnodes/-n`, `--node-rank/-r`, `--master-addr`, `--headless` on the ranks
-  that do not serve the API; `--tensor-parallel-size/-tp`, `--pipeline-parallel-size/-pp`.
-- SGLang (`sglang.launch_server`, docs "Multi-Node Deployment"): `--nnodes`,
-  `--node-rank`, `--dist-init-addr host:port`, `--tp-size` (also `--tp`,
-  `--tensor-parallel-size`) counting GPUs across all nodes; ranks other than 0 serve no
-  HTTP by themselves.
+Flag names, checked against the engines' own sources (vLLM 0.32.0, SGLang 0.5.23):
+- vLLM (`vllm serve [model_tag]`): `--nnodes/-n`, `--node-rank/-r`, `--master-addr`,
+  `--master-port`, `--headless` on the ranks that do not serve the API;
+  `--tensor-parallel-size/-tp`, `--pipeline-parallel-size/-pp`,
+  `--data-parallel-size/-dp`, `--port`, `--served-model-name`, `--revision`,
+  `--kv-transfer-config` (JSON; `kv_connector`, `kv_role`), `--otlp-traces-endpoint`
+  (vLLM depends on the OpenTelemetry packages itself).
+- SGLang (`sglang.launch_server`): `--model-path` (alias `--model`), `--nnodes`,
+  `--node-rank`, `--dist-init-addr host:port`, `--tp-size` (alias
+  `--tensor-parallel-size`; `--tp` only works as an abbreviation) counting GPUs across
+  all nodes, `--pp-size` (never `--pp`: ambiguous), `--dp-size`, `--host` (its default
+  127.0.0.1 is unreachable from outside the pod), `--port`, `--served-model-name`,
+  `--revision`, `--enable-metrics`. `--enable-trace` is never added: it needs the
+  `sglang[tracing]` extra, which an image may lack, and then the engine does not start.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from functions.common.contracts import ENV_LEADER_ADDRESS, ENV_NODE_COUNT, ENV_NODE_RANK
-from functions.common.modelcache import MODEL_FLAG, model_flag_in
+from functions.common.modelcache import MODEL_FLAG, engine_argv, model_flag_in
 from functions.common.served_name import SERVED_NAME_FLAG
 
 if TYPE_CHECKING:
     from functions.compose_model_replica.pods import Wiring
 
+# The engine releases whose flags the lists below were checked against, as their
+# published images are tagged; the examples run these.
+CHECKED_IMAGES = {"vllm": "vllm/vllm-openai:v0.32.0", "sglang": "lmsysorg/sglang:v0.5.23"}
 PORT_FLAG = {"vllm": "--port", "sglang": "--port", "trtllm": "--port"}
+# SGLang listens on 127.0.0.1 unless told otherwise; the probes, the Service and the
+# picker reach the pod's address. vLLM listens on every address by default.
+HOST_FLAG = {"sglang": ("--host", "0.0.0.0")}
+REVISION_FLAG = {"vllm": "--revision", "sglang": "--revision"}
 # Engines that serve /metrics only when asked (SGLang docs, "Production Metrics"). Always
 # on, not only while a collector runs: the engine does not know, and switching it when a
 # TelemetryDestination appears would change the pod template and restart every model.
 METRICS_FLAG = {"sglang": "--enable-metrics"}
-# OTLP traces, where the cluster collector receives them (spec.cluster.tracesEndpoint),
-# checked against the engines' sources: vLLM's `--otlp-traces-endpoint` (gRPC exporter
-# by default, insecure; a URL), SGLang's `--enable-trace --otlp-traces-endpoint
-# host:port` (gRPC). Only on pods that serve the API, where requests are traced.
-TRACES_FLAGS = {
-    "vllm": lambda endpoint: ["--otlp-traces-endpoint", f"http://{endpoint}"],
-    "sglang": lambda endpoint: ["--enable-trace", "--otlp-traces-endpoint", endpoint],
-}
+# OTLP traces, where the cluster collector receives them (spec.cluster.tracesEndpoint):
+# vLLM's `--otlp-traces-endpoint` (gRPC exporter by default, insecure; a URL). Only on
+# pods that serve the API, where requests are traced. SGLang's needs `--enable-trace`
+# and the `sglang[tracing]` extra: not added (see the module docstring).
+TRACES_FLAGS = {"vllm": lambda endpoint: ["--otlp-traces-endpoint", f"http://{endpoint}"]}
 TRACES_ENDPOINT_FLAG = "--otlp-traces-endpoint"
 SGLANG_DIST_INIT_PORT = 5000
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
+# vLLM's KV transfer for prefill/decode through llm-d's routing sidecar (its `nixlv2`
+# connector): both roles run NIXL and may send or receive.
+VLLM_KV_TRANSFER_CONFIG = json.dumps(
+    {"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":")
+)
 
 # Every spelling each engine accepts for a flag we may add (the user's wins under any).
 VLLM_TP = ("--tensor-parallel-size", "-tp")
 VLLM_PP = ("--pipeline-parallel-size", "-pp")
+VLLM_DP = ("--data-parallel-size", "-dp")
 SGLANG_TP = ("--tp-size", "--tp", "--tensor-parallel-size")
-SGLANG_PP = ("--pp-size", "--pp", "--pipeline-parallel-size")
+SGLANG_PP = ("--pp-size", "--pipeline-parallel-size")
+SGLANG_DP = ("--dp-size", "--dp", "--data-parallel-size")
 
 
 @dataclass(frozen=True)
@@ -67,7 +93,15 @@ class MultiNode:
 
     leader: bool
     nodes: int  # workerNodes + 1
-    gpus_per_node: int  # the member's device count
+    gpus_per_node: int  # the member's accelerators (never its NICs)
+
+
+@dataclass(frozen=True)
+class Model:
+    """The weights every process of one engine loads, and the revision to load."""
+
+    name: str  # a repository id, a local path or an object-store URI
+    revision: str = ""  # only for a model named from the deployment's source
 
 
 def _var(name: str) -> str:
@@ -82,6 +116,12 @@ def is_shell_script(command: list[str], args: list[str]) -> bool:
     """`sh -c "..."` (or bash, ...): the script owns the launch line."""
     argv = [*command, *args]
     return bool(argv) and argv[0].rsplit("/", 1)[-1] in SHELLS and "-c" in argv[1:3]
+
+
+def runs_vllm_serve(command: list[str]) -> bool:
+    """The container runs `vllm serve` with its arguments right after it: the image's
+    entrypoint (no command) or a command that ends in `serve`."""
+    return not command or command[-1] == "serve"
 
 
 # (spellings, values): the flag group is added when none of the spellings is present.
@@ -114,23 +154,64 @@ def multinode_flags(engine_type: str, multinode: MultiNode) -> list[FlagGroup]:
     return []
 
 
-def parallelism_flags(engine_type: str, multinode: MultiNode, existing: list[str]) -> list[str]:
-    """Spread the model over every GPU of every node, unless the user chose a layout.
+LAYOUT_SPELLINGS = {
+    "vllm": (VLLM_TP, VLLM_PP, VLLM_DP),
+    "sglang": (SGLANG_TP, SGLANG_PP, SGLANG_DP),
+}
+
+
+def layout_flags(engine_type: str, args: list[str]) -> list[str]:
+    """The parallel-layout flags the user wrote, as written (`--flag value` or
+    `--flag=value`): what the engine's other members are given when they set none."""
+    spellings = {s for group in LAYOUT_SPELLINGS.get(engine_type, ()) for s in group}
+    found: list[str] = []
+    for i, arg in enumerate(args):
+        if arg.split("=", 1)[0] not in spellings:
+            continue
+        if "=" in arg:
+            found.append(arg)
+        elif i + 1 < len(args):
+            found += [arg, args[i + 1]]
+    return found
+
+
+def parallelism_flags(
+    engine_type: str,
+    multinode: MultiNode | None,
+    existing: list[str],
+    accelerators: int = 0,
+    layout: tuple[str, ...] = (),
+) -> list[str]:
+    """Spread the model over every accelerator the pod (or replica) holds, unless the
+    user chose a layout.
 
     Without this a leader told `--tensor-parallel-size 16` on an 8-GPU node asks for 16
-    local GPUs. The layout is each engine's documented multi-node default: vLLM tensor
-    parallel within a node and pipeline parallel across nodes; SGLang tensor parallel
-    across all of them. Either size set by the user means the user chose: add neither.
+    local GPUs, and a single pod given 4 GPUs serves from one. The layout is each
+    engine's documented default: vLLM tensor parallel within a node and pipeline parallel
+    across nodes; SGLang tensor parallel across all of them. Any size set by the user
+    (tensor, pipeline or data parallel) means the user chose: add none. Accelerators
+    only: a NIC beside the GPUs is no rank. A layout the user wrote on another member of
+    the same engine (`layout`) is given as written instead: every rank must agree on it.
     """
-    if engine_type == "vllm" and not (_has(existing, VLLM_TP) or _has(existing, VLLM_PP)):
-        return [
-            "--tensor-parallel-size",
-            str(multinode.gpus_per_node),
-            "--pipeline-parallel-size",
-            str(multinode.nodes),
-        ]
-    if engine_type == "sglang" and not (_has(existing, SGLANG_TP) or _has(existing, SGLANG_PP)):
-        return ["--tp-size", str(multinode.gpus_per_node * multinode.nodes)]
+    if layout and not any(_has(existing, s) for s in LAYOUT_SPELLINGS.get(engine_type, ())):
+        return list(layout)
+    if engine_type == "vllm" and not any(_has(existing, s) for s in (VLLM_TP, VLLM_PP, VLLM_DP)):
+        if multinode is not None:
+            return [
+                "--tensor-parallel-size",
+                str(multinode.gpus_per_node),
+                "--pipeline-parallel-size",
+                str(multinode.nodes),
+            ]
+        if accelerators > 1:
+            return ["--tensor-parallel-size", str(accelerators)]
+    if engine_type == "sglang" and not any(
+        _has(existing, s) for s in (SGLANG_TP, SGLANG_PP, SGLANG_DP)
+    ):
+        if multinode is not None:
+            return ["--tp-size", str(multinode.gpus_per_node * multinode.nodes)]
+        if accelerators > 1:
+            return ["--tp-size", str(accelerators)]
     return []
 
 
@@ -142,18 +223,18 @@ def engine_args(
     port: int,
     served_name: str,
     wiring: Wiring,
-    model_path: str = "",
     traces_endpoint: str = "",
+    accelerators: int = 0,
+    layout: tuple[str, ...] = (),
 ) -> list[str]:
-    """The arguments to append to the engine container's own."""
+    """The flags to append to the engine container's own arguments."""
     if is_shell_script(command, existing):
         return []
     added: list[str] = []
-    flags = MODEL_FLAG.get(engine_type)
-    if model_path and flags and not model_flag_in(engine_type, [*command, *existing]):
-        # Every rank loads the weights (headless workers too), so every pod gets the path.
-        added += [flags[0], model_path]
     if wiring.serves_http:
+        host = HOST_FLAG.get(engine_type)
+        if host and not _has(existing, (host[0],)):
+            added += list(host)
         flag = PORT_FLAG.get(engine_type)
         if flag and not _has(existing, (flag,)):
             added += [flag, str(port)]
@@ -166,9 +247,61 @@ def engine_args(
         traces = TRACES_FLAGS.get(engine_type)
         if traces_endpoint and traces and not _has(existing, (TRACES_ENDPOINT_FLAG,)):
             added += traces(traces_endpoint)
+    if (
+        wiring.kv_transfer
+        and engine_type == "vllm"
+        and not _has(existing, ("--kv-transfer-config",))
+    ):
+        added += ["--kv-transfer-config", VLLM_KV_TRANSFER_CONFIG]
     if wiring.multinode is not None:
         for spellings, values in multinode_flags(engine_type, wiring.multinode):
             if not _has(existing, spellings):
                 added += values
-        added += parallelism_flags(engine_type, wiring.multinode, existing)
+    added += parallelism_flags(engine_type, wiring.multinode, existing, accelerators, layout)
     return added
+
+
+def launch_args(
+    engine_type: str,
+    command: list[str],
+    existing: list[str],
+    *,
+    model: Model | None,
+    port: int,
+    served_name: str,
+    wiring: Wiring,
+    traces_endpoint: str = "",
+    accelerators: int = 0,
+    layout: tuple[str, ...] = (),
+) -> list[str]:
+    """The engine container's whole argument list: the user's, with the model where the
+    engine reads it and our flags after them."""
+    if is_shell_script(command, existing):
+        return list(existing)
+    front: list[str] = []
+    back: list[str] = []
+    flags = MODEL_FLAG.get(engine_type)
+    if (
+        model is not None
+        and flags
+        and not model_flag_in(engine_type, engine_argv(engine_type, command, existing))
+    ):
+        if engine_type == "vllm" and runs_vllm_serve(command):
+            front = [model.name]
+        else:
+            back = [flags[0], model.name]
+        revision = REVISION_FLAG.get(engine_type)
+        if model.revision and revision and not _has(existing, (revision,)):
+            back += [revision, model.revision]
+    added = engine_args(
+        engine_type,
+        command,
+        existing,
+        port=port,
+        served_name=served_name,
+        wiring=wiring,
+        traces_endpoint=traces_endpoint,
+        accelerators=accelerators,
+        layout=layout,
+    )
+    return [*front, *existing, *back, *added]

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
+from functions.common.adaptivepolicy import manages_traffic
 from functions.common.contracts import (
     LABEL_DEPLOYMENT,
     LABEL_SERVING,
@@ -42,6 +43,9 @@ from functions.common.naming import (
 from functions.common.reader import InputError, Spec, read
 from functions.common.redact import url_credentials
 from functions.common.served_name import engine_container_index
+
+# The reason a replica waiting for its ModelCache gives (its conditions and its 503).
+REASON_WAITING_FOR_CACHE = "WaitingForModelCache"
 
 
 class InvalidReplica(InputError):
@@ -99,6 +103,17 @@ class Member(Spec):
     devices: tuple[DeviceRequest, ...] = ()
     template: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def accelerators(self) -> int:
+        """Accelerators per pod: the requests that name no DeviceClass of their own.
+
+        The XRDs say so (`deviceClassName` unset: the pool's accelerators, the devices
+        counted in whole nodes; set: a device beside them, such as an RDMA NIC), and
+        placement counts nodes by the same rule. Only these are engine ranks: 8 GPUs and
+        16 NICs are a tensor-parallel size of 8.
+        """
+        return sum(d.count for d in self.devices if not d.device_class)
+
 
 class Engine(Spec):
     name: str
@@ -131,6 +146,8 @@ class ModelCacheMount(Spec):
     # failed) and nothing serves here; no engine pod starts (or holds a GPU) until they
     # are. Absent (a ModelReplica written before the field): not gated.
     ready: bool = True
+    # The cache's spec.size (a quantity): what the engine's startup budget is sized by.
+    size: str = ""
 
 
 class Unavailable(Spec):
@@ -191,6 +208,34 @@ class ModelReplica(Spec):
     def waiting_for_cache(self) -> bool:
         """The model's weights are not on this cluster yet: no engine pod starts."""
         return self.model_cache is not None and not self.model_cache.ready
+
+    @property
+    def routes_elsewhere(self) -> bool:
+        """The route also carries other clusters' backends (managed traffic), which may
+        serve while this cluster cannot."""
+        return manages_traffic(self.autoscaling) and any(
+            c.get("name") != self.cluster.name
+            for c in (self.autoscaling or {}).get("clusters") or []
+        )
+
+    @property
+    def answer(self) -> Unavailable | None:
+        """Why requests are answered at once with a 503 instead of being routed: the
+        model is parked or fits nowhere (compose-model-deployment says so), or its
+        weights are not on this cluster yet and no other cluster's backend is on the
+        route."""
+        if self.unavailable is not None:
+            return self.unavailable
+        if self.waiting_for_cache and not self.routes_elsewhere:
+            assert self.model_cache is not None
+            return Unavailable(
+                reason=REASON_WAITING_FOR_CACHE,
+                message=(
+                    f"the model's weights (ModelCache {self.model_cache.name}) are not on "
+                    f"cluster {self.cluster.name} yet; it starts serving once they are"
+                ),
+            )
+        return None
 
     @property
     def desired_replicas(self) -> int:

@@ -2,14 +2,31 @@
 
 Backends decide how many pods and which controller runs them; this module decides what
 is inside one pod, so every shape carries the same contracts: the four modelplane.ai
-labels, the engine container's port named `http` (and no other container's), probes
-sized for a model that takes minutes to load, a DRA claim per member pinned to the
-chosen node pool, and the user's own labels, env, args and volumes kept as written.
+labels, the engine container's port named `http` (and no other container's), the
+engine's model on every process, probes sized for the model, a memory-backed /dev/shm,
+a DRA claim per member pinned to the chosen node pool, and the user's own labels, env,
+args, probes and volumes kept as written.
+
+Two sizes are decided here:
+- The startup probe's budget. With a ModelCache the weights are on a volume of known
+  size: `STARTUP_BASE_SECONDS` for the engine's own start (CUDA graphs, compilation,
+  warm-up) plus `STARTUP_SECONDS_PER_GIB` for each GiB read (about 100 MiB/s from a
+  ReadWriteMany volume, the slow end of what such volumes give). Without one the
+  weights download at start at a speed nobody knows: 30 minutes, as before. A probe
+  the user wrote is never replaced.
+- /dev/shm. A container's default is 64 MiB, and NCCL (and vLLM's shared-memory
+  broadcast between its processes) fails or falls back far slower over that with more
+  than one GPU. Every engine pod gets a memory-backed emptyDir there of
+  `SHM_GIB_PER_ACCELERATOR` GiB per accelerator in the pod (at least one's worth): the
+  buffers grow with the local ranks, and the limit keeps a runaway writer from taking
+  the node's memory (a memory-backed volume counts against the pod's memory). A user's
+  own /dev/shm mount wins.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +40,11 @@ from functions.common.contracts import (
     PICKER_ENGINE_TYPES,
     PORT_NAME_HTTP,
 )
-from functions.common.modelcache import ENV_MODEL_PATH
+from functions.common.modelcache import ENV_MODEL_PATH, engine_argv, model_named_in
 from functions.common.modelcache import VOLUME_NAME as CACHE_VOLUME
 from functions.common.naming import dns_label, label_value
-from functions.compose_model_replica.engines import MultiNode, engine_args
+from functions.common.quantity import parse_quantity
+from functions.compose_model_replica.engines import Model, MultiNode, launch_args, layout_flags
 from functions.compose_model_replica.model import (
     Engine,
     Member,
@@ -36,10 +54,24 @@ from functions.compose_model_replica.model import (
 )
 
 # A model loads for minutes (weights download, compile, warm-up): the startup probe gives
-# it 30 minutes before the kubelet restarts it; only then do liveness checks begin.
+# it its budget (see the module docstring) before the kubelet restarts it; only then do
+# liveness checks begin.
 HEALTH_PATH = "/health"
 STARTUP_PERIOD_SECONDS = 10
-STARTUP_FAILURE_THRESHOLD = 180
+STARTUP_FAILURE_THRESHOLD = 180  # 30 minutes: the budget when the model's size is unknown
+STARTUP_BASE_SECONDS = 600
+STARTUP_SECONDS_PER_GIB = 10
+GIB = 1024**3
+# SGLang's /health generates one token and waits up to 20 s for it
+# (SGLANG_HEALTH_CHECK_TIMEOUT) before it answers 503; the kubelet's default 1 s timeout
+# would count every slow answer as a failure. vLLM's /health answers at once.
+PROBE_TIMEOUT_SECONDS = {"sglang": 30}
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"
+SHM_GIB_PER_ACCELERATOR = 2
+# vLLM's NIXL side channel (the KV handshake between prefill and decode pods) listens on
+# this address, `localhost` by default: the other pod must reach it on the pod's own.
+ENV_NIXL_SIDE_CHANNEL_HOST = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 # Readiness means "serving": the engine answers on its serving port.
 READINESS_PERIOD_SECONDS = 5
 READINESS_FAILURE_THRESHOLD = 3
@@ -102,7 +134,8 @@ class Wiring:
     """What a backend adds to one member's pods beyond the common contracts."""
 
     serves_http: bool = True  # False for multi-node workers: they do not serve requests
-    env: tuple[tuple[str, str], ...] = ()
+    # Environment entries, in order (a later one may refer to an earlier with $(NAME)).
+    env: tuple[dict, ...] = ()
     multinode: MultiNode | None = None  # set for a Leader's and its Workers' pods
     sidecars: tuple[dict, ...] = ()
     extra_labels: dict[str, str] = field(default_factory=dict)
@@ -110,14 +143,129 @@ class Wiring:
     # The label the workload controller gives every pod of one multi-node group (and
     # only that group): how a gang's pods are kept in one fabric.
     gang_label: str = ""
+    kv_transfer: bool = False  # a prefill or decode pod: the engine moves KV between pods
 
 
-def _probe(port: str | int, period: int, failures: int) -> dict:
-    return {
+def env_value(name: str, value: str) -> dict:
+    return {"name": name, "value": value}
+
+
+def env_from_field(name: str, field_path: str) -> dict:
+    """A variable the kubelet fills from the pod itself (downward API): it never depends
+    on the order of the container's other variables."""
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def env_from_label(name: str, label: str) -> dict:
+    return env_from_field(name, f"metadata.labels['{label}']")
+
+
+def _probe(port: str | int, period: int, failures: int, timeout: int | None = None) -> dict:
+    probe: dict[str, Any] = {
         "httpGet": {"path": HEALTH_PATH, "port": port},
         "periodSeconds": period,
         "failureThreshold": failures,
     }
+    if timeout is not None:
+        probe["timeoutSeconds"] = timeout
+    return probe
+
+
+def _add_probes(container: dict, engine_type: str, cache: ModelCacheMount | None) -> None:
+    """Startup, readiness and liveness on /health, each only where the user has none."""
+    timeout = PROBE_TIMEOUT_SECONDS.get(engine_type)
+    container.setdefault(
+        "startupProbe",
+        _probe(PORT_NAME_HTTP, STARTUP_PERIOD_SECONDS, startup_failure_threshold(cache), timeout),
+    )
+    container.setdefault(
+        "readinessProbe",
+        _probe(PORT_NAME_HTTP, READINESS_PERIOD_SECONDS, READINESS_FAILURE_THRESHOLD, timeout),
+    )
+    container.setdefault(
+        "livenessProbe",
+        _probe(PORT_NAME_HTTP, LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURE_THRESHOLD, timeout),
+    )
+
+
+def startup_failure_threshold(cache: ModelCacheMount | None) -> int:
+    """Startup probe failures allowed (each `STARTUP_PERIOD_SECONDS` apart): the
+    budget the model's weights need (see the module docstring)."""
+    if cache is None or not cache.size:
+        return STARTUP_FAILURE_THRESHOLD
+    try:
+        gib = math.ceil(parse_quantity(cache.size) / GIB)
+    except ValueError:
+        return STARTUP_FAILURE_THRESHOLD
+    seconds = STARTUP_BASE_SECONDS + max(0, gib) * STARTUP_SECONDS_PER_GIB
+    return math.ceil(seconds / STARTUP_PERIOD_SECONDS)
+
+
+def shm_size_limit(accelerators: int) -> str:
+    return f"{SHM_GIB_PER_ACCELERATOR * max(1, accelerators)}Gi"
+
+
+def _mount_shm(spec: dict, container: dict, accelerators: int) -> None:
+    """A memory-backed /dev/shm for the engine, unless the user mounts one."""
+    if any(m.get("mountPath") == SHM_PATH for m in container.get("volumeMounts") or []):
+        return
+    if any(v.get("name") == SHM_VOLUME for v in spec.get("volumes") or []):
+        return
+    container["volumeMounts"] = [
+        *(container.get("volumeMounts") or []),
+        {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+    ]
+    spec["volumes"] = [
+        *(spec.get("volumes") or []),
+        {
+            "name": SHM_VOLUME,
+            "emptyDir": {"medium": "Memory", "sizeLimit": shm_size_limit(accelerators)},
+        },
+    ]
+
+
+def source_model(replica: ModelReplica) -> Model:
+    """The deployment's source as an engine loads it: a Hugging Face repository by its
+    id (with the revision), any other URI as written (vLLM streams `s3://`/`gs://`)."""
+    uri = replica.source.uri
+    if uri.startswith("hf://"):
+        return Model(uri.removeprefix("hf://"), replica.source.revision)
+    return Model(uri, replica.source.revision)
+
+
+def _member_argv(member: Member) -> tuple[list[str], list[str]]:
+    """The engine container's command and args as the user wrote them."""
+    containers = (member.template.get("spec") or {}).get("containers") or []
+    if not containers:
+        return [], []
+    container = containers[engine_container_index(containers)]
+    return (
+        [str(a) for a in container.get("command") or []],
+        [str(a) for a in container.get("args") or []],
+    )
+
+
+def engine_layout(engine: Engine) -> tuple[str, ...]:
+    """The parallel layout a member of the engine spells out (the first that does), for
+    the members that spell out none: ranks that disagree on it do not start."""
+    for member in engine.members:
+        found = layout_flags(engine.type, _member_argv(member)[1])
+        if found:
+            return tuple(found)
+    return ()
+
+
+def engine_model(replica: ModelReplica, engine: Engine) -> Model:
+    """What every process of an engine loads, so every rank agrees: the model a member's
+    template names (the user's flag wins on every member, not only its own), else the
+    ModelCache's mount, else the deployment's source."""
+    for member in engine.members:
+        named = model_named_in(engine.type, engine_argv(engine.type, *_member_argv(member)))
+        if named:
+            return Model(named)
+    if replica.model_cache is not None:
+        return Model(replica.model_cache.mount_path)
+    return source_model(replica)
 
 
 def _merge_env(existing: list[dict], added: list[dict]) -> list[dict]:
@@ -153,20 +301,25 @@ def pod_template(
     for i, container in enumerate(containers):
         if i != engine_index:
             continue
-        container["env"] = _merge_env(container.get("env") or [], _engine_env(replica, wiring))
-        args = list(container.get("args") or [])
-        command = list(container.get("command") or [])
-        args += engine_args(
+        container["env"] = _merge_env(
+            container.get("env") or [], _engine_env(replica, engine, wiring)
+        )
+        args = [str(a) for a in container.get("args") or []]
+        command = [str(a) for a in container.get("command") or []]
+        args = launch_args(
             engine.type,
             command,
             args,
+            model=engine_model(replica, engine),
             port=port,
             served_name=replica.deployment,
             wiring=wiring,
-            model_path=replica.model_cache.mount_path if replica.model_cache else "",
             traces_endpoint=replica.cluster.traces_endpoint,
+            accelerators=member.accelerators,
+            layout=engine_layout(engine) if wiring.multinode is not None else (),
         )
         _mount_cache(container, replica.model_cache)
+        _mount_shm(spec, container, member.accelerators)
         if args:
             container["args"] = args
         if wiring.serves_http:
@@ -175,18 +328,7 @@ def pod_template(
                 {"name": PORT_NAME_HTTP, "containerPort": port, "protocol": "TCP"},
                 *ports,
             ]
-            container.setdefault(
-                "startupProbe",
-                _probe(PORT_NAME_HTTP, STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD),
-            )
-            container.setdefault(
-                "readinessProbe",
-                _probe(PORT_NAME_HTTP, READINESS_PERIOD_SECONDS, READINESS_FAILURE_THRESHOLD),
-            )
-            container.setdefault(
-                "livenessProbe",
-                _probe(PORT_NAME_HTTP, LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURE_THRESHOLD),
-            )
+            _add_probes(container, engine.type, replica.model_cache)
         if member.devices:
             resources = container.setdefault("resources", {})
             claims = [c for c in resources.get("claims") or [] if c.get("name") != claim]
@@ -277,7 +419,7 @@ def _mount_cache(container: dict, cache: ModelCacheMount | None) -> None:
     ]
 
 
-def _engine_env(replica: ModelReplica, wiring: Wiring) -> list[dict]:
+def _engine_env(replica: ModelReplica, engine: Engine, wiring: Wiring) -> list[dict]:
     env: list[dict] = [{"name": ENV_MODEL_URI, "value": replica.source.uri}]
     if replica.source.revision:
         env.append({"name": ENV_MODEL_REVISION, "value": replica.source.revision})
@@ -292,5 +434,7 @@ def _engine_env(replica: ModelReplica, wiring: Wiring) -> list[dict]:
         )
     if replica.model_cache is not None:
         env.append({"name": ENV_MODEL_PATH, "value": replica.model_cache.mount_path})
-    env += [{"name": name, "value": value} for name, value in wiring.env]
+    if wiring.kv_transfer and engine.type == "vllm":
+        env.append(env_from_field(ENV_NIXL_SIDE_CHANNEL_HOST, "status.podIP"))
+    env += [dict(e) for e in wiring.env]
     return env

@@ -25,11 +25,12 @@ equal shares, within the bounds): exactly what the hub assumes on its first step
 the routes and the hub's memory agree before it ever writes, and a shadow hub leaves
 the declared split in place.
 
-A parked or unplaceable model has no pods. Rather than let the Gateway return "no
-healthy upstream" (which clients retry forever), the route drops its backends and
-applies an Envoy Gateway HTTPRouteFilter whose direct response is a 503 with a JSON
-body saying why: the message compose-model-deployment wrote, JSON-encoded here, so no
-text a user controls can break out of the body.
+A parked or unplaceable model has no pods, and neither has a model whose ModelCache is
+not Ready on this cluster yet. Rather than let the Gateway return "no healthy upstream"
+(which clients retry forever), the route drops its backends and applies an Envoy
+Gateway HTTPRouteFilter whose direct response is a 503 with a JSON body saying why: the
+message compose-model-deployment wrote (or that the weights are not here yet),
+JSON-encoded here, so no text a user controls can break out of the body.
 """
 
 from __future__ import annotations
@@ -350,15 +351,16 @@ def unavailable_filter_name(replica: ModelReplica) -> str:
 
 
 def unavailable_body(replica: ModelReplica) -> str:
-    assert replica.unavailable is not None
+    answer = replica.answer
+    assert answer is not None
     return json.dumps(
         {
             "error": {
                 "code": UNAVAILABLE_STATUS,
                 "type": "model_unavailable",
-                "reason": replica.unavailable.reason,
+                "reason": answer.reason,
                 "model": replica.deployment,
-                "message": replica.unavailable.message,
+                "message": answer.message,
             }
         },
         sort_keys=True,
@@ -462,7 +464,7 @@ def route(replica: ModelReplica) -> dict:
                 "port": ACTIVATOR_PORT,
             }
         ]
-    elif replica.unavailable is not None:
+    elif replica.answer is not None:
         rule["filters"] = [
             {
                 "type": "ExtensionRef",

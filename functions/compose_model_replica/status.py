@@ -15,7 +15,7 @@ from functions.common import conditions
 from functions.common.conditions import Condition
 from functions.common.health import HealthRecord
 from functions.compose_model_replica.backends.base import Workload
-from functions.compose_model_replica.model import ModelReplica
+from functions.compose_model_replica.model import REASON_WAITING_FOR_CACHE, ModelReplica
 
 REASON_AVAILABLE = "Available"
 REASON_CREATING = "Creating"
@@ -23,7 +23,6 @@ REASON_PROGRESSING = "Progressing"
 REASON_START_FAILING = "StartFailing"
 REASON_SERVING = "Serving"
 REASON_NO_READY_REPLICAS = "NoReadyReplicas"
-REASON_WAITING_FOR_CACHE = "WaitingForModelCache"
 
 
 @dataclass(frozen=True)
@@ -144,12 +143,14 @@ def observe(
             f"{ready} of {desired} replicas ready {where}; models take minutes to load",
         )
 
-    if replica.unavailable is not None:
+    # An on-demand model's route leads to the activator instead (compose.py).
+    answer = replica.unavailable or (None if replica.activator else replica.answer)
+    if answer is not None:
         serving = Condition(
             conditions.SERVING,
             "False",
-            replica.unavailable.reason,
-            f"requests are answered at once with 503: {replica.unavailable.message}",
+            answer.reason,
+            f"requests are answered at once with 503: {answer.message}",
         )
     elif ready > 0:
         serving = Condition(

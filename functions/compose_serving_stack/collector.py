@@ -85,10 +85,10 @@ same gateway exporter:
   nothing here renames or merges them.
 - `traces` and `logs` (when the destination carries them: OTLP does, Prometheus remote
   write does not): the `otlp` receiver takes what engines send (vLLM's
-  `--otlp-traces-endpoint`, SGLang's `--enable-trace`), `k8s_attributes` finds the
-  sending pod (by the `k8s.pod.uid` the engine's resource names, else by the connection's
-  address) and lifts the same model labels as for metrics, and `resource/cluster` names
-  the cluster.
+  `--otlp-traces-endpoint`; SGLang's `--enable-trace` where the user adds it),
+  `k8s_attributes` finds the sending pod (by the `k8s.pod.uid` the engine's resource
+  names, else by the connection's address) and lifts the same model labels as for
+  metrics, and `resource/cluster` names the cluster.
 
 The node tier (render_node_collector_config) adds engine container logs: `filelog` tails
 the kubelet's pod log files, the `container` operator parses the runtime's line format

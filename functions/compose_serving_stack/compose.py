@@ -46,6 +46,7 @@ from functions.compose_serving_stack import (
     access,
     collector,
     collector_objects,
+    device_classes,
     runtime_hosting,
     substrate,
 )
@@ -84,6 +85,8 @@ class Cluster:
     fabric_labels: tuple[FabricLabel, ...] = ()
     # The priced pools, for the agent's cost series.
     pool_prices: tuple[PoolPrice, ...] = ()
+    # The DeviceClasses the pools' devices are claimed by, read back from the member.
+    device_classes: tuple[str, ...] = ()
 
 
 # --- What the stack reads of an InferenceCluster (functions/common/reader.py) ------------
@@ -206,6 +209,7 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
         kubeconfig=spec.kubeconfig,
         fabric_labels=fabric_labels_of_pools([p for p in spec.node_pools if isinstance(p, dict)]),
         pool_prices=pool_prices_of_pools([p for p in spec.node_pools if isinstance(p, dict)]),
+        device_classes=device_classes.needed(spec.node_pools),
     )
 
 
@@ -317,8 +321,10 @@ def plan(
         pool_prices=cluster.pool_prices,
     )
     # Provider configs report no readiness of their own; they are not part of the
-    # stack's (the Objects sent through them are).
+    # stack's (the Objects sent through them are). Nor do the DeviceClass observers: a
+    # missing class is reported, not waited for.
     reach = access.provider_configs(cluster.name, cluster.kubeconfig) if cluster.kubeconfig else []
+    reach += device_classes.observers(cluster.target, cluster.device_classes)
     unmapped_types = tuple(sorted(set(unmapped)))
     in_use = mappings.in_use
     mapped = {m.engine for m in in_use}

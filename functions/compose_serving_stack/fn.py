@@ -6,7 +6,7 @@ a changed stack), ask for the MetricMappings, the TelemetryDestinations, the oth
 InferenceClusters (peers) and this cluster's ModelReplicas (engine types), wait while
 any is not fetched yet, plan with pure code (compose.py, destination.py), write the
 desired resources, then status, conditions and events from what is observed
-(status.py).
+(status.py; whether the member has each DeviceClass the pools name, device_classes.py).
 """
 
 from __future__ import annotations
@@ -128,10 +128,18 @@ class FunctionRunner(GuardedRunner):
             keep_observed(rsp, observed, replaced={c.key for c in decided.composed})
 
         # 4. Status, conditions and events.
-        resource.update(
-            rsp.desired.composite, {"status": status.cluster_status(decided.telemetry, observed)}
-        )
+        cluster_status = status.cluster_status(decided.telemetry, observed, cluster.device_classes)
+        resource.update(rsp.desired.composite, {"status": cluster_status})
         set_conditions(rsp, *status.derive_conditions(name, cluster, decided, mappings, observed))
-        emit(rsp, *status.events(cluster.name, mappings, decided.telemetry))
+        emit(
+            rsp,
+            *status.events(
+                name,
+                cluster.name,
+                mappings,
+                decided.telemetry,
+                cluster_status.get("deviceClasses") or [],
+            ),
+        )
         self.log.info("composed", composite=name, resources=len(decided.composed))
         return rsp

@@ -1,6 +1,7 @@
 """What an operator reads on an InferenceCluster: `status.telemetry`, `status.gateway`,
-and the StackReady / CollectorReady / MappingsAccepted conditions, all derived from
-typed inputs and the observed composed resources, never from the wall clock.
+`status.deviceClasses`, and the StackReady / CollectorReady / MappingsAccepted
+conditions, all derived from typed inputs and the observed composed resources, never
+from the wall clock.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from functions.common.metricmapping import (
     RefusedMapping,
     ResolvedMappings,
 )
-from functions.compose_serving_stack import collector_objects, runtime_hosting, substrate
+from functions.compose_serving_stack import (
+    collector_objects,
+    device_classes,
+    runtime_hosting,
+    substrate,
+)
 
 if TYPE_CHECKING:  # compose.py builds its Plan from this module's Telemetry
     from functions.compose_serving_stack.compose import Cluster, Plan
@@ -199,9 +205,16 @@ def mappings_condition(
     )
 
 
-def cluster_status(telemetry: Telemetry, observed: Mapping[str, Mapping[str, Any]]) -> dict:
-    """status: telemetry, the member Gateway's address and the inventory record."""
+def cluster_status(
+    telemetry: Telemetry,
+    observed: Mapping[str, Mapping[str, Any]],
+    needed_classes: Sequence[str] = (),
+) -> dict:
+    """status: telemetry, the member Gateway's address, the inventory record and the
+    DeviceClasses the pools need (whether the member has each)."""
     status: dict = {"telemetry": telemetry.to_status()}
+    if needed_classes:
+        status["deviceClasses"] = device_classes.report(needed_classes, observed)
     gateway = gateway_address(observed.get(substrate.GATEWAY_KEY))
     if gateway:
         status["gateway"] = {"address": gateway}
@@ -268,9 +281,26 @@ def derive_conditions(
     ]
 
 
-def events(cluster: str, mappings: ResolvedMappings, telemetry: Telemetry) -> list[Event]:
-    """Each refused mapping (a warning), and the engine types passing through unmapped."""
+def events(
+    composite: str,
+    cluster: str,
+    mappings: ResolvedMappings,
+    telemetry: Telemetry,
+    reported_classes: Iterable[Mapping[str, str]] = (),
+) -> list[Event]:
+    """Each DeviceClass the member lacks and each refused mapping (warnings), and the
+    engine types passing through unmapped; `composite` is the XR as messages name it."""
     found = [
+        Event(
+            True,
+            f"{composite}: DeviceClass {missing_class} (a node pool's devices.driver or "
+            "additionalDevices driver) does not exist on the cluster: no model is placed "
+            "in a pool that would claim it (its pods would stay pending); install the "
+            "DRA driver's DeviceClass or correct the driver",
+        )
+        for missing_class in device_classes.missing(reported_classes)
+    ]
+    found += [
         Event(True, f"{refused.message}: left out of the collector on {cluster}")
         for refused in mappings.refused
     ]

@@ -11,11 +11,15 @@ when there is none) then `args`, with `$(VAR)` expanded by the kubelet's rules a
 container's environment as it stands after the workload controller mutated the pod:
 LeaderWorkerSet v0.8.0 puts `LWS_*` first (pkg/utils/pod/pod_utils.go), Grove appends its
 `GROVE_*` after the template's (../shared/TOOLS.md). An env value may refer only to
-variables before it; a reference to anything else stays literal text.
+variables before it; a reference to anything else stays literal text. Each controller
+also labels its pods (LWS: the group and worker index; Grove: the PodCliqueSet replica
+index), and a downward-API variable reads those labels as the kubelet does (a label the
+pod lacks reads as empty).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,19 +112,25 @@ def _references(text: str) -> list[str]:
     return refs
 
 
-def resolve_env(env: list[dict], pod_name: str, namespace: str) -> dict[str, str]:
-    """The container's environment as the kubelet builds it, in list order."""
+def resolve_env(
+    env: list[dict], pod_name: str, namespace: str, labels: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The container's environment as the kubelet builds it, in list order; `labels`:
+    the pod's, as its controller made it."""
     resolved: dict[str, str] = {}
     for entry in env:
         name = entry["name"]
         if "valueFrom" in entry:
-            resolved[name] = _value_from(entry["valueFrom"], pod_name, namespace)
+            resolved[name] = _value_from(entry["valueFrom"], pod_name, namespace, labels or {})
         else:
             resolved[name] = expand(str(entry.get("value", "")), resolved.get)
     return resolved
 
 
-def _value_from(source: dict, pod_name: str, namespace: str) -> str:
+_LABEL_PATH = re.compile(r"^metadata\.labels\['(?P<key>.*)'\]$")
+
+
+def _value_from(source: dict, pod_name: str, namespace: str, labels: dict[str, str]) -> str:
     field_path = (source.get("fieldRef") or {}).get("fieldPath", "")
     by_field = {
         "metadata.name": pod_name,
@@ -128,6 +138,8 @@ def _value_from(source: dict, pod_name: str, namespace: str) -> str:
         "status.podIP": POD_IP,
         "status.podIPs": POD_IP,
     }
+    if label := _LABEL_PATH.match(field_path):
+        return labels.get(label["key"], "")
     if field_path:
         return by_field.get(field_path, f"<{field_path}>")
     for kind in ("secretKeyRef", "configMapKeyRef"):
@@ -141,12 +153,18 @@ def _value_from(source: dict, pod_name: str, namespace: str) -> str:
 
 @dataclass(frozen=True)
 class PodSpot:
-    """One pod of a workload: its template, name, and the env its controller adds."""
+    """One pod of a workload: its template, name, and the env and labels its controller
+    adds."""
 
     template: dict
     pod_name: str
     before: tuple[dict, ...] = ()  # put ahead of the template's env (LeaderWorkerSet)
     after: tuple[dict, ...] = ()  # appended after it (Grove)
+    labels: tuple[tuple[str, str], ...] = ()  # beside the template's
+
+    @property
+    def pod_labels(self) -> dict[str, str]:
+        return {**(self.template.get("metadata", {}).get("labels") or {}), **dict(self.labels)}
 
 
 def _env(**values: str) -> tuple[dict, ...]:
@@ -171,9 +189,25 @@ def pods_of(manifest: dict) -> list[PodSpot]:
                 LWS_WORKER_INDEX=str(index),
             )
 
-        spots = [PodSpot(lwt.get("leaderTemplate") or lwt["workerTemplate"], f"{name}-0", lws(0))]
+        def lws_labels(index: int) -> tuple[tuple[str, str], ...]:
+            # api/leaderworkerset/v1: GroupIndexLabelKey, WorkerIndexLabelKey.
+            return (
+                ("leaderworkerset.sigs.k8s.io/group-index", "0"),
+                ("leaderworkerset.sigs.k8s.io/worker-index", str(index)),
+            )
+
+        spots = [
+            PodSpot(
+                lwt.get("leaderTemplate") or lwt["workerTemplate"],
+                f"{name}-0",
+                lws(0),
+                labels=lws_labels(0),
+            )
+        ]
         if int(size) > 1:
-            spots.append(PodSpot(lwt["workerTemplate"], f"{name}-0-1", lws(1)))
+            spots.append(
+                PodSpot(lwt["workerTemplate"], f"{name}-0-1", lws(1), labels=lws_labels(1))
+            )
         return spots
     if kind == "PodCliqueSet":
         groups = {
@@ -202,7 +236,14 @@ def pods_of(manifest: dict) -> list[PodSpot]:
                     "GROVE_PCSG_INDEX": "0",
                     "GROVE_PCSG_TEMPLATE_NUM_PODS": str(len(groups)),
                 }
-            spots.append(PodSpot(template, f"{owner}-{clique['name']}-0", after=_env(**grove)))
+            spots.append(
+                PodSpot(
+                    template,
+                    f"{owner}-{clique['name']}-0",
+                    after=_env(**grove),
+                    labels=(("grove.io/podcliqueset-replica-index", "0"),),
+                )
+            )
         return spots
     return []
 
@@ -290,7 +331,7 @@ def engine_containers() -> list[EngineContainer]:
                 containers = spot.template["spec"]["containers"]
                 container = containers[engine_container_index(containers)]
                 env_list = [*spot.before, *(container.get("env") or []), *spot.after]
-                env = resolve_env(env_list, spot.pod_name, namespace)
+                env = resolve_env(env_list, spot.pod_name, namespace, spot.pod_labels)
                 argv, left = launch_argv(container, env)
                 role = labels[LABEL_ROLE]
                 seen_roles[role] = seen_roles.get(role, 0) + 1

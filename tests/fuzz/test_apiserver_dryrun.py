@@ -28,7 +28,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kubernetes import client, dynamic
 
+from functions.compose_model_deployment import cache_fn
 from functions.compose_model_deployment import fn as deployment_fn
+from functions.compose_model_deployment import main as deployment_main
 from functions.compose_model_replica import fn as replica_fn
 from functions.compose_serving_stack import fn as stack_fn
 from tests.conftest import require_tool
@@ -305,14 +307,21 @@ def test_model_cache_composes_a_volume_and_job_the_api_server_accepts(
     xr["metadata"].update(name=name, namespace=namespace)
     xr["spec"]["source"] = source
     xr["spec"].pop("clusterSelector")  # every cluster
+    # A cache is staged only where a deployment that references it could be placed: one
+    # that fits a pool on every cluster.
+    referencing = yaml.safe_load(yaml.safe_dump(DEPLOYMENT))
+    referencing["metadata"]["namespace"] = namespace
+    referencing["spec"]["modelCacheRef"] = {"name": name}
+    referencing["spec"]["template"]["spec"].pop("clusterSelector")
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(xr)
-    req.required_resources[deployment_fn.REQUIRED_CLUSTERS].SetInParent()
+    req.required_resources[cache_fn.REQUIRED_CLUSTERS].SetInParent()
     for base, cluster in zip(CLUSTERS, cluster_names, strict=False):
         body = yaml.safe_load(yaml.safe_dump(base))
         body["metadata"]["name"] = cluster
-        req.required_resources[deployment_fn.REQUIRED_CLUSTERS].items.add().resource.update(body)
-    bodies = _composed(_run(deployment_fn.FunctionRunner(), req))
+        req.required_resources[cache_fn.REQUIRED_CLUSTERS].items.add().resource.update(body)
+    req.required_resources[cache_fn.REQUIRED_DEPLOYMENTS].items.add().resource.update(referencing)
+    bodies = _composed(_run(deployment_main.runner(), req))
     kinds = {b["kind"] for b in bodies}
     assert {"PersistentVolumeClaim", "Job", "Object"} <= kinds, kinds
     _accepted(apiserver, bodies)

@@ -271,12 +271,23 @@ def test_model_deployment_answers_a_broken_deployment(data):
 CACHE = _load(EXAMPLES / "modelcaches" / "llama-3-3-70b.yaml")
 
 
+def _referencing(cache: dict) -> dict:
+    """The example deployment, referencing the cache: it is staged only where one could
+    be placed."""
+    deployment = copy.deepcopy(DEPLOYMENT)
+    deployment["metadata"]["namespace"] = cache["metadata"]["namespace"]
+    deployment["spec"]["modelCacheRef"] = {"name": cache["metadata"]["name"]}
+    return deployment
+
+
 def _cache_request(xr: dict) -> fnv1.RunFunctionRequest:
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(xr)
     req.required_resources[cache_fn.REQUIRED_CLUSTERS].SetInParent()
     for item in CLUSTERS:
         req.required_resources[cache_fn.REQUIRED_CLUSTERS].items.add().resource.update(item)
+    referencing = req.required_resources[cache_fn.REQUIRED_DEPLOYMENTS]
+    referencing.items.add().resource.update(_referencing(CACHE))
     return req
 
 

@@ -1,8 +1,10 @@
 """A ModelCache under the real `crossplane render`, through compose-model-deployment.
 
-Each scenario under testdata/model_cache/<name>/ is a ModelCache (`xr.yaml`) and what
-it composed before as the member clusters returned it (`observed.yaml`), rendered
-against the fleet of the deployment scenarios (testdata/model_deployment/clusters.yaml).
+Each scenario under testdata/model_cache/<name>/ is a ModelCache (`xr.yaml`), what it
+composed before as the member clusters returned it (`observed.yaml`) and the
+ModelDeployments in its namespace (`deployments.yaml`: it is staged only where one that
+references it could be placed), rendered against the fleet of the deployment scenarios
+(testdata/model_deployment/clusters.yaml).
 The whole output is compared with `expected.yaml`; regenerate after an intended change
 with
 
@@ -12,6 +14,7 @@ and read the diff before committing it.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -28,12 +31,18 @@ UPDATE = os.environ.get("UPDATE_GOLDEN", "") == "1"
 def _render(function_servers, name: str):
     scenario = TESTDATA / name
     observed = scenario / "observed.yaml"
-    result = render.render(
-        function_servers,
-        scenario / "xr.yaml",
-        required=CLUSTERS,
-        observed=observed if observed.exists() else None,
-    )
+    parts = [CLUSTERS.read_text()]
+    if (scenario / "deployments.yaml").exists():
+        parts.append((scenario / "deployments.yaml").read_text())
+    with tempfile.TemporaryDirectory() as workdir:
+        required = Path(workdir) / "required.yaml"
+        required.write_text("\n---\n".join(parts))
+        result = render.render(
+            function_servers,
+            scenario / "xr.yaml",
+            required=required,
+            observed=observed if observed.exists() else None,
+        )
     assert result.returncode == 0, result.stderr
     documents = result.documents
     golden = scenario / "expected.yaml"
@@ -106,3 +115,27 @@ def test_a_cache_on_two_clusters_reports_one_ready_and_one_failed_with_why(funct
                 d["spec"]["providerConfigRef"]["name"]
                 == d["metadata"]["labels"][contracts.LABEL_CLUSTER]
             )
+
+
+def test_a_cache_is_not_staged_where_no_deployment_that_references_it_can_run(function_servers):
+    documents = _render(function_servers, "staged-where-placeable")
+    composite = documents[0]
+    status = composite["status"]
+    # Its selector picks eu-west-1 too, but the one deployment that references it asks
+    # for an H100, which eu-west-1 does not have.
+    assert [c["cluster"] for c in status["clusters"]] == ["us-east-1"]
+    assert sorted(_manifests(documents, "Job")) == ["us-east-1"]
+    assert sorted(_manifests(documents, "PersistentVolumeClaim")) == ["us-east-1"]
+    cache_ready = next(c for c in status["conditions"] if c["type"] == "CacheReady")
+    assert cache_ready["status"] == "True"
+    assert (
+        "not staged on eu-west-1: no ModelDeployment that references this cache"
+        in (cache_ready["message"])
+    )
+    # What was staged there before is removed, and said so.
+    normals = [
+        d["message"]
+        for d in documents
+        if d.get("kind") == "Result" and d["severity"] == "SEVERITY_NORMAL"
+    ]
+    assert any("removing" in m and "eu-west-1" in m for m in normals), normals

@@ -32,6 +32,8 @@ TESTDATA = Path(__file__).parent / "testdata" / "model_deployment"
 UPDATE = os.environ.get("UPDATE_GOLDEN", "") == "1"
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 _RENDER_CONDITION_TIME = "2024-01-01T00:00:00Z"
+# The clusters in clusters.yaml the production selector picks (resource keys).
+SELECTED = ["modelreplica-eu-west-1", "modelreplica-us-east-1"]
 
 
 def _inputs(scenario: Path, workdir: Path) -> tuple[Path, Path, Path | None, set[str]]:
@@ -154,7 +156,12 @@ def test_replicas_on_a_cluster_that_went_away_move(function_servers, tmp_path):
 
 def test_five_start_failures_park_the_model_and_free_its_gpus(function_servers, tmp_path):
     composite, replicas, results, conds = _parts(_render(function_servers, "parked", tmp_path))
-    assert sorted(replicas) == ["modelreplica-eu-west-1", "modelreplica-us-east-1"]
+    # Every selected cluster's gateway answers why, not only where it ran.
+    assert sorted(replicas) == [
+        "modelreplica-dev-1",
+        "modelreplica-eu-west-1",
+        "modelreplica-us-east-1",
+    ]
     for r in replicas.values():
         assert r["spec"]["replicas"] == 0
         assert r["spec"]["unavailable"]["reason"] == "Parked"
@@ -201,10 +208,12 @@ def test_an_unplaceable_model_says_what_was_missing_where(function_servers, tmp_
     assert [r["message"] for r in results if r["severity"] == "SEVERITY_WARNING"] == [
         f"ModelDeployment ml-team/deepseek-v3: 1 replicas fit nowhere: {reason}"
     ]
-    # One ModelReplica at 0 replicas lets a request be answered with why.
-    (only,) = replicas.values()
-    assert only["spec"]["replicas"] == 0
-    assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
+    # A ModelReplica at 0 replicas on every selected cluster lets a request be answered
+    # with why, whichever cluster's gateway it reaches.
+    assert sorted(replicas) == SELECTED
+    for replica in replicas.values():
+        assert replica["spec"]["replicas"] == 0
+        assert replica["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
 
 
 def test_an_idle_on_demand_model_runs_nothing_and_routes_to_the_activator(
@@ -267,9 +276,11 @@ def test_an_on_demand_model_that_fits_nowhere_is_answered_afresh_with_why(
     assert status["unplaceable"]["since"] == "<now>"
     assert status["desiredReplicas"] == 1  # asked for and fits nowhere: short, not satisfied
     assert conds[conditions.REPLICAS_READY]["status"] == "False"
-    (only,) = replicas.values()
-    assert only["spec"]["replicas"] == 0
-    assert only["spec"]["activator"] is True
+    # Every selected cluster's route leads to its member's activator.
+    assert sorted(replicas) == SELECTED
+    for replica in replicas.values():
+        assert replica["spec"]["replicas"] == 0
+        assert replica["spec"]["activator"] is True
 
 
 def test_a_model_no_pool_matches_is_not_ready_and_still_answers_why(function_servers, tmp_path):
@@ -282,9 +293,10 @@ def test_a_model_no_pool_matches_is_not_ready_and_still_answers_why(function_ser
         '\'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"\''
     ), reason
     assert conds["Ready"]["status"] == "False"
-    (only,) = replicas.values()
-    assert only["spec"]["replicas"] == 0
-    assert only["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
+    assert replicas
+    for replica in replicas.values():
+        assert replica["spec"]["replicas"] == 0
+        assert replica["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
 
 
 def test_a_pool_with_gpus_and_nics_places_a_model_that_needs_both(function_servers, tmp_path):
@@ -382,6 +394,7 @@ def test_a_cached_model_goes_where_its_cache_is_ready_and_never_outside_it(
             "claimName": "modelcache-qwen3-8b-weights",
             "mountPath": "/models/qwen3-8b-weights",
             "ready": True,
+            "size": "20Gi",  # the engine's startup budget is sized by it
         }
 
 
@@ -413,7 +426,8 @@ def test_replicas_placed_where_the_cache_still_downloads_wait_for_it(function_se
 
 
 def test_a_missing_model_cache_places_nothing_and_names_the_field(function_servers):
-    # Its weights exist nowhere: nothing is placed, and the status and a warning say why.
+    # Its weights exist nowhere: nothing runs, every selected cluster answers why, and the
+    # status and a warning say so.
     result = render.render(
         function_servers,
         TESTDATA / "cache-prefers-ready" / "xr.yaml",
@@ -421,7 +435,14 @@ def test_a_missing_model_cache_places_nothing_and_names_the_field(function_serve
     )
     assert result.returncode == 0, result.stderr
     composite = result.documents[0]
-    assert [d for d in result.documents if d["kind"] == contracts.KIND_MODEL_REPLICA] == []
+    answering = [d for d in result.documents if d["kind"] == contracts.KIND_MODEL_REPLICA]
+    assert sorted(r["spec"]["cluster"]["name"] for r in answering) == [
+        "dev-1",
+        "eu-west-1",
+        "us-east-1",
+    ]
+    assert all(r["spec"]["replicas"] == 0 for r in answering)
+    assert all("does not exist" in r["spec"]["unavailable"]["message"] for r in answering)
     status = composite["status"]
     assert status["unplaceable"]["replicas"] == 3
     assert (
@@ -462,3 +483,31 @@ def test_managed_traffic_names_a_backend_per_cluster_and_weights_the_models_rout
         {"name": "qwen-public", "namespace": "edge"},
     ]
     assert policies[0]["traffic"]["stepPercent"] == 20
+
+
+def test_a_device_class_missing_on_every_cluster_is_the_unplaceable_reason(
+    function_servers, tmp_path
+):
+    # compose-serving-stack reports gpu.nvidia.com Missing on both production clusters:
+    # a claim on it would stay pending, so nothing runs, every selected cluster answers
+    # why, and the reason names the class and the clusters.
+    clusters = list(yaml.safe_load_all((TESTDATA / "clusters.yaml").read_text()))
+    for cluster in clusters:
+        if cluster["metadata"]["name"] in ("us-east-1", "eu-west-1"):
+            cluster.setdefault("status", {})["deviceClasses"] = [
+                {"name": "gpu.nvidia.com", "state": "Missing"}
+            ]
+    required = tmp_path / "clusters.yaml"
+    required.write_text(yaml.safe_dump_all(clusters))
+    result = render.render(
+        function_servers, TESTDATA / "first-placement" / "xr.yaml", required=required
+    )
+    assert result.returncode == 0, result.stderr
+    composite, replicas, _results, _conds = _parts(result.documents)
+    reason = composite["status"]["unplaceable"]["reason"]
+    assert "DeviceClass gpu.nvidia.com on eu-west-1" in reason
+    assert "DeviceClass gpu.nvidia.com on us-east-1" in reason
+    assert sorted(replicas) == SELECTED
+    for replica in replicas.values():
+        assert replica["spec"]["replicas"] == 0
+        assert replica["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}

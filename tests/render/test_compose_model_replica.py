@@ -195,7 +195,11 @@ def _rendered_launch(function_servers, shape: str) -> dict[str, dict]:
     launched = {}
     for name, pod in pods.items():
         engine = pod["containers"][0]
-        env = {e["name"]: e["value"] for e in engine["env"] if e["name"] in MULTINODE_ENV}
+        env = {
+            e["name"]: e.get("value", e.get("valueFrom"))
+            for e in engine["env"]
+            if e["name"] in MULTINODE_ENV
+        }
         launched[name] = {"env": env, "args": engine["args"]}
     return {"kind": workload["kind"], "pods": launched}
 
@@ -257,9 +261,9 @@ def test_engine_pods_mount_the_model_cache_read_only_on_both_stacks(function_ser
                 "mountPath": "/models/deepseek-v3-weights",
                 "readOnly": True,
             }
-            # The engine's model path is the cache, as a flag and for a script.
-            args = engine["args"]
-            assert args[args.index("--model") + 1] == "/models/deepseek-v3-weights"
+            # The engine's model is the cache (positionally, first: `vllm serve MODEL`),
+            # and a script finds it in the environment.
+            assert engine["args"][0] == "/models/deepseek-v3-weights"
             env = {e["name"]: e.get("value") for e in engine["env"]}
             assert env["MODELPLANE_MODEL_PATH"] == "/models/deepseek-v3-weights"
         launched[shape] = [p["containers"][0]["args"] for p in pods]

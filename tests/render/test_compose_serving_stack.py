@@ -512,3 +512,49 @@ def test_a_cluster_from_a_kubeconfig_is_reached_through_provider_configs_it_comp
         (c["spec"]["providerConfigRef"]["kind"], c["spec"]["providerConfigRef"]["name"])
         for c in others
     } == {("ClusterProviderConfig", "ap-south-1")}
+
+
+def test_a_device_class_the_member_lacks_is_reported_and_warned(function_servers, tmp_path):
+    """The member answered for gpu.nvidia.com and has no dra.net: the status says which,
+    a warning says what it means, and neither gates the cluster's readiness."""
+    from functions.compose_serving_stack import device_classes  # noqa: PLC0415
+
+    first = _render(function_servers, tmp_path, "without-destination")
+    composed = _composed(first)
+    present = composed[device_classes.key("gpu.nvidia.com")]
+    missing = composed[device_classes.key("dra.net")]
+    assert present["spec"]["managementPolicies"] == ["Observe"]
+    present["status"] = {"atProvider": {"manifest": _manifest(present)}}
+    missing["status"] = {
+        "conditions": [
+            {
+                "type": "Synced",
+                "status": "False",
+                "reason": "ReconcileError",
+                "message": "cannot observe external resource: external resource does not exist",
+            }
+        ]
+    }
+    observed = tmp_path / "observed.yaml"
+    observed.write_text(yaml.safe_dump_all([present, missing]))
+    required = tmp_path / "required"
+    required.mkdir()
+    shutil.copy(INPUTS / "peer-cluster.yaml", required / "peer-cluster.yaml")
+    result = render.render(function_servers, US_EAST, required=required, observed=observed)
+    assert result.returncode == 0, result.stderr + function_servers.logs()
+    assert result.documents[0]["status"]["deviceClasses"] == [
+        {"name": "dra.net", "state": "Missing"},
+        {"name": "gpu.nvidia.com", "state": "Present"},
+    ]
+    warnings = [
+        d["message"]
+        for d in result.documents
+        if d["kind"] == "Result" and d["severity"] == "SEVERITY_WARNING"
+    ]
+    assert any("DeviceClass dra.net" in w and "does not exist" in w for w in warnings), warnings
+    stack_ready = next(
+        c
+        for c in result.documents[0]["status"]["conditions"]
+        if c["type"] == conditions.STACK_READY
+    )
+    assert "deviceclass" not in stack_ready["message"]

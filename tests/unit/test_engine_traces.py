@@ -1,5 +1,7 @@
 """Engines that emit OTLP traces are pointed at the cluster collector while the fleet's
-destination carries traces (spec.cluster.tracesEndpoint), with each engine's own flags."""
+destination carries traces (spec.cluster.tracesEndpoint), with each engine's own flags.
+SGLang is not: its tracing needs the `sglang[tracing]` extra, and an image without it
+does not start with `--enable-trace`."""
 
 import copy
 from pathlib import Path
@@ -32,14 +34,17 @@ def engine_args(name: str, endpoint: str | None, user_args: list[str] | None = N
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [
-        ("standalone", ["--otlp-traces-endpoint", f"http://{ENDPOINT}"]),
-        ("leader-worker-sglang", ["--enable-trace", "--otlp-traces-endpoint", ENDPOINT]),
-    ],
+    [("standalone", ["--otlp-traces-endpoint", f"http://{ENDPOINT}"])],
 )
 def test_an_engine_is_pointed_at_the_collector_with_its_own_flags(name, expected):
     texts = engine_args(name, ENDPOINT)
     assert any(all(f"- {flag}\n" in text for flag in expected) for text in texts), texts
+
+
+def test_sglang_is_not_given_tracing_its_image_may_lack():
+    texts = engine_args("leader-worker-sglang", ENDPOINT)
+    assert not any("--enable-trace" in text for text in texts)
+    assert not any("--otlp-traces-endpoint" in text for text in texts)
 
 
 @pytest.mark.parametrize("name", ["standalone", "leader-worker-sglang"])

@@ -62,11 +62,11 @@ def test_exists_where_the_cluster_and_pool_remain_and_are_selected_sorted_by_clu
     assert at(targets.existing_at(own, BY_NAME, dep)) == [("east", "h100"), ("west", "a100")]
 
 
-def test_a_parked_model_removes_its_replicas_that_no_longer_exist_where_they_were():
+def test_a_parked_model_removes_its_replicas_on_clusters_no_longer_selected():
     dep = deployment("m", cluster_selector=PROD_ONLY)
     own = [holding("m", "east", "h100", 1), holding("m", "dev", "h100", 1)]
-    kept_at = targets.existing_at(own, BY_NAME, dep)
-    assert [h.cluster for h in targets.removed_when_parked(own, kept_at)] == ["dev"]
+    answering = targets.answering_at(targets.existing_at(own, BY_NAME, dep), BY_NAME.values(), dep)
+    assert [h.cluster for h in targets.removed_when_parked(own, answering)] == ["dev"]
 
 
 def test_placements_become_targets_with_their_replicas():
@@ -79,35 +79,60 @@ def test_placements_become_targets_with_their_replicas():
     assert decided.unavailable is None
 
 
-def test_a_parked_model_answers_at_zero_where_it_exists():
-    kept_at = [(EAST, "h100")]
-    decided = targets.replica_targets(PlacementPlan((), 0, ""), PARKED, kept_at, BY_NAME)
-    assert [(c.name, p, n) for c, p, n in decided.replicas] == [("east", "h100", 0)]
+def answering(kept_at=(), selector=None, nearest=None):
+    dep = deployment("m", cluster_selector=selector)
+    return targets.answering_at(list(kept_at), BY_NAME.values(), dep, nearest)
+
+
+def test_a_parked_model_answers_at_zero_on_every_selected_cluster():
+    decided = targets.replica_targets(
+        PlacementPlan((), 0, ""), PARKED, answering([(WEST, "h100")]), BY_NAME
+    )
+    assert [(c.name, p, n) for c, p, n in decided.replicas] == [
+        ("dev", "h100", 0),
+        ("east", "h100", 0),
+        ("west", "h100", 0),
+    ]
     assert decided.unavailable["reason"] == targets.REASON_PARKED
     assert "parked after 5 consecutive start failures" in decided.unavailable["message"]
 
 
-def test_an_unplaceable_model_keeps_answering_where_it_exists():
-    plan = PlacementPlan((), 2, "no H100 left", nearest=("west", "h100"))
-    decided = targets.replica_targets(plan, NOT_PARKED, [(EAST, "h100")], BY_NAME)
-    assert [(c.name, p, n) for c, p, n in decided.replicas] == [("east", "h100", 0)]
+def test_a_parked_model_answers_only_where_the_cluster_selector_selects():
+    decided = targets.replica_targets(
+        PlacementPlan((), 0, ""), PARKED, answering(selector=PROD_ONLY), BY_NAME
+    )
+    assert [c.name for c, _, _ in decided.replicas] == ["east", "west"]
+
+
+def test_an_unplaceable_model_answers_on_every_selected_cluster_not_only_the_first():
+    plan = PlacementPlan((), 2, "no H100 left", nearest=("west", "a100"))
+    decided = targets.replica_targets(
+        plan, NOT_PARKED, answering([(EAST, "h100")], PROD_ONLY, plan.nearest), BY_NAME
+    )
+    # Where it has a ModelReplica, in that pool; the nearest pool where it is nearest.
+    assert [(c.name, p, n) for c, p, n in decided.replicas] == [
+        ("east", "h100", 0),
+        ("west", "a100", 0),
+    ]
     assert decided.unavailable == {"reason": "Unplaceable", "message": "no H100 left"}
 
 
-def test_an_unplaceable_model_with_no_replica_answers_from_the_nearest_pool():
-    plan = PlacementPlan((), 2, "no H100 left", nearest=("west", "h100"))
-    decided = targets.replica_targets(plan, NOT_PARKED, [], BY_NAME)
-    assert [(c.name, p, n) for c, p, n in decided.replicas] == [("west", "h100", 0)]
+def test_an_unplaceable_model_with_no_replica_answers_in_the_first_pool_by_name():
+    plan = PlacementPlan((), 2, "no H100 left", nearest=None)
+    decided = targets.replica_targets(plan, NOT_PARKED, answering(selector=PROD_ONLY), BY_NAME)
+    assert [(c.name, p) for c, p, _ in decided.replicas] == [("east", "h100"), ("west", "a100")]
 
 
 def test_an_unplaceable_model_with_nowhere_to_answer_composes_nothing():
     plan = PlacementPlan((), 2, "no cluster matches")
-    decided = targets.replica_targets(plan, NOT_PARKED, [], BY_NAME)
+    decided = targets.replica_targets(
+        plan, NOT_PARKED, answering(selector={"matchLabels": {"tier": "none"}}), BY_NAME
+    )
     assert decided.replicas == ()
     assert decided.unavailable is None
 
 
 def test_the_unavailable_message_is_bounded_by_the_xrd():
     plan = PlacementPlan((), 1, "x" * 5000, nearest=("east", "h100"))
-    decided = targets.replica_targets(plan, NOT_PARKED, [], BY_NAME)
+    decided = targets.replica_targets(plan, NOT_PARKED, answering(), BY_NAME)
     assert len(decided.unavailable["message"]) == targets.UNAVAILABLE_MESSAGE_LIMIT

@@ -134,14 +134,9 @@ def test_user_labels_env_args_and_volumes_are_kept():
     assert pod["metadata"]["labels"]["team.example.com/owner"] == "ml-team"
     engine = pod["spec"]["containers"][0]
     assert {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"} in engine["env"]
-    assert engine["args"][:4] == [
-        "--model",
-        "meta-llama/Llama-3.1-8B-Instruct",
-        "--max-model-len",
-        "8192",
-    ]
-    assert pod["spec"]["volumes"] == [{"name": "cache", "emptyDir": {}}]
-    assert engine["volumeMounts"] == [{"name": "cache", "mountPath": "/root/.cache"}]
+    assert engine["args"][:3] == ["meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192"]
+    assert pod["spec"]["volumes"][0] == {"name": "cache", "emptyDir": {}}
+    assert engine["volumeMounts"][0] == {"name": "cache", "mountPath": "/root/.cache"}
 
 
 def test_a_flag_the_user_set_is_not_added_again():
@@ -167,7 +162,10 @@ def test_leader_worker_group_is_leader_plus_worker_nodes():
     lws = manifests(load("leader-worker"))["workload"]
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
-    assert {"name": "MODELPLANE_LEADER_ADDRESS", "value": "$(LWS_LEADER_ADDRESS)"} in leader["env"]
+    assert {
+        "name": "MODELPLANE_LEADER_ADDRESS",
+        "value": "deepseek-v3-$(MODELPLANE_GROUP_INDEX).deepseek-v3.ml-team",
+    } in leader["env"]
     assert "--master-addr" in leader["args"]
 
 
@@ -614,6 +612,56 @@ def test_a_replica_waits_for_its_cache_at_zero_and_says_why():
     # Once the cache is Ready the placed replicas run.
     xr["spec"]["modelCache"]["ready"] = True
     assert parse(xr).desired_replicas == xr["spec"]["replicas"]
+
+
+@pytest.mark.parametrize(
+    ("ready", "activator", "answered"),
+    [(False, False, True), (True, False, False), (False, True, False)],
+    ids=[
+        "a_model_waiting_for_its_cache_answers_503_saying_so",
+        "a_model_whose_cache_is_ready_routes_to_its_pool",
+        "an_on_demand_model_waiting_for_its_cache_routes_to_the_activator",
+    ],
+)
+def test_a_model_waiting_for_its_cache_answers_why_instead_of_routing_to_nothing(
+    ready, activator, answered
+):
+    xr = load("model-cache-downloading")
+    xr["spec"]["modelCache"]["ready"] = ready
+    xr["spec"]["activator"] = activator
+    built = manifests(xr)
+    (rule,) = built["route"]["spec"]["rules"]
+    assert ("route-unavailable" in built) is answered
+    if answered:
+        assert "backendRefs" not in rule
+        body = json.loads(built["route-unavailable"]["spec"]["directResponse"]["body"]["inline"])
+        assert body["error"]["reason"] == "WaitingForModelCache"
+        assert "ModelCache deepseek-v3-weights" in body["error"]["message"]
+        serving = observe(parse(xr), compose(parse(xr)).workloads, {}, HEALTH_KEY).conditions[1]
+        assert (serving.reason, serving.status) == ("WaitingForModelCache", "False")
+    else:
+        assert rule["backendRefs"]
+
+
+@pytest.mark.parametrize(("routes", "answered"), [([], True), ([{"name": "llama-3-1-8b"}], False)])
+def test_a_cluster_waiting_for_its_cache_still_routes_to_the_other_clusters_it_weights(
+    routes, answered
+):
+    xr = load("autoscaling")
+    xr["spec"]["modelCache"] = {
+        "name": "w",
+        "claimName": "modelcache-w",
+        "mountPath": "/models/w",
+        "ready": False,
+    }
+    if routes:
+        xr["spec"]["autoscaling"]["traffic"] = {"routes": routes}
+    built = manifests(xr)
+    (rule,) = built["route"]["spec"]["rules"]
+    assert ("route-unavailable" in built) is answered
+    if not answered:
+        kinds = {r["kind"] for r in rule["backendRefs"]}
+        assert "ServiceImport" in kinds  # eu-west-1's pods may serve meanwhile
 
 
 def test_an_autoscaled_replica_waiting_for_its_cache_is_held_at_zero_by_keda():

@@ -8,12 +8,14 @@ import pytest
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from functions.common import contracts
 from functions.common.modelcache import claim_name, model_flag_in
 from functions.compose_model_deployment import fn, modelcache
+from functions.compose_model_deployment.cache_plan import plan_cache
 from functions.compose_model_deployment.model import InputError, LabelSelector
 from functions.compose_model_deployment.modelcache import CacheView
 from functions.compose_model_deployment.placement import place
-from tests.unit.test_placement import cluster, deployment, holding, placed
+from tests.unit.test_placement import cluster, deployment, holding, placed, pool
 
 
 def cache_xr(source, *, size="20Gi", annotations=None, namespace="ml-team", selector=None):
@@ -356,3 +358,81 @@ def test_pods_start_where_the_cache_is_ready_or_replicas_already_serve():
     cache = view(ready=("a",), failed=("c",))
     assert modelcache.ready_at(cache, [serving, waiting]) == {"a", "b"}
     assert modelcache.ready_at(None, [serving]) == frozenset()
+
+
+# --- Where a cache is staged --------------------------------------------------------------
+
+A100_ONLY = 'device.attributes["gpu.nvidia.com"].productName == "A100"'
+DEV_ONLY = {"matchLabels": {"tier": "dev"}}
+
+
+@pytest.mark.parametrize(
+    ("deployments", "staged", "skipped"),
+    [
+        ([deployment()], ["a", "c"], ["b"]),
+        ([deployment(selector=A100_ONLY)], ["b"], ["a", "c"]),
+        ([deployment(devices=16)], [], ["a", "b", "c"]),
+        ([deployment(cluster_selector=DEV_ONLY)], ["c"], ["a", "b"]),
+        (
+            [deployment(selector=A100_ONLY), deployment("n", cluster_selector=DEV_ONLY)],
+            ["b", "c"],
+            ["a"],
+        ),
+        ([], [], ["a", "b", "c"]),
+    ],
+    ids=[
+        "on_every_selected_cluster_with_the_h100s_it_asks_for",
+        "not_where_no_pool_has_the_devices_it_asks_for",
+        "not_where_no_pool_could_ever_hold_one_replica",
+        "not_where_the_deployments_cluster_selector_leaves_it_out",
+        "wherever_any_referencing_deployment_could_go",
+        "nowhere_while_no_deployment_references_it",
+    ],
+)
+def test_a_cache_is_staged_only_where_its_deployments_can_be_placed(deployments, staged, skipped):
+    clusters = [
+        cluster("a"),
+        cluster("b", pool("a100", product="A100")),
+        cluster("c", labels={"tier": "dev"}),
+    ]
+    got, why = modelcache.staging_clusters(clusters, deployments)
+    assert [c.name for c in got] == staged
+    assert sorted(why) == skipped
+    condition = modelcache.cache_condition([], why) if not staged else None
+    if condition is not None:
+        assert condition.reason == modelcache.REASON_NOT_PLACEABLE
+        assert all(f"not staged on {c}" in condition.message for c in skipped)
+
+
+def test_the_replica_mount_carries_the_size_that_sizes_the_startup_budget():
+    view = modelcache.read_cache_view(cache_xr(HF, size="140Gi"))
+    assert modelcache.replica_mount(view) == {
+        "name": "w",
+        "claimName": claim_name("w"),
+        "mountPath": "/models/w",
+        "size": "140Gi",
+    }
+
+
+@pytest.mark.parametrize(
+    ("referencing", "staged", "skipped"),
+    [
+        (None, ["a", "b"], []),
+        ([], [], ["a", "b"]),
+        ([deployment()], ["a"], ["b"]),
+    ],
+    ids=[
+        "on_every_selected_cluster_while_a_referencing_deployment_cannot_be_read",
+        "nowhere_while_no_deployment_references_it",
+        "only_where_a_referencing_deployment_could_be_placed",
+    ],
+)
+def test_the_cache_plan_composes_only_on_the_clusters_it_is_staged_on(referencing, staged, skipped):
+    cache = modelcache.read_cache(cache_xr(HF))
+    clusters = [cluster("a"), cluster("b", pool("a100", product="A100"))]
+    decided = plan_cache(cache, clusters, set(), {}, referencing)
+    assert [c.name for c in decided.selected] == staged
+    assert [p.cluster for p in decided.phases] == staged
+    assert sorted(decided.skipped) == skipped
+    owners = {c.body["metadata"]["labels"][contracts.LABEL_CLUSTER] for c in decided.composed}
+    assert owners == set(staged)

@@ -3,9 +3,15 @@
 One PodCliqueSet replica is one model replica: its cliques (standalone; leader and
 workers; or prefill and decode) are scheduled as one gang by the KAI scheduler from the
 `modelplane` queue, so a replica never holds half its GPUs. A leader and its workers
-form a scaling group so they scale together. Grove gives every pod its clique's name,
-index and headless Service in the environment, from which the leader's address is
-built the way Grove documents it (`<group>-<index>-leader-0.<headless service>`).
+form a scaling group so they scale together. The leader's address is the name Grove
+gives the leader pod: hostname `<clique>-<pod index>`, where the clique of a scaling
+group is `<podcliqueset>-<replica>-<group>-<group replica>-<clique>`, and subdomain the
+headless Service `<podcliqueset>-<replica>` (grove operator/api/common). Only the
+replica index is not known at render time; Grove labels every pod with it
+(`grove.io/podcliqueset-replica-index`) and the kubelet reads it through the downward
+API. Grove's own `GROVE_*` variables are appended after the template's, where a
+template variable cannot refer to them (backends/base.py); the scaling group has one
+replica, so its index is always 0.
 
 Each worker rank is its own one-pod clique (`worker-1` .. `worker-n`): Grove numbers pods
 per clique from 0, and a Kubernetes `$(VAR)` reference cannot add one, so a single
@@ -16,7 +22,10 @@ contract and the same engine flags as the LeaderWorkerSet backend.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from functions.common.contracts import (
+    ENV_NODE_RANK,
     KAI_QUEUE,
     KAI_QUEUE_LABEL,
     ROLE_LEADER,
@@ -26,13 +35,14 @@ from functions.common.contracts import (
 from functions.compose_model_replica.backends import prefill_decode
 from functions.compose_model_replica.backends.base import (
     Workload,
+    group_index_ref,
     launch,
     launch_env,
     replica_count,
     workload_name,
 )
 from functions.compose_model_replica.model import Engine, Member, ModelReplica, Shape
-from functions.compose_model_replica.pods import Wiring, pod_template
+from functions.compose_model_replica.pods import Wiring, env_value, pod_template
 
 WORKLOAD_KEY = "workload"
 KAI_SCHEDULER = "kai-scheduler"
@@ -42,8 +52,10 @@ SCALING_GROUP = "model"
 REPLICA_INDEX_LABEL = "grove.io/podcliqueset-replica-index"
 
 
-def _leader_address(leader_clique: str) -> str:
-    return f"$(GROVE_PCSG_NAME)-$(GROVE_PCSG_INDEX)-{leader_clique}-0.$(GROVE_HEADLESS_SERVICE)"
+def leader_address(name: str, namespace: str, leader_clique: str) -> str:
+    """The leader pod's DNS name: `<pcs>-<replica>-<group>-0-<clique>-0.<pcs>-<replica>.<ns>`."""
+    replica = f"{name}-{group_index_ref()}"
+    return f"{replica}-{SCALING_GROUP}-0-{leader_clique}-0.{replica}.{namespace}"
 
 
 def _clique(
@@ -73,14 +85,10 @@ def _clique(
 
 
 def _queued(wiring: Wiring) -> Wiring:
-    return Wiring(
-        serves_http=wiring.serves_http,
-        env=wiring.env,
-        multinode=wiring.multinode,
-        sidecars=wiring.sidecars,
+    return replace(
+        wiring,
         extra_labels={**wiring.extra_labels, KAI_QUEUE_LABEL: KAI_QUEUE},
         scheduler_name=KAI_SCHEDULER,
-        gang_label=wiring.gang_label,
     )
 
 
@@ -98,9 +106,9 @@ def pod_clique_set(replica: ModelReplica) -> Workload:
         worker = engine.member(ROLE_WORKER)
         assert leader is not None
         assert worker is not None
-        address = _leader_address(ROLE_LEADER.lower())
+        address = leader_address(workload_name(replica), replica.namespace, ROLE_LEADER.lower())
         leader_wiring = Wiring(
-            env=launch_env(address, "0", leader),
+            env=launch_env(REPLICA_INDEX_LABEL, address, env_value(ENV_NODE_RANK, "0"), leader),
             multinode=launch(leader, is_leader=True),
             gang_label=REPLICA_INDEX_LABEL,
         )
@@ -108,7 +116,9 @@ def pod_clique_set(replica: ModelReplica) -> Workload:
         for rank in range(1, leader.worker_nodes + 1):
             worker_wiring = Wiring(
                 serves_http=False,
-                env=launch_env(address, str(rank), leader),
+                env=launch_env(
+                    REPLICA_INDEX_LABEL, address, env_value(ENV_NODE_RANK, str(rank)), leader
+                ),
                 multinode=launch(leader, is_leader=False),
                 gang_label=REPLICA_INDEX_LABEL,
             )

@@ -61,10 +61,16 @@ def members(replica: ModelReplica) -> list[tuple[Engine, Member]]:
 
 
 def wiring_for(replica: ModelReplica, engine: Engine, member: Member) -> Wiring:
+    """Both roles move KV between pods (vLLM: NIXL, told its side channel is the pod's
+    address; see pods.py); decode has the routing sidecar in front."""
     labels = {PD_ROLE_LABEL: PD_ROLE_VALUES[member.role]}
     if member.role == ROLE_DECODE:
-        return Wiring(sidecars=(routing_sidecar(replica, engine, member),), extra_labels=labels)
-    return Wiring(extra_labels=labels)
+        return Wiring(
+            sidecars=(routing_sidecar(replica, engine, member),),
+            extra_labels=labels,
+            kv_transfer=True,
+        )
+    return Wiring(extra_labels=labels, kv_transfer=True)
 
 
 def deployments(replica: ModelReplica) -> list[Workload]:
