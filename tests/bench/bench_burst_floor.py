@@ -35,9 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-import fleetbox  # noqa: E402
-import fleetbox_runtime  # noqa: E402
-
+from fleetbox import box as fleetbox  # noqa: E402
+from fleetbox import runtime as fleetbox_runtime  # noqa: E402
 from tests.e2e import floors  # noqa: E402
 
 TIMEOUT = 300.0

@@ -22,8 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-import fleetbox  # noqa: E402
-
+from fleetbox import box as fleetbox  # noqa: E402
 from tests.e2e import claims  # noqa: E402
 from tests.e2e import test_changes as scenario  # noqa: E402
 

@@ -25,9 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-import fleetbox  # noqa: E402
-import fleetbox_gpu  # noqa: E402
-
+from fleetbox import box as fleetbox  # noqa: E402
+from fleetbox import gpu as fleetbox_gpu  # noqa: E402
 from tests.e2e import claims  # noqa: E402
 
 MEMBER = "us-east-1"

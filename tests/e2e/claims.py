@@ -8,8 +8,9 @@ import copy
 import json
 from pathlib import Path
 
-import fleetbox
 import yaml
+
+from fleetbox import box as fleetbox
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -13,11 +13,11 @@ from __future__ import annotations
 import statistics
 import time
 
-import fleetbox
-import fleetbox_gpu
-import fleetbox_runtime
 import pytest
 
+from fleetbox import box as fleetbox
+from fleetbox import gpu as fleetbox_gpu
+from fleetbox import runtime as fleetbox_runtime
 from tests.conftest import require_tool
 
 # (what, seconds) measured by the tests, printed at the end of the run.

@@ -21,12 +21,12 @@ import threading
 import time
 from pathlib import Path
 
-import fleetbox
-import fleetbox_runtime
 import yaml
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 
+from fleetbox import box as fleetbox
+from fleetbox import runtime as fleetbox_runtime
 from functions.common.contracts import (
     AUTOSCALING_GROUP_VERSION,
     COLLECTOR_SIGNALS_URL,

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import time
 
-import fleetbox
 import pytest
 from kubernetes import client
 
+from fleetbox import box as fleetbox
 from functions.common import contracts
 from tests.e2e import claims
 from tests.e2e.conftest import measured

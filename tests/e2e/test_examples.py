@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import time
 
-import fleetbox
 import pytest
 import yaml
 
 import render
+from fleetbox import box as fleetbox
 from tests.e2e import claims
 from tests.e2e.conftest import measured
 

@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-import fleetbox
 import pytest
 import yaml
 
+from fleetbox import box as fleetbox
 from functions.common import contracts
 from functions.runtime.operator import fleet_status
 from tests.e2e import claims

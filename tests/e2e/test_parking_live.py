@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import json
 
-import fleetbox
-import fleetbox_gpu
 import pytest
 
+from fleetbox import box as fleetbox
+from fleetbox import gpu as fleetbox_gpu
 from functions.common.contracts import (
     ANNOTATION_DEFINITION_HASH,
     ANNOTATION_RETRY,

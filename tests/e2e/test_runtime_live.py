@@ -18,10 +18,10 @@ import json
 import time
 from datetime import UTC, datetime, timedelta
 
-import fleetbox
 import pytest
 import yaml
 
+from fleetbox import box as fleetbox
 from functions.common.contracts import (
     ANNOTATION_FENCING_TOKEN,
     AUTOSCALING_GROUP_VERSION,

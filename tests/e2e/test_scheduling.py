@@ -23,11 +23,11 @@ import random
 import time
 from dataclasses import dataclass
 
-import fleetbox
-import fleetbox_gpu
 import pytest
 import yaml
 
+from fleetbox import box as fleetbox
+from fleetbox import gpu as fleetbox_gpu
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH
 from functions.compose_model_deployment.cel_env import evaluate
 from functions.compose_model_deployment.model import read_cluster

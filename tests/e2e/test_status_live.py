@@ -29,13 +29,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-import fleetbox
-import fleetbox_gpu
-import fleetbox_runtime
 import jsonschema
 import pytest
 import yaml
 
+from fleetbox import box as fleetbox
+from fleetbox import gpu as fleetbox_gpu
+from fleetbox import runtime as fleetbox_runtime
 from functions.common.contracts import (
     COLLECTOR_SIGNALS_URL,
     LABEL_DEPLOYMENT,

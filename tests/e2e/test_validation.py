@@ -5,10 +5,10 @@ validation cannot run."""
 
 from pathlib import Path
 
-import fleetbox
 import pytest
 import yaml
 
+from fleetbox import box as fleetbox
 from tests.conftest import REPO
 from tests.e2e import claims
 from tests.schemas.test_validate import expected_message

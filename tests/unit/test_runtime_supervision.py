@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 import types
 
-import fleetbox_runtime
 import pytest
-from fleetbox import FleetBoxError, Process
+
+from fleetbox import runtime as fleetbox_runtime
+from fleetbox.box import FleetBoxError, Process
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ from __future__ import annotations
 import socket
 import threading
 
-import fleetbox_runtime
 import pytest
 
+from fleetbox import runtime as fleetbox_runtime
 from functions.common.contracts import SCALER_PORT, SCALER_SERVICE_NAME, SYSTEM_NAMESPACE
 from functions.compose_model_replica.autoscaling import SCALER_ADDRESS
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """The local fleet, live: `make fleet` and `make fleet-down`.
 
-    hack/fleet.py up       start the fleet box in the background, apply examples/, wait,
-                           print a summary and the kubeconfig paths; the box keeps running
-    hack/fleet.py status   print the summary again
-    hack/fleet.py down     stop every process of the box and remove its data
+    python hack/fleetbox up       start the fleet box in the background, apply examples/,
+                                  wait, print a summary and the kubeconfig paths; the box
+                                  keeps running
+    python hack/fleetbox status   print the summary again
+    python hack/fleetbox down     stop every process of the box and remove its data
 
-The box (hack/fleetbox.py) runs in a detached supervisor process (`hack/fleet.py serve`)
+The box (box.py) runs in a detached supervisor process (`python hack/fleetbox serve`)
 so it outlives `make fleet`; its processes die with that supervisor, so `down` (SIGTERM
 to the supervisor) leaves nothing behind. State lives in _output/fleet/.
 """
@@ -24,11 +25,12 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "hack"))
+from fleetbox import box as fleetbox
+from fleetbox import runtime as fleetbox_runtime
 
-import fleetbox  # noqa: E402
-import fleetbox_runtime  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
+# What `python hack/fleetbox` runs (__main__.py): the supervisor is started the same way.
+PACKAGE = Path(__file__).resolve().parent
 
 STATE = REPO / "_output" / "fleet"
 PID_FILE = STATE / "supervisor.pid"
@@ -112,7 +114,7 @@ def up() -> int:
     with contextlib.suppress(FileNotFoundError):
         READY_FILE.unlink()
     supervisor = subprocess.Popen(
-        [sys.executable, __file__, "serve"],
+        [sys.executable, str(PACKAGE), "serve"],
         stdout=LOG_FILE.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,

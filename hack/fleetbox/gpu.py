@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
-    from fleetbox import FleetBox
+    from fleetbox.box import FleetBox
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_CLUSTERS = REPO / "examples" / "inferenceclusters"
 
 # Controllers a GPU member's kube-controller-manager runs (part 1's two first).
@@ -530,7 +530,7 @@ STAGES = [
 def equip(box: FleetBox, member: str) -> None:
     """Start a GPU member's scheduler and KWOK, and create its nodes, slices and
     DeviceClasses (the controller manager's controllers are chosen by `controllers`)."""
-    from fleetbox import Process, component_flags, free_port  # noqa: PLC0415 - fleetbox imports this module
+    from fleetbox.box import Process, component_flags, free_port  # noqa: PLC0415 - box imports this module
 
     cluster = box.members[member]
     kubeconfig = box.kubeconfigs[member]

@@ -7,7 +7,7 @@ plane, and our four functions serving mTLS on distinct loopback addresses. Our X
 Compositions are applied as they ship; claims are then applied with the real kubectl
 exactly as a user applies them. No Docker, no kubelet: members named in `gpu=` get a
 real kube-scheduler, KWOK nodes from the example node pools, DRA ResourceSlices and
-KWOK as their kubelet (hack/fleetbox_gpu.py); on the others no Pod ever runs.
+KWOK as their kubelet (gpu.py); on the others no Pod ever runs.
 
 How core finds our functions without a registry or a Deployment runtime:
 - every Function names its package by digest (`ghcr.io/modelplaneai/<fn>@sha256:<hex>`,
@@ -29,7 +29,7 @@ condition; the box says so instead of pretending.
 
 Every process is started in its own process group and dies with the process that
 started it (PR_SET_PDEATHSIG); `close()` stops them all. `make fleet` keeps a box
-running detached (see hack/fleet.py).
+running detached (see cli.py).
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-import fleetbox_gpu  # noqa: E402
 from kubernetes import client  # noqa: E402
 
+from fleetbox import gpu as fleetbox_gpu  # noqa: E402
 from functions.common.conditions import TRUE, condition_status  # noqa: E402
 from functions.common.contracts import (  # noqa: E402
     ACTIVATOR_SECRET_KEY,
@@ -376,7 +376,7 @@ class FleetBox:
 
     def _start_api_servers(self) -> None:
         began = time.monotonic()
-        from fleetbox_runtime import aggregation_args  # noqa: PLC0415 - it imports this module
+        from fleetbox.runtime import aggregation_args  # noqa: PLC0415 - it imports this module
 
         for cluster in self.members.values():
             # KEDA's metrics adapter is reached through each member's aggregation layer.

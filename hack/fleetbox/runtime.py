@@ -40,20 +40,8 @@ from typing import Any
 
 import yaml
 
-from functions.common.contracts import (
-    SCALED_OBJECT_API_VERSION,
-    SCALER_CLIENT_SECRET,
-    SCALER_PORT,
-    SCALER_SERVICE_NAME,
-    SCALER_TRIGGER_AUTHENTICATION,
-    SYSTEM_NAMESPACE,
-)
-from functions.common.inventory import fabric_labels_of_pools, format_fabric_label
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fleetbox_gpu
-from fleetbox import (
+from fleetbox import gpu as fleetbox_gpu
+from fleetbox.box import (
     KEDA_SCALER_CLIENT,
     REPO,
     SCALER_DNS_NAME,
@@ -64,6 +52,15 @@ from fleetbox import (
     free_port,
     wait_for,
 )
+from functions.common.contracts import (
+    SCALED_OBJECT_API_VERSION,
+    SCALER_CLIENT_SECRET,
+    SCALER_PORT,
+    SCALER_SERVICE_NAME,
+    SCALER_TRIGGER_AUTHENTICATION,
+    SYSTEM_NAMESPACE,
+)
+from functions.common.inventory import fabric_labels_of_pools, format_fabric_label
 
 KEDA_NAMESPACE = "keda"
 ADAPTER_SERVICE = "keda-metrics-apiserver"
