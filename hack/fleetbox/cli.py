@@ -25,8 +25,13 @@ import threading
 import time
 from pathlib import Path
 
-from fleetbox import box as fleetbox
-from fleetbox import runtime as fleetbox_runtime
+from fleetbox.box import FleetBox, missing_tools
+from fleetbox.clusters import CONTROL_PLANE
+from fleetbox.control_plane import example_paths
+from fleetbox.members import DEFAULT_MEMBERS
+from fleetbox.runtime import Runtime
+from fleetbox.wait import conditions, is_true
+from render import tools_bin
 
 REPO = Path(__file__).resolve().parents[2]
 # What `python hack/fleetbox` runs (__main__.py): the supervisor is started the same way.
@@ -54,12 +59,12 @@ def serve() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    box = fleetbox.FleetBox(root=STATE / "box", gpu=fleetbox.DEFAULT_MEMBERS)
+    box = FleetBox(root=STATE / "box", gpu=DEFAULT_MEMBERS)
     runtime = None
     try:
         box.start()
         # The runtime (agent, scaler, KEDA operator and adapter) on every member.
-        runtime = fleetbox_runtime.Runtime(box, box.members).start()
+        runtime = Runtime(box, box.members).start()
         READY_FILE.write_text(json.dumps({
             "kubeconfigs": {k: str(v) for k, v in box.kubeconfigs.items()},
             "kubectl": str(box.bin / "kubectl"),
@@ -90,20 +95,18 @@ def _running_pid() -> int | None:
     return pid
 
 
-def _box_from_state() -> tuple[dict, fleetbox.FleetBox]:
+def _box_from_state() -> tuple[dict, FleetBox]:
     """A handle on the running box for reads and kubectl (starts nothing)."""
     state = json.loads(READY_FILE.read_text())
-    box = object.__new__(fleetbox.FleetBox)
-    box.bin = fleetbox.tools_bin()
+    box = object.__new__(FleetBox)
+    box.bin = tools_bin()
     box.kubeconfigs = {k: Path(v) for k, v in state["kubeconfigs"].items()}
     box.members = dict.fromkeys(state["members"])
     return state, box
 
 
 def up() -> int:
-    missing = fleetbox.missing_tools() + [
-        t for t in fleetbox.fleetbox_gpu.REQUIRED_TOOLS if not (fleetbox.tools_bin() / t).exists()
-    ]
+    missing = missing_tools(gpu=True)
     if missing:
         print(f"missing tools: {', '.join(missing)}: run 'bash hack/tools.sh'", file=sys.stderr)
         return 1
@@ -133,16 +136,16 @@ def up() -> int:
         time.sleep(0.5)
     state, box = _box_from_state()
     print(f"started in {state['start_seconds']} s; applying examples/")
-    box.apply("control-plane", fleetbox.example_paths())
+    box.apply(CONTROL_PLANE, example_paths())
     _settle(box)
     return status()
 
 
-def _xrs(box: fleetbox.FleetBox) -> list[dict]:
+def _xrs(box: FleetBox) -> list[dict]:
     return [xr for kind in XR_KINDS for xr in box.get("control-plane", kind)]
 
 
-def _settle(box: fleetbox.FleetBox) -> None:
+def _settle(box: FleetBox) -> None:
     """Wait until every XR is Synced and Ready, or nothing has changed for a while."""
     deadline = time.monotonic() + SETTLE_TIMEOUT
     last, since = None, time.monotonic()
@@ -151,9 +154,7 @@ def _settle(box: fleetbox.FleetBox) -> None:
             (x["kind"], x["metadata"]["name"], json.dumps(x.get("status", {}), sort_keys=True))
             for x in _xrs(box)
         ]
-        if snapshot and all(
-            fleetbox.is_true(x, "Synced") and fleetbox.is_true(x, "Ready") for x in _xrs(box)
-        ):
+        if snapshot and all(is_true(x, "Synced") and is_true(x, "Ready") for x in _xrs(box)):
             return
         if snapshot != last:
             last, since = snapshot, time.monotonic()
@@ -162,14 +163,14 @@ def _settle(box: fleetbox.FleetBox) -> None:
         time.sleep(2)
 
 
-def summary(box: fleetbox.FleetBox) -> str:
+def summary(box: FleetBox) -> str:
     lines = ["", "Claims and what they composed (control plane):"]
     for xr in _xrs(box):
         meta = xr["metadata"]
         name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
         states = []
         for kind in ("Synced", "Ready"):
-            condition = fleetbox.conditions(xr).get(kind, {})
+            condition = conditions(xr).get(kind, {})
             states.append(f"{kind}={condition.get('status', '?')}")
         lines.append(f"  {xr['kind']} {name}: {' '.join(states)}")
         for condition in xr.get("status", {}).get("conditions", []):
@@ -209,7 +210,7 @@ def summary(box: fleetbox.FleetBox) -> str:
     return "\n".join(lines)
 
 
-def pod_lines(box: fleetbox.FleetBox, member: str) -> list[str]:
+def pod_lines(box: FleetBox, member: str) -> list[str]:
     """Each pod outside kube-system: phase, readiness, the node the real kube-scheduler
     bound it to and the DRA devices it allocated (its ResourceClaims' allocation)."""
     claims = {
@@ -227,7 +228,7 @@ def pod_lines(box: fleetbox.FleetBox, member: str) -> list[str]:
             allocation = claim.get("status", {}).get("allocation") or {}
             for result in (allocation.get("devices") or {}).get("results") or []:
                 devices.append(f"{result['pool']}/{result['device']}")
-        ready = fleetbox.is_true(pod, "Ready")
+        ready = is_true(pod, "Ready")
         node = pod["spec"].get("nodeName") or "(not scheduled)"
         waiting = [
             s["state"]["waiting"].get("reason", "")
