@@ -7,6 +7,12 @@ the members' connections and our APIs (control_plane.py). A part that fails stop
 whole box and says why. The runtime (runtime.py) is started on a running box by whoever
 wants it.
 
+A process that did not start the box reaches it through the state the box saves
+(`save_state`, a JSON file naming its folder, tools and kubeconfigs): `FleetBox.attach`
+reads it back as `Clusters`, which reads and applies but starts and stops nothing.
+`make fleet`'s supervisor saves it once the box and its runtime are up; `up`, `status`
+and the summary attach to it.
+
 Every process is started in its own process group and dies with the process that
 started it (process.py); `close()` stops them all and removes the box's folder. `make
 fleet` keeps a box running in a detached supervisor (cli.py).
@@ -15,12 +21,16 @@ fleet` keeps a box running in a detached supervisor (cli.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
 
 from fleetbox import control_plane
 from fleetbox.certificates import Certificates
@@ -47,6 +57,8 @@ REQUIRED_TOOLS = (
     "provider-kubernetes",
     "schemas",
 )
+# What `save_state` writes into the folder it is given, and `attach` reads.
+STATE_FILE = "fleetbox.json"
 
 
 def missing_tools(gpu: bool = False) -> list[str]:
@@ -120,6 +132,59 @@ class FleetBox(Clusters):
     def apply_examples(self) -> None:
         self.apply(CONTROL_PLANE, control_plane.example_paths())
 
+    def save_state(self, state_dir: Path) -> Path:
+        """Write what `attach` needs to reach this running box from another process: its
+        folder, the tools' folder, the members and every cluster's kubeconfig. Written
+        whole or not at all, so a process polling for the file never reads half of it."""
+        state = {
+            "root": str(self.root),
+            "bin": str(self.bin),
+            "members": list(self.members),
+            "kubeconfigs": {name: str(path) for name, path in self.kubeconfigs.items()},
+            "start_seconds": round(self.timings["start"], 1),
+        }
+        path = Path(state_dir) / STATE_FILE
+        partial = path.with_name(f".{STATE_FILE}.partial")
+        partial.write_text(json.dumps(state, indent=2) + "\n")
+        partial.replace(path)
+        return path
+
+    @staticmethod
+    def read_state(state_dir: Path) -> dict:
+        """What `save_state` wrote into `state_dir` (FileNotFoundError: no box saved one)."""
+        return json.loads((Path(state_dir) / STATE_FILE).read_text())
+
+    @classmethod
+    def attach(cls, state_dir: Path) -> Clusters:
+        """The clusters of a box another process started and saved to `state_dir`, to
+        read, apply and run kubectl against. Not a FleetBox: it starts, restarts and
+        stops nothing; the box stays its starter's to stop."""
+        state = cls.read_state(state_dir)
+        bin_dir, root = Path(state["bin"]), Path(state["root"])
+        kubeconfigs = {name: Path(path) for name, path in state["kubeconfigs"].items()}
+
+        def running(name: str) -> Member:
+            # The API server's port and admin token, from the kubeconfig the box wrote
+            # for it; its CA stays in the member's folder (Member.ca_file).
+            config = yaml.safe_load(kubeconfigs[name].read_text())
+            server = urlsplit(config["clusters"][0]["cluster"]["server"])
+            return Member(
+                name,
+                root / name,
+                bin_dir / "etcd",
+                bin_dir / "kube-apiserver",
+                token=config["users"][0]["user"]["token"],
+                api_port=server.port,
+            )
+
+        return Clusters(
+            bin_dir,
+            root,
+            running(CONTROL_PLANE),
+            {name: running(name) for name in state["members"]},
+            kubeconfigs,
+        )
+
     def close(self) -> None:
         for process in reversed(list(self.processes.values())):
             with contextlib.suppress(Exception):
@@ -131,4 +196,4 @@ class FleetBox(Clusters):
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-__all__ = ["REQUIRED_TOOLS", "FleetBox", "missing_tools"]
+__all__ = ["REQUIRED_TOOLS", "STATE_FILE", "FleetBox", "missing_tools"]

@@ -9,7 +9,10 @@
 
 The box (box.py) runs in a detached supervisor process (`python hack/fleetbox serve`)
 so it outlives `make fleet`; its processes die with that supervisor, so `down` (SIGTERM
-to the supervisor) leaves nothing behind. State lives in _output/fleet/.
+to the supervisor) leaves nothing behind. Everything lives in _output/fleet/: the box's
+folder (box/, with each cluster's kubeconfig), the supervisor's pid and log, and the
+state the supervisor saves once the box and its runtime are up (FleetBox.save_state),
+which `up` waits for and `up` and `status` attach to (FleetBox.attach).
 """
 
 from __future__ import annotations
@@ -25,13 +28,12 @@ import threading
 import time
 from pathlib import Path
 
-from fleetbox.box import FleetBox, missing_tools
-from fleetbox.clusters import CONTROL_PLANE
+from fleetbox.box import STATE_FILE, FleetBox, missing_tools
+from fleetbox.clusters import CONTROL_PLANE, Clusters
 from fleetbox.control_plane import example_paths
 from fleetbox.members import DEFAULT_MEMBERS
 from fleetbox.runtime import Runtime
 from fleetbox.wait import conditions, is_true
-from render import tools_bin
 
 REPO = Path(__file__).resolve().parents[2]
 # What `python hack/fleetbox` runs (__main__.py): the supervisor is started the same way.
@@ -39,7 +41,7 @@ PACKAGE = Path(__file__).resolve().parent
 
 STATE = REPO / "_output" / "fleet"
 PID_FILE = STATE / "supervisor.pid"
-READY_FILE = STATE / "ready.json"
+READY_FILE = STATE / STATE_FILE  # saved once the box and its runtime are up
 LOG_FILE = STATE / "supervisor.log"
 START_TIMEOUT = 600.0
 SETTLE_TIMEOUT = 180.0
@@ -65,12 +67,7 @@ def serve() -> None:
         box.start()
         # The runtime (agent, scaler, KEDA operator and adapter) on every member.
         runtime = Runtime(box, box.members).start()
-        READY_FILE.write_text(json.dumps({
-            "kubeconfigs": {k: str(v) for k, v in box.kubeconfigs.items()},
-            "kubectl": str(box.bin / "kubectl"),
-            "members": list(box.members),
-            "start_seconds": round(box.timings["start"], 1),
-        }))  # fmt: skip
+        box.save_state(STATE)
         while not stop.wait(1.0):
             for process in box.processes.values():
                 if not process.running():
@@ -93,16 +90,6 @@ def _running_pid() -> int | None:
     except (FileNotFoundError, ValueError, ProcessLookupError):
         return None
     return pid
-
-
-def _box_from_state() -> tuple[dict, FleetBox]:
-    """A handle on the running box for reads and kubectl (starts nothing)."""
-    state = json.loads(READY_FILE.read_text())
-    box = object.__new__(FleetBox)
-    box.bin = tools_bin()
-    box.kubeconfigs = {k: Path(v) for k, v in state["kubeconfigs"].items()}
-    box.members = dict.fromkeys(state["members"])
-    return state, box
 
 
 def up() -> int:
@@ -134,18 +121,18 @@ def up() -> int:
             down()
             return 1
         time.sleep(0.5)
-    state, box = _box_from_state()
-    print(f"started in {state['start_seconds']} s; applying examples/")
+    box = FleetBox.attach(STATE)
+    print(f"started in {FleetBox.read_state(STATE)['start_seconds']} s; applying examples/")
     box.apply(CONTROL_PLANE, example_paths())
     _settle(box)
     return status()
 
 
-def _xrs(box: FleetBox) -> list[dict]:
+def _xrs(box: Clusters) -> list[dict]:
     return [xr for kind in XR_KINDS for xr in box.get("control-plane", kind)]
 
 
-def _settle(box: FleetBox) -> None:
+def _settle(box: Clusters) -> None:
     """Wait until every XR is Synced and Ready, or nothing has changed for a while."""
     deadline = time.monotonic() + SETTLE_TIMEOUT
     last, since = None, time.monotonic()
@@ -163,7 +150,7 @@ def _settle(box: FleetBox) -> None:
         time.sleep(2)
 
 
-def summary(box: FleetBox) -> str:
+def summary(box: Clusters) -> str:
     lines = ["", "Claims and what they composed (control plane):"]
     for xr in _xrs(box):
         meta = xr["metadata"]
@@ -210,7 +197,7 @@ def summary(box: FleetBox) -> str:
     return "\n".join(lines)
 
 
-def pod_lines(box: FleetBox, member: str) -> list[str]:
+def pod_lines(box: Clusters, member: str) -> list[str]:
     """Each pod outside kube-system: phase, readiness, the node the real kube-scheduler
     bound it to and the DRA devices it allocated (its ResourceClaims' allocation)."""
     claims = {
@@ -247,13 +234,14 @@ def status() -> int:
     if not READY_FILE.exists():
         print("the fleet is not running ('make fleet' starts it)")
         return 1
-    state, box = _box_from_state()
+    box = FleetBox.attach(STATE)
     print(summary(box))
-    print("\nKubeconfigs (kubectl at the API servers' release is " + state["kubectl"] + "):")
-    for name, path in state["kubeconfigs"].items():
+    kubectl = box.bin / "kubectl"
+    print(f"\nKubeconfigs (kubectl at the API servers' release is {kubectl}):")
+    for name, path in box.kubeconfigs.items():
         print(f"  {name}: {path}")
-    control = state["kubeconfigs"]["control-plane"]
-    print(f"\nTry: {state['kubectl']} --kubeconfig {control} get modeldeployments -A")
+    control = box.kubeconfigs[CONTROL_PLANE]
+    print(f"\nTry: {kubectl} --kubeconfig {control} get modeldeployments -A")
     print("Stop it with: make fleet-down")
     return 0
 
