@@ -10,8 +10,8 @@ wants it.
 A process that did not start the box reaches it through the state the box saves
 (`save_state`, a JSON file naming its folder, tools and kubeconfigs): `FleetBox.attach`
 reads it back as `Clusters`, which reads and applies but starts and stops nothing.
-`make fleet`'s supervisor saves it once the box and its runtime are up; `up`, `status`
-and the summary attach to it.
+`make fleet`'s supervisor saves it once the box and its runtime are up; `up` and
+`status` attach to it.
 
 Every process is started in its own process group and dies with the process that
 started it (process.py); `close()` stops them all and removes the box's folder. `make

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The local fleet, live: `make fleet` and `make fleet-down`.
 
     python hack/fleetbox up       start the fleet box in the background, apply examples/,
