@@ -33,10 +33,10 @@ test-e2e: venv proto tools
 # running until `make fleet-down`.
 fleet: venv proto
 	@bash hack/tools.sh crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok schemas keda
-	@$(PY) hack/fleet.py up
+	@$(PY) hack/fleetbox up
 
 fleet-down: venv
-	@$(PY) hack/fleet.py down
+	@$(PY) hack/fleetbox down
 
 venv: $(STAMP)
 

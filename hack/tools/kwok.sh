@@ -1,7 +1,7 @@
 # KWOK's controller (sigs.k8s.io/kwok, cmd/kwok): it runs out of cluster against a
 # member's API server, keeps the Nodes we create Ready without a kubelet, and moves the
 # pods the real kube-scheduler binds through the Stages we apply (Running and Ready after
-# a short delay, or a kubelet-shaped failure for a "broken model"; hack/fleetbox_gpu.py).
+# a short delay, or a kubelet-shaped failure for a "broken model"; hack/fleetbox/gpu.py).
 #
 # v0.8.0: the newest release the Go module proxy serves (it lists v0.6.1, v0.7.0 and
 # v0.8.0 for sigs.k8s.io/kwok).

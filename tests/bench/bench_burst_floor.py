@@ -6,7 +6,7 @@ every part real (tests/e2e/floors.py): collectors scraping fake vLLM pages, our 
 
 A fleet box with the examples' two GPU members (us-east-1 home, eu-west-1 helper; the
 examples' InferenceClusters' KWOK nodes, no claims applied) and the runtime on both, at
-the box's agent intervals (hack/fleetbox_runtime.py AGENT_INTERVALS: signals read every
+the box's agent intervals (hack/fleetbox/runtime.py AGENT_INTERVALS: signals read every
 1 s from collectors scraping every 2 s, reports every 2 s, a hub step every 1 s). Each
 run is a fresh namespace (a new Deployment, HPA and policy) with demand
 one replica's worth (8/s, replicaCapacity 10), then a burst to 30/s; it times
@@ -35,9 +35,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-import fleetbox  # noqa: E402
-import fleetbox_runtime  # noqa: E402
-
+from fleetbox.box import FleetBox  # noqa: E402
+from fleetbox.runtime import Runtime  # noqa: E402
+from fleetbox.wait import FleetBoxError, wait_for  # noqa: E402
 from tests.e2e import floors  # noqa: E402
 
 TIMEOUT = 300.0
@@ -55,11 +55,9 @@ def one_run(box, runtime, folder: Path, run: int) -> tuple[float, float, float, 
             replicas, ready = burst.replicas(floors.HELPER)
             return floor > 1 and replicas >= floor and ready >= floor
 
-        fleetbox.wait_for("the helper's floor Ready", ready, TIMEOUT)
+        wait_for("the helper's floor Ready", ready, TIMEOUT)
         raised = time.monotonic() - began
-        fleetbox.wait_for(
-            "traffic on the helper", lambda: burst.weights()[floors.HELPER] > 0, TIMEOUT
-        )
+        wait_for("traffic on the helper", lambda: burst.weights()[floors.HELPER] > 0, TIMEOUT)
         shifted = time.monotonic() - began
         calm = time.monotonic()
         burst.total = floors.CALM
@@ -71,15 +69,15 @@ def one_run(box, runtime, folder: Path, run: int) -> tuple[float, float, float, 
                 and burst.weights()[floors.HELPER] == 0
             )
 
-        fleetbox.wait_for("the floor released", released, TIMEOUT)
+        wait_for("the floor released", released, TIMEOUT)
         release = time.monotonic() - calm
-        fleetbox.wait_for(
+        wait_for(
             "the helper's extra replicas given back",
             lambda: burst.replicas(floors.HELPER)[0] == 1,
             TIMEOUT,
         )
         return raised, shifted, release, time.monotonic() - calm
-    except fleetbox.FleetBoxError:
+    except FleetBoxError:
         print(burst.summary())
         raise
     finally:
@@ -90,12 +88,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    box = fleetbox.FleetBox(members=floors.MEMBERS, gpu=floors.MEMBERS)
+    box = FleetBox(members=floors.MEMBERS, gpu=floors.MEMBERS)
     runtime = None
     figures: list[tuple[float, float, float, float]] = []
     try:
         box.start()
-        runtime = fleetbox_runtime.Runtime(box, floors.MEMBERS).start()
+        runtime = Runtime(box, floors.MEMBERS).start()
         with tempfile.TemporaryDirectory() as folder:
             for run in range(args.runs):
                 figures.append(one_run(box, runtime, Path(folder), run))

@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-import fleetbox  # noqa: E402
-
+from fleetbox.box import FleetBox, missing_tools  # noqa: E402
+from fleetbox.wait import wait_for  # noqa: E402
 from tests.e2e import claims  # noqa: E402
 from tests.e2e import test_changes as scenario  # noqa: E402
 
@@ -35,11 +35,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--replicas", type=int, default=4)
     args = parser.parse_args()
-    missing = fleetbox.missing_tools()
+    missing = missing_tools()
     if missing:
         print(f"missing tools {missing}: run 'bash hack/tools.sh'", file=sys.stderr)
         return 1
-    box = fleetbox.FleetBox(members=(scenario.H100, scenario.B200))
+    box = FleetBox(members=(scenario.H100, scenario.B200))
     try:
         box.start()
         print(f"fleet box: control plane + 2 members started in {box.timings['start']:.1f} s")
@@ -63,7 +63,7 @@ def main() -> int:
                 assert all(claims.remote_get(box, m, s) for m, s in composed)
                 return True
 
-            fleetbox.wait_for(f"{name} on every member", everywhere, 300)
+            wait_for(f"{name} on every member", everywhere, 300)
             seconds.append(time.monotonic() - began)
             claims.delete(box, "modeldeployment", name, scenario.NAMESPACE)
         figures = ", ".join(f"{s:.1f}" for s in seconds)

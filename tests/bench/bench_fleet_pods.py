@@ -2,7 +2,7 @@
 `kubectl apply` of a ModelDeployment to all its engine pods Running and Ready, through
 real Crossplane core, our functions, provider-kubernetes, the member's controller
 manager (Deployment, ReplicaSet, ResourceClaim), the real kube-scheduler allocating DRA
-devices, and KWOK starting the pods (about 1-2 s after binding, hack/fleetbox_gpu.py).
+devices, and KWOK starting the pods (about 1-2 s after binding, hack/fleetbox/gpu.py).
 
     .venv/bin/python tests/bench/bench_fleet_pods.py [--runs 5] [--replicas 3]
 
@@ -25,9 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-import fleetbox  # noqa: E402
-import fleetbox_gpu  # noqa: E402
-
+from fleetbox.box import FleetBox, missing_tools  # noqa: E402
+from fleetbox.wait import is_true, wait_for  # noqa: E402
 from tests.e2e import claims  # noqa: E402
 
 MEMBER = "us-east-1"
@@ -43,7 +42,7 @@ def _deployment(name: str, replicas: int) -> dict:
     return document
 
 
-def _engine_pods(box: fleetbox.FleetBox, name: str) -> list[dict]:
+def _engine_pods(box: FleetBox, name: str) -> list[dict]:
     done = box.kubectl(
         MEMBER, "get", "pods", "-n", NAMESPACE, "-l",
         f"modelplane.ai/deployment={name},modelplane.ai/role=Standalone", "-o", "json",
@@ -56,13 +55,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--replicas", type=int, default=3)
     args = parser.parse_args()
-    missing = fleetbox.missing_tools() + [
-        t for t in fleetbox_gpu.REQUIRED_TOOLS if not (fleetbox.tools_bin() / t).exists()
-    ]
+    missing = missing_tools(gpu=True)
     if missing:
         print(f"missing tools {missing}: run 'bash hack/tools.sh'", file=sys.stderr)
         return 1
-    box = fleetbox.FleetBox(members=(MEMBER,), gpu=(MEMBER,))
+    box = FleetBox(members=(MEMBER,), gpu=(MEMBER,))
     try:
         box.start()
         print(f"fleet box: control plane + 1 GPU member started in {box.timings['start']:.1f} s")
@@ -77,14 +74,14 @@ def main() -> int:
 
             def ready(name=name):
                 pods = _engine_pods(box, name)
-                up = [p for p in pods if fleetbox.is_true(p, "Ready")]
+                up = [p for p in pods if is_true(p, "Ready")]
                 assert len(up) == args.replicas, f"{len(up)}/{args.replicas} Ready"
                 return True
 
-            fleetbox.wait_for(f"{name}'s pods Ready", ready, 300)
+            wait_for(f"{name}'s pods Ready", ready, 300)
             seconds.append(time.monotonic() - began)
             claims.delete(box, "modeldeployment", name, NAMESPACE)
-            fleetbox.wait_for(f"{name}'s pods gone", lambda n=name: not _engine_pods(box, n), 300)
+            wait_for(f"{name}'s pods gone", lambda n=name: not _engine_pods(box, n), 300)
         figures = ", ".join(f"{s:.1f}" for s in seconds)
         print(
             f"apply -> all engine pods Running and Ready ({args.replicas} replicas x 1 GPU, "

@@ -3,7 +3,7 @@
     .venv/bin/python tests/bench/bench_keda_floor.py [--runs 3]
 
 A fleet box with the examples' two members (no examples applied) and the runtime on
-both (hack/fleetbox_runtime.py: agents, scalers, KEDA operator and adapter, the HPA
+both (hack/fleetbox/runtime.py: agents, scalers, KEDA operator and adapter, the HPA
 controller in kube-controller-manager). One Deployment, AdaptivePolicy and ScaledObject
 (as compose-model-replica writes them) on the first member; each run writes an intent
 stamped with the live hub's term, one replica above the last, and times
@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-import fleetbox  # noqa: E402
-import fleetbox_runtime  # noqa: E402
-
+from fleetbox.box import FleetBox  # noqa: E402
+from fleetbox.runtime import Runtime  # noqa: E402
+from fleetbox.wait import wait_for  # noqa: E402
 from tests.e2e import test_runtime_live as live  # noqa: E402
 
 
@@ -40,31 +40,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    box = fleetbox.FleetBox(members=live.MEMBERS)
+    box = FleetBox(members=live.MEMBERS)
     runtime = None
     member, name = live.MEMBERS[0], "bench-floor"
     served: list[float] = []
     moved: list[float] = []
     try:
         box.start()
-        runtime = fleetbox_runtime.Runtime(box, live.MEMBERS).start()
+        runtime = Runtime(box, live.MEMBERS).start()
         box.kubectl(member, "create", "namespace", live.NAMESPACE)
         box.kubectl(
             member, "apply", "-f", "-", stdin=yaml.safe_dump_all(live.workload(name, member))
         )
-        fleetbox.wait_for("KEDA's HPA active", lambda: live.hpa_ready(box, member, name), 180)
+        wait_for("KEDA's HPA active", lambda: live.hpa_ready(box, member, name), 180)
         term = live.one_hub(box)
         for run in range(args.runs):
             floor = run + 2
             began = time.monotonic()
             live.write_intent(box, member, name, floor, term)
-            fleetbox.wait_for(
+            wait_for(
                 "KEDA serves the floor",
                 lambda f=floor: live.keda_metric(box, member, name) == f,
                 120,
             )
             served.append(time.monotonic() - began)
-            fleetbox.wait_for(
+            wait_for(
                 "the workload at the floor",
                 lambda f=floor: live.replicas(box, member, name) == f, 180,
             )  # fmt: skip

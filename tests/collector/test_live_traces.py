@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from fleetbox.process import Process
 from functions.common import contracts
 from functions.common.telemetrydestination import parse_destination
 from functions.compose_serving_stack import collector
@@ -42,7 +43,7 @@ from tests.collector.harness import OtlpJsonSink, free_port
 from tests.conftest import require_tool
 from tests.runtime.cluster import Member
 from tests.telemetry.test_live_fleet import (
-    Process,
+    STOP_GRACE_SECONDS,
     http_ok,
     self_signed_certificate,
     wait_for,
@@ -278,7 +279,7 @@ def pipeline(tmp_path_factory) -> Iterator[Pipeline]:
             yield built
         finally:
             for process in reversed(processes):
-                process.stop()
+                process.stop(grace=STOP_GRACE_SECONDS)
             member.close()
 
 

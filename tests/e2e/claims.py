@@ -8,8 +8,10 @@ import copy
 import json
 from pathlib import Path
 
-import fleetbox
 import yaml
+
+from fleetbox.box import FleetBox
+from fleetbox.wait import FleetBoxError, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -20,7 +22,7 @@ CONVERGE_SECONDS = 180.0
 
 
 def get(
-    box: fleetbox.FleetBox,
+    box: FleetBox,
     resource: str,
     name: str,
     namespace: str | None = None,
@@ -33,15 +35,15 @@ def get(
     if done.returncode != 0:
         if "NotFound" in done.stderr or "not found" in done.stderr:
             return None
-        raise fleetbox.FleetBoxError(done.stderr)
+        raise FleetBoxError(done.stderr)
     return json.loads(done.stdout)
 
 
-def apply_document(box: fleetbox.FleetBox, document: dict, cluster: str = CONTROL) -> None:
+def apply_document(box: FleetBox, document: dict, cluster: str = CONTROL) -> None:
     box.kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(document))
 
 
-def delete(box: fleetbox.FleetBox, resource: str, name: str, namespace: str | None = None) -> None:
+def delete(box: FleetBox, resource: str, name: str, namespace: str | None = None) -> None:
     args = ["delete", resource, name, "--ignore-not-found", "--wait=false"]
     if namespace:
         args += ["-n", namespace]
@@ -59,7 +61,7 @@ def renamed(document: dict, name: str) -> dict:
     return copied
 
 
-def composed_objects(box: fleetbox.FleetBox, root: str, namespace: str | None = None) -> list[dict]:
+def composed_objects(box: FleetBox, root: str, namespace: str | None = None) -> list[dict]:
     """The provider-kubernetes Objects composed under a root XR: Crossplane labels every
     composed resource, however deep, with the name of the XR at the root (a
     ModelDeployment's go through its ModelReplicas)."""
@@ -85,14 +87,14 @@ def remote_identity(obj: dict) -> tuple[str, dict]:
     return obj["spec"]["providerConfigRef"]["name"], stub
 
 
-def remote_get(box: fleetbox.FleetBox, member: str, stub: dict) -> dict | None:
+def remote_get(box: FleetBox, member: str, stub: dict) -> dict | None:
     done = box.kubectl(
         member, "get", "-f", "-", "-o", "json", stdin=yaml.safe_dump(stub), check=False
     )
     if done.returncode != 0:
         if "NotFound" in done.stderr or "not found" in done.stderr:
             return None
-        raise fleetbox.FleetBoxError(f"{member}: {done.stderr}")
+        raise FleetBoxError(f"{member}: {done.stderr}")
     found = json.loads(done.stdout)
     if found.get("kind") == "List":  # `kubectl get -f` answers some kinds with a List
         return found["items"][0] if found.get("items") else None
@@ -105,7 +107,7 @@ def describe(stub: dict) -> str:
     return f"{stub['kind']} {where}{meta['name']}"
 
 
-def replicas_of(box: fleetbox.FleetBox, deployment: str, namespace: str) -> list[dict]:
+def replicas_of(box: FleetBox, deployment: str, namespace: str) -> list[dict]:
     done = box.kubectl(
         CONTROL, "get", "modelreplicas", "-n", namespace, "-l",
         f"modelplane.ai/deployment={deployment}", "-o", "json",
@@ -114,7 +116,7 @@ def replicas_of(box: fleetbox.FleetBox, deployment: str, namespace: str) -> list
 
 
 def everything_composed_for(
-    box: fleetbox.FleetBox, deployment: str, namespace: str, *, deleted_with_it: bool = False
+    box: FleetBox, deployment: str, namespace: str, *, deleted_with_it: bool = False
 ) -> list[tuple[str, dict]]:
     """Every member object a deployment composed (through its ModelReplicas) for the
     member to hold: (member, stub). Observe-only Objects (the health record the member's
@@ -131,7 +133,7 @@ def member_stubs(objects: list[dict], deleted_with_it: bool = False) -> list[tup
     ]
 
 
-def whole_composition(box: fleetbox.FleetBox, deployment: str, namespace: str) -> list[dict]:
+def whole_composition(box: FleetBox, deployment: str, namespace: str) -> list[dict]:
     """The deployment's Objects, once every one of its ModelReplicas has been composed and
     every Object a replica references is there. Core creates a replica's Objects one at a
     time, so a listing taken as soon as the workloads appear can lack the rest; raises
@@ -162,7 +164,7 @@ def observe_only(obj: dict) -> bool:
     return obj["spec"].get("managementPolicies") == ["Observe"]
 
 
-def wait_gone(box: fleetbox.FleetBox, remote: list[tuple[str, dict]]) -> None:
+def wait_gone(box: FleetBox, remote: list[tuple[str, dict]]) -> None:
     """Wait until none of the (member, stub) objects exists on its member any more."""
 
     def gone():
@@ -170,4 +172,4 @@ def wait_gone(box: fleetbox.FleetBox, remote: list[tuple[str, dict]]) -> None:
         assert not left, left
         return True
 
-    fleetbox.wait_for("composed resources gone from the members", gone, CONVERGE_SECONDS)
+    wait_for("composed resources gone from the members", gone, CONVERGE_SECONDS)

@@ -1,8 +1,8 @@
-"""The end-to-end tier: the fleet box (hack/fleetbox.py), started once for the tier.
+"""The end-to-end tier: the fleet box (hack/fleetbox/), started once for the tier.
 
 A real control plane (kube-apiserver, kube-controller-manager, Crossplane core,
 provider-kubernetes, our four functions over mTLS) and member API servers; the examples'
-two members are GPU members (kube-scheduler, KWOK nodes, DRA devices: fleetbox_gpu.py). The
+two members are GPU members (kube-scheduler, KWOK nodes, DRA devices: fleetbox/gpu.py). The
 examples are applied once, as a user applies them, by the session fixture; tests that
 change things apply their own claims (named for the test) and delete them, so tests do
 not see each other's state. Every process is stopped at the end of the run.
@@ -13,11 +13,12 @@ from __future__ import annotations
 import statistics
 import time
 
-import fleetbox
-import fleetbox_gpu
-import fleetbox_runtime
 import pytest
 
+from fleetbox.box import REQUIRED_TOOLS, FleetBox
+from fleetbox.gpu import REQUIRED_TOOLS as GPU_TOOLS
+from fleetbox.members import DEFAULT_MEMBERS
+from fleetbox.runtime import PROCESS_KINDS, RUNTIME_TOOLS, Runtime
 from tests.conftest import require_tool
 
 # (what, seconds) measured by the tests, printed at the end of the run.
@@ -31,14 +32,12 @@ def measured(what: str, seconds: float) -> float:
 
 @pytest.fixture(scope="package")  # stopped when the tier ends, not at the end of the run
 def box():
-    for tool in (*fleetbox.REQUIRED_TOOLS, *fleetbox_gpu.REQUIRED_TOOLS):
+    for tool in (*REQUIRED_TOOLS, *GPU_TOOLS):
         require_tool(tool)
     # The examples' two members, and two spare ones the change tests put their own
     # clusters on (so they never move the examples' replicas). The examples' members
     # are GPU members: the real kube-scheduler binds their pods (test_scheduling.py).
-    fleet = fleetbox.FleetBox(
-        members=(*fleetbox.DEFAULT_MEMBERS, "e2e-a", "e2e-b"), gpu=fleetbox.DEFAULT_MEMBERS
-    )
+    fleet = FleetBox(members=(*DEFAULT_MEMBERS, "e2e-a", "e2e-b"), gpu=DEFAULT_MEMBERS)
     try:
         fleet.start()
     except BaseException:
@@ -60,9 +59,9 @@ def runtime(box):
     started once for the tier's runtime scenarios (fencing, parking, floors): an election
     of two agents with a failover is enough for them, and two members' KEDA, agent and
     scaler are already a lot on two cores."""
-    for tool in fleetbox_runtime.RUNTIME_TOOLS:
+    for tool in RUNTIME_TOOLS:
         require_tool(tool)
-    running = fleetbox_runtime.Runtime(box, fleetbox.DEFAULT_MEMBERS)
+    running = Runtime(box, DEFAULT_MEMBERS)
     try:
         running.start()
     except BaseException:
@@ -73,7 +72,7 @@ def runtime(box):
         yield running
     finally:
         running.close()
-        for kind in fleetbox_runtime.PROCESS_KINDS:
+        for kind in PROCESS_KINDS:
             for name in running.members:
                 process = box.processes.pop(f"{kind}-{name}", None)
                 if process is not None:

@@ -1,7 +1,7 @@
 """A burst on one member of the fleet box and what the runtime does about it, through
 the real parts: each member's engine page (a vLLM page whose load the scenario sets) is
 scraped by a real collector on the config compose-serving-stack renders, the member's
-agent (a process of the box, `hack/fleetbox_runtime.py`) reads the collector's signals
+agent (a process of the box, `hack/fleetbox/runtime.py`) reads the collector's signals
 page at its in-cluster address, the hub raises a floor on a helper member, our scaler
 serves it to the real KEDA, the HPA (kube-controller-manager) scales the helper's
 Deployment, the real kube-scheduler binds the pods to KWOK nodes and KWOK runs them. The
@@ -21,12 +21,12 @@ import threading
 import time
 from pathlib import Path
 
-import fleetbox
-import fleetbox_runtime
 import yaml
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 
+from fleetbox.members import DEFAULT_MEMBERS
+from fleetbox.runtime import COLLECTOR_INTERVAL
 from functions.common.contracts import (
     AUTOSCALING_GROUP_VERSION,
     COLLECTOR_SIGNALS_URL,
@@ -43,7 +43,7 @@ from tests.conftest import require_tool
 from tests.e2e.test_runtime_live import scaled_object
 from tests.runtime.test_hub_integration import EnginePage, builtin_mapping_resources_parsed
 
-HOME, HELPER = fleetbox.DEFAULT_MEMBERS  # us-east-1 bursts; eu-west-1 helps
+HOME, HELPER = DEFAULT_MEMBERS  # us-east-1 bursts; eu-west-1 helps
 MEMBERS = (HOME, HELPER)
 NAMESPACE = "burst-live"
 NAME = "llm"  # the Deployment, AdaptivePolicy, ScaledObject and route on every member
@@ -165,7 +165,7 @@ class Burst:
             builtin_mapping_resources_parsed(),
             None,
             signals=True,
-            scrape_interval_seconds=fleetbox_runtime.COLLECTOR_INTERVAL,
+            scrape_interval_seconds=COLLECTOR_INTERVAL,
         )
         pod = engines.Pod(f"{NAME}-0", f"uid-{member}", self.namespace, "vllm", NAME, NAME, "")
         pod.port = self.pages[member].port

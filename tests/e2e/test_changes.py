@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import time
 
-import fleetbox
 import pytest
 from kubernetes import client
 
+from fleetbox.wait import wait_for
 from functions.common import contracts
 from tests.e2e import claims
 from tests.e2e.conftest import measured
@@ -70,9 +70,7 @@ def _wait_on_members(box, name: str, clusters: set[str]) -> list[tuple[str, dict
         assert not missing, missing
         return composed
 
-    return fleetbox.wait_for(
-        f"{name}'s workloads on {sorted(clusters)}", there, claims.CONVERGE_SECONDS
-    )
+    return wait_for(f"{name}'s workloads on {sorted(clusters)}", there, claims.CONVERGE_SECONDS)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +90,7 @@ def _wait_total(box, name: str, replicas: int) -> dict[str, int]:
         assert sum(got.values()) == replicas, f"placements {got}"
         return got
 
-    return fleetbox.wait_for(f"{name} placed {replicas} replicas", placed, claims.CONVERGE_SECONDS)
+    return wait_for(f"{name} placed {replicas} replicas", placed, claims.CONVERGE_SECONDS)
 
 
 def test_scaling_a_deployment_up_and_down_reaches_the_members(box, clusters):
@@ -128,7 +126,7 @@ def _wait_scaled(box, name: str, replicas: int) -> None:
         assert scale["status"].get("selector") == f"{contracts.LABEL_DEPLOYMENT}={name}", scale
         return True
 
-    fleetbox.wait_for(f"{name} scaled to {replicas}", scaled, claims.CONVERGE_SECONDS)
+    wait_for(f"{name} scaled to {replicas}", scaled, claims.CONVERGE_SECONDS)
 
 
 def test_kubectl_scale_moves_the_placement_and_the_scale_subresource_reports_it(box, clusters):
@@ -179,7 +177,7 @@ def test_the_scale_selector_selects_the_models_pods_on_a_member(box):
         assert chosen, f"no pod on {member} matches {selector}"
         return selector, chosen
 
-    selector, chosen = fleetbox.wait_for(
+    selector, chosen = wait_for(
         f"{name}'s pods on {member} by its scale selector", selected, claims.CONVERGE_SECONDS
     )
 
@@ -219,7 +217,7 @@ def test_deleting_a_deployment_removes_everything_it_composed_everywhere(box, cl
         assert not objects, objects
         return True
 
-    fleetbox.wait_for(
+    wait_for(
         "the deployment, its replicas and Objects gone",
         control_plane_clean,
         claims.CONVERGE_SECONDS,
@@ -250,9 +248,7 @@ def test_a_cluster_taken_out_of_the_selector_loses_its_replicas(box, clusters):
                 assert got.get(H100), f"placements {got}"
                 return got
 
-            after = fleetbox.wait_for(
-                f"{name}'s replicas off {B200}", moved, claims.CONVERGE_SECONDS
-            )
+            after = wait_for(f"{name}'s replicas off {B200}", moved, claims.CONVERGE_SECONDS)
             _wait_on_members(box, name, set(after))
             deleted = claims.everything_composed_for(box, name, NAMESPACE, deleted_with_it=True)
             assert not [m for m, _s in deleted if m == B200]
@@ -347,7 +343,7 @@ def test_deleting_the_destination_removes_collectors_and_nothing_else(box, clust
         assert not missing, missing
         return composed
 
-    before = fleetbox.wait_for(
+    before = wait_for(
         f"{H100} composed with its collector", with_collector, claims.CONVERGE_SECONDS
     )
     kept = {k: v for k, v in before.items() if "collector" not in k}
@@ -360,13 +356,11 @@ def test_deleting_the_destination_removes_collectors_and_nothing_else(box, clust
             assert not [k for k in composed if "collector" in k], sorted(composed)
             return composed
 
-        after = fleetbox.wait_for(
-            "collectors no longer composed", collectors_gone, claims.CONVERGE_SECONDS
-        )
+        after = wait_for("collectors no longer composed", collectors_gone, claims.CONVERGE_SECONDS)
         claims.wait_gone(box, [v for k, v in before.items() if "collector" in k])
         assert set(after) == set(kept), "deleting the destination changed more than the collector"
         now = {k: claims.remote_get(box, m, s)["metadata"]["uid"] for k, (m, s) in kept.items()}
         assert now == kept_uids, "something besides the collector was deleted or recreated"
     finally:
         claims.apply_document(box, destination)
-    fleetbox.wait_for(f"{H100}'s collector back", with_collector, claims.CONVERGE_SECONDS)
+    wait_for(f"{H100}'s collector back", with_collector, claims.CONVERGE_SECONDS)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import time
 
-import fleetbox
 import pytest
 import yaml
 
 import render
+from fleetbox.control_plane import example_paths
+from fleetbox.wait import conditions, is_true, wait_for
 from tests.e2e import claims
 from tests.e2e.conftest import measured
 
@@ -26,7 +27,7 @@ WORKLOAD_KINDS = {"Deployment", "LeaderWorkerSet", "PodCliqueSet"}
 
 def _example_claims() -> list[tuple[str, str, str | None]]:
     found = []
-    for path in fleetbox.example_paths():
+    for path in example_paths():
         document = yaml.safe_load(path.read_text())
         found.append(
             (
@@ -46,12 +47,12 @@ def settled(box):
         pending = []
         for kind, name, namespace in _example_claims():
             xr = claims.get(box, kind, name, namespace)
-            if xr is None or not fleetbox.is_true(xr, "Synced"):
-                pending.append((kind, name, fleetbox.conditions(xr or {}).get("Synced")))
+            if xr is None or not is_true(xr, "Synced"):
+                pending.append((kind, name, conditions(xr or {}).get("Synced")))
         assert not pending, pending
         return True
 
-    fleetbox.wait_for("every example claim Synced", synced, claims.CONVERGE_SECONDS)
+    wait_for("every example claim Synced", synced, claims.CONVERGE_SECONDS)
     measured(
         "examples applied to every example claim Synced", time.monotonic() - box.example_applied_at
     )
@@ -61,19 +62,19 @@ def settled(box):
 @pytest.mark.parametrize(("kind", "name", "namespace"), _example_claims(), ids=str)
 def test_every_example_claim_is_synced_and_its_conditions_say_why(settled, kind, name, namespace):
     xr = claims.get(settled, kind, name, namespace)
-    conditions = fleetbox.conditions(xr)
-    assert conditions["Synced"]["status"] == "True", conditions["Synced"]
-    ready = conditions.get("Ready")
-    assert ready is not None, f"{kind} {name} has no Ready condition: {conditions}"
+    by_type = conditions(xr)
+    assert by_type["Synced"]["status"] == "True", by_type["Synced"]
+    ready = by_type.get("Ready")
+    assert ready is not None, f"{kind} {name} has no Ready condition: {by_type}"
     if ready["status"] != "True":
         # Nothing runs pods here: a claim that is not ready must say why in one of its
         # own conditions (our functions write them), never be silent.
         explained = [
             c
-            for c in conditions.values()
+            for c in by_type.values()
             if c["type"] not in {"Synced", "Ready"} and c["status"] == "False" and c.get("message")
         ]
-        assert explained, f"{kind} {name} is not ready and no condition says why: {conditions}"
+        assert explained, f"{kind} {name} is not ready and no condition says why: {by_type}"
 
 
 def _live_replicas(box, name: str) -> tuple[list[dict], list[dict]]:
@@ -139,7 +140,7 @@ def test_deployment_status_survives_the_api_server_and_matches_render(
         wanted = rendered["status"].get("placements")
         return xr if xr.get("status", {}).get("placements") == wanted else None
 
-    xr = fleetbox.wait_for(
+    xr = wait_for(
         f"{deployment.stem}'s placements as render printed them for the live fleet",
         placed,
         claims.CONVERGE_SECONDS,
@@ -188,6 +189,4 @@ def test_composed_resources_reach_the_members(settled):
         assert not missing, missing
         return True
 
-    fleetbox.wait_for(
-        "every composed resource on its member", everything_there, claims.CONVERGE_SECONDS
-    )
+    wait_for("every composed resource on its member", everything_there, claims.CONVERGE_SECONDS)

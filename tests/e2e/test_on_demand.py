@@ -20,14 +20,17 @@ import sys
 import time
 from pathlib import Path
 
-import fleetbox
 import pytest
 import yaml
 
+from fleetbox.control_plane import CROSSPLANE_NAMESPACE
+from fleetbox.process import Process
+from fleetbox.wait import wait_for
 from functions.common import contracts
 from functions.runtime.operator import fleet_status
 from tests.e2e import claims
 from tests.e2e.conftest import measured
+from tests.ports import free_port
 from tests.unit.chatserver import Answer, ChatServer
 
 NAMESPACE = "ml-team"
@@ -69,15 +72,15 @@ def _token_kubeconfig(box, workdir: Path) -> Path:
     box.kubectl(claims.CONTROL, "apply", "-f", str(RBAC))
     box.kubectl(
         claims.CONTROL, "create", "serviceaccount", ACTIVATOR_SA, "-n",
-        fleetbox.CROSSPLANE_NAMESPACE, check=False,
+        CROSSPLANE_NAMESPACE, check=False,
     )  # fmt: skip
     box.kubectl(
         claims.CONTROL, "create", "clusterrolebinding", ACTIVATOR_SA,
         f"--clusterrole={contracts.ACTIVATOR_CLUSTER_ROLE}",
-        f"--serviceaccount={fleetbox.CROSSPLANE_NAMESPACE}:{ACTIVATOR_SA}", check=False,
+        f"--serviceaccount={CROSSPLANE_NAMESPACE}:{ACTIVATOR_SA}", check=False,
     )  # fmt: skip
     token = box.kubectl(
-        claims.CONTROL, "create", "token", ACTIVATOR_SA, "-n", fleetbox.CROSSPLANE_NAMESPACE,
+        claims.CONTROL, "create", "token", ACTIVATOR_SA, "-n", CROSSPLANE_NAMESPACE,
         "--duration=2h",
     ).stdout.strip()  # fmt: skip
     config = yaml.safe_load(box.kubeconfigs[claims.CONTROL].read_text())
@@ -95,9 +98,9 @@ def activator(box):
     workdir.mkdir(exist_ok=True)
     kubeconfig = _token_kubeconfig(box, workdir)
     box.kubectl(claims.CONTROL, "label", "inferencecluster", MEMBER, f"{HERE_LABEL}=yes")
-    port = fleetbox.free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     upstream = engine.url.removesuffix("/v1")
-    process = fleetbox.Process(
+    process = Process(
         f"activator-{MEMBER}",
         [
             *ENTRYPOINT, "activator", f"--cluster={MEMBER}", f"--control-plane={kubeconfig}",
@@ -120,7 +123,7 @@ def activator(box):
         finally:
             connection.close()
 
-    fleetbox.wait_for("the activator listening", ready, 60)
+    wait_for("the activator listening", ready, 60)
     try:
         yield port, engine, process
     finally:
@@ -156,9 +159,7 @@ def _wait_idle(box, name: str) -> None:
         assert all(r["spec"].get("activator") is True for r in replicas)
         return status
 
-    fleetbox.wait_for(
-        f"{name} idle at zero, routed to the activator", idle, claims.CONVERGE_SECONDS
-    )
+    wait_for(f"{name} idle at zero, routed to the activator", idle, claims.CONVERGE_SECONDS)
 
 
 def _request(port: int, name: str) -> tuple[int, bytes, float, float]:
@@ -225,7 +226,7 @@ def test_a_request_to_a_scaled_to_zero_model_that_fits_is_served_after_one_attem
         ]
         return True
 
-    fleetbox.wait_for(f"{FITS}'s route off the activator", routed_direct, claims.CONVERGE_SECONDS)
+    wait_for(f"{FITS}'s route off the activator", routed_direct, claims.CONVERGE_SECONDS)
 
 
 def test_a_request_to_a_model_that_fits_nowhere_is_answered_at_once_with_why(box, activator):

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import json
 
-import fleetbox
-import fleetbox_gpu
 import pytest
 
+from fleetbox.gpu import FAIL_ANNOTATION, FAIL_CRASH_LOOP, add_nodes, member_nodes, remove_nodes
+from fleetbox.wait import is_true, wait_for
 from functions.common.contracts import (
     ANNOTATION_DEFINITION_HASH,
     ANNOTATION_RETRY,
@@ -53,9 +53,7 @@ def _deployment(*, failing: bool, args_extra: tuple[str, ...] = (), retry: str =
     template = document["spec"]["template"]
     template["metadata"].setdefault("annotations", {})
     if failing:
-        template["metadata"]["annotations"][fleetbox_gpu.FAIL_ANNOTATION] = (
-            fleetbox_gpu.FAIL_CRASH_LOOP
-        )
+        template["metadata"]["annotations"][FAIL_ANNOTATION] = FAIL_CRASH_LOOP
     member = template["spec"]["engines"][0]["members"][0]
     member["nodeSelector"]["devices"][0]["selectors"].append({"cel": H100})
     member["template"]["spec"]["containers"][0]["args"] += list(args_extra)
@@ -142,7 +140,7 @@ def _wait_parked(box, definition: str | None = None) -> dict:
             assert parked["definitionHash"] == definition, parked
         return status
 
-    return fleetbox.wait_for(f"{NAME} parked", parked, PARK_SECONDS)
+    return wait_for(f"{NAME} parked", parked, PARK_SECONDS)
 
 
 def _wait_pods(box, check, what: str) -> list[dict]:
@@ -151,7 +149,7 @@ def _wait_pods(box, check, what: str) -> list[dict]:
         assert check(pods), f"pods {[(p['metadata']['name'], _definition(p)) for p in pods]}"
         return (pods,)  # truthy when there are none
 
-    return fleetbox.wait_for(what, seen, PARK_SECONDS)[0]
+    return wait_for(what, seen, PARK_SECONDS)[0]
 
 
 @pytest.fixture
@@ -172,7 +170,7 @@ def test_a_model_that_never_starts_is_parked_and_placed_again(box, runtime, clea
     assert parked["failures"] >= DEFAULT_MAX_CONSECUTIVE_FAILURES
     assert "container engine exited 1 (Error) before ready" in parked["lastError"]
     assert "fleetbox.modelplane.ai/fail" in parked["lastError"]  # the engine's own message
-    assert not fleetbox.is_true(claims.get(box, "modeldeployment", NAME, NAMESPACE), "Ready")
+    assert not is_true(claims.get(box, "modeldeployment", NAME, NAMESPACE), "Ready")
     # Nothing runs: the workload went to 0 and its pods are gone.
     _wait_pods(box, lambda pods: not pods, "the parked model's pods gone")
 
@@ -182,7 +180,7 @@ def test_a_model_that_never_starts_is_parked_and_placed_again(box, runtime, clea
         assert answer is not None, "the member's route still sends requests to backends"
         return answer
 
-    answer = fleetbox.wait_for("the route's direct response", answering, claims.CONVERGE_SECONDS)
+    answer = wait_for("the route's direct response", answering, claims.CONVERGE_SECONDS)
     assert answer["status"] == 503
     assert answer["body"]["error"]["reason"] == "Parked"
     assert parked["lastError"] in answer["body"]["error"]["message"]
@@ -215,10 +213,10 @@ def test_a_model_that_never_starts_is_parked_and_placed_again(box, runtime, clea
         assert status.get("readyReplicas") == 1, status
         return status
 
-    fleetbox.wait_for(f"{NAME} serving after the retry", serving, PARK_SECONDS)
+    wait_for(f"{NAME} serving after the retry", serving, PARK_SECONDS)
     (pod,) = _wait_pods(box, lambda pods: len(pods) == 1, "one pod serving")
     assert _definition(pod) == second_definition
-    assert fleetbox.wait_for(
+    assert wait_for(
         "the route back on its backends", lambda: _route_answer(box) is None or None,
         claims.CONVERGE_SECONDS,
     )  # fmt: skip
@@ -231,13 +229,13 @@ def test_a_model_that_never_starts_is_parked_and_placed_again(box, runtime, clea
             lambda pods: (
                 len(pods) == 1
                 and pods[0]["metadata"]["uid"] != pod["metadata"]["uid"]
-                and fleetbox.is_true(pods[0], "Ready")
+                and is_true(pods[0], "Ready")
             ),
             "a replacement pod Ready on another node",
         )[0]
         assert replacement["spec"]["nodeName"] != lost
         # The agent has seen the new pod (ready) and counted nothing for the lost one.
-        record = fleetbox.wait_for(
+        record = wait_for(
             "the health record after the node loss", lambda: _settled_record(box, replacement),
             PARK_SECONDS,
         )  # fmt: skip
@@ -245,7 +243,7 @@ def test_a_model_that_never_starts_is_parked_and_placed_again(box, runtime, clea
         assert "parked" not in _status(box), _status(box)
         # The replacement's readiness reaches the status through provider-kubernetes'
         # poll of the member's Deployment and two compositions: it follows, not at once.
-        fleetbox.wait_for(f"{NAME} serving after the node loss", serving, PARK_SECONDS)
+        wait_for(f"{NAME} serving after the node loss", serving, PARK_SECONDS)
     finally:
         _restore_node(box, lost)
 
@@ -268,11 +266,11 @@ def _settled_record(box, pod: dict) -> HealthRecord | None:
 
 def _lose_node_of(box, pod: dict) -> str:
     node = pod["spec"]["nodeName"]
-    (fake,) = [n for n in fleetbox_gpu.member_nodes(MEMBER) if n.name == node]
-    fleetbox_gpu.remove_nodes(box, MEMBER, [fake])
+    (fake,) = [n for n in member_nodes(MEMBER) if n.name == node]
+    remove_nodes(box, MEMBER, [fake])
     return node
 
 
 def _restore_node(box, name: str) -> None:
-    (fake,) = [n for n in fleetbox_gpu.member_nodes(MEMBER) if n.name == name]
-    fleetbox_gpu.add_nodes(box, MEMBER, [fake])
+    (fake,) = [n for n in member_nodes(MEMBER) if n.name == name]
+    add_nodes(box, MEMBER, [fake])

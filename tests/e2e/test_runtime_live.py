@@ -1,7 +1,7 @@
 """The runtime live in the fleet box: our agents and scalers as processes, real KEDA
 (operator and metrics adapter) on each member, and kube-controller-manager's HPA
 controller reading our scaler's floor through the member API server's aggregation
-layer (hack/fleetbox_runtime.py).
+layer (hack/fleetbox/runtime.py).
 
 The runtime runs on the examples' two members only (us-east-1, eu-west-1): that is
 enough for a hub election with a failover, and two KEDA processes, agent and scaler per member is
@@ -18,10 +18,11 @@ import json
 import time
 from datetime import UTC, datetime, timedelta
 
-import fleetbox
 import pytest
 import yaml
 
+from fleetbox.members import DEFAULT_MEMBERS
+from fleetbox.wait import wait_for
 from functions.common.contracts import (
     ANNOTATION_FENCING_TOKEN,
     AUTOSCALING_GROUP_VERSION,
@@ -34,7 +35,7 @@ from functions.compose_model_replica import autoscaling
 from functions.compose_model_replica.autoscaling import SCALER_ADDRESS
 from functions.runtime.scaler.server import METRIC_NAME
 
-MEMBERS = fleetbox.DEFAULT_MEMBERS
+MEMBERS = DEFAULT_MEMBERS
 NAMESPACE = "runtime-live"
 # KEDA names a ScaledObject's first trigger's metric s0-<the scaler's metric name>.
 KEDA_METRIC = f"s0-{METRIC_NAME}"
@@ -73,7 +74,7 @@ def one_hub(box, exclude: str = "") -> tuple[str, str]:
         ((holder, token),) = terms
         return (holder, token) if holder and token and holder != exclude else None
 
-    return fleetbox.wait_for("one hub on every member", agreed, timeout=120)
+    return wait_for("one hub on every member", agreed, timeout=120)
 
 
 def workload(name: str, cluster: str) -> list[dict]:

@@ -3,7 +3,7 @@
 The examples' members run kube-scheduler, the controllers that turn Deployments into pods
 and ResourceClaimTemplates into ResourceClaims, and KWOK as the kubelet of nodes made
 from the example node pools, whose GPUs are published as DRA ResourceSlices the way the
-NVIDIA driver publishes them (hack/fleetbox_gpu.py). What a user relies on:
+NVIDIA driver publishes them (hack/fleetbox/gpu.py). What a user relies on:
 
 - every example ModelDeployment's engine pods are bound to nodes of the pool our
   placement chose, with the devices the scheduler allocated through our
@@ -23,11 +23,21 @@ import random
 import time
 from dataclasses import dataclass
 
-import fleetbox
-import fleetbox_gpu
 import pytest
 import yaml
 
+from fleetbox.gpu import (
+    FAIL_ANNOTATION,
+    FAIL_CRASH_LOOP,
+    FAIL_IMAGE_PULL,
+    POOL_LABEL,
+    FakeNode,
+    add_nodes,
+    example_cluster,
+    pool_nodes,
+    remove_nodes,
+)
+from fleetbox.wait import is_true, wait_for
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH
 from functions.compose_model_deployment.cel_env import evaluate
 from functions.compose_model_deployment.model import read_cluster
@@ -121,7 +131,7 @@ def test_example_pods_run_on_the_placed_pool_with_allocated_devices(box, documen
         ]  # fmt: skip
         return here or None
 
-    placements = fleetbox.wait_for(
+    placements = wait_for(
         f"{name} placed on {DEPLOYMENT_MEMBER}", placed_here, claims.CONVERGE_SECONDS
     )
     pools = {p["nodePool"] for p in placements}
@@ -136,7 +146,7 @@ def test_example_pods_run_on_the_placed_pool_with_allocated_devices(box, documen
             if not p["metadata"].get("deletionTimestamp")
             and p["metadata"].get("labels", {}).get("modelplane.ai/role") == "Standalone"
         ]  # fmt: skip
-        ready = [p for p in pods if fleetbox.is_true(p, "Ready")]
+        ready = [p for p in pods if is_true(p, "Ready")]
         if len(ready) < replicas:
             raise AssertionError(
                 f"{len(ready)}/{replicas} Ready: "
@@ -149,16 +159,16 @@ def test_example_pods_run_on_the_placed_pool_with_allocated_devices(box, documen
         return ready
 
     began = time.monotonic()
-    ready = fleetbox.wait_for(f"{name}'s {replicas} pods Ready", running, BIND_SECONDS)
+    ready = wait_for(f"{name}'s {replicas} pods Ready", running, BIND_SECONDS)
     measured(
         "example pods Ready on the GPU member, from the test's first look", time.monotonic() - began
     )
     for pod in ready:
         node = pod["spec"]["nodeName"]
         labels = nodes[node]["metadata"]["labels"]
-        assert labels[fleetbox_gpu.POOL_LABEL] in pools, (
+        assert labels[POOL_LABEL] in pools, (
             f"{pod['metadata']['name']} bound to {node} of pool "
-            f"{labels[fleetbox_gpu.POOL_LABEL]}, placement chose {sorted(pools)}"
+            f"{labels[POOL_LABEL]}, placement chose {sorted(pools)}"
         )
         results = _allocated(box, DEPLOYMENT_MEMBER, pod)
         assert len(results) == count, f"{pod['metadata']['name']} got {results}"
@@ -235,12 +245,12 @@ def test_a_multi_node_replica_lands_inside_one_fabric(box):
         found = box.get(DEPLOYMENT_MEMBER, "leaderworkersets", namespace)
         return [w for w in found if w["metadata"]["name"] == name]
 
-    (lws,) = fleetbox.wait_for(
+    (lws,) = wait_for(
         f"{name}'s LeaderWorkerSet on {DEPLOYMENT_MEMBER}", composed, claims.CONVERGE_SECONDS
     )
     pods = _group_pods(lws)
     (pool,) = [
-        p for p in fleetbox_gpu.example_cluster(DEPLOYMENT_MEMBER)["spec"]["nodePools"]
+        p for p in example_cluster(DEPLOYMENT_MEMBER)["spec"]["nodePools"]
         if p["name"] == "h100"
     ]  # fmt: skip
     label = pool["fabricNodeLabel"]
@@ -260,7 +270,7 @@ def test_a_multi_node_replica_lands_inside_one_fabric(box):
             ]
             return live
 
-        live = fleetbox.wait_for(f"{name}'s group bound", bound, BIND_SECONDS)
+        live = wait_for(f"{name}'s group bound", bound, BIND_SECONDS)
         nodes = {
             n["metadata"]["name"]: n["metadata"]["labels"]
             for n in _json(box, DEPLOYMENT_MEMBER, "get", "nodes")["items"]
@@ -363,14 +373,14 @@ class Verdict:
 @pytest.fixture(scope="module")
 def cel_nodes(box):
     pool = CEL_CLUSTER["spec"]["nodePools"][0]
-    nodes = fleetbox_gpu.pool_nodes(CEL_CLUSTER, pool, prefix="cel-")
-    fleetbox_gpu.add_nodes(box, DEPLOYMENT_MEMBER, nodes)
+    nodes = pool_nodes(CEL_CLUSTER, pool, prefix="cel-")
+    add_nodes(box, DEPLOYMENT_MEMBER, nodes)
     box.kubectl(DEPLOYMENT_MEMBER, "create", "namespace", "e2e-cel")
     try:
         yield pool
     finally:
         box.kubectl(DEPLOYMENT_MEMBER, "delete", "namespace", "e2e-cel", "--wait=false")
-        fleetbox_gpu.remove_nodes(box, DEPLOYMENT_MEMBER, nodes)
+        remove_nodes(box, DEPLOYMENT_MEMBER, nodes)
 
 
 def _claim_and_pod(index: int, selector: str, pool: dict) -> list[dict]:
@@ -426,7 +436,7 @@ def test_device_selectors_get_the_same_verdict_from_placement_and_scheduler(box,
         assert not pending, f"no verdict yet for {pending}"
         return True
 
-    fleetbox.wait_for("the scheduler's verdict on every selector", decided, BIND_SECONDS)
+    wait_for("the scheduler's verdict on every selector", decided, BIND_SECONDS)
     disagreements = [v for v in verdicts if v.ours != v.scheduler]
     assert not disagreements, "\n".join(
         f"{v.selector!r}: placement {'accepts' if v.ours else 'rejects'}, the scheduler "
@@ -448,7 +458,7 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 
 @dataclass
 class Shape:
-    nodes: list[fleetbox_gpu.FakeNode]
+    nodes: list[FakeNode]
     template: dict
     claim_template: dict | None
 
@@ -463,7 +473,7 @@ def _random_shape(seed: int) -> Shape:
         name = f"{round_name}-{index}"
         cpu = rng.choice([8, 16, 32])
         nodes.append(
-            fleetbox_gpu.FakeNode(
+            FakeNode(
                 name=name,
                 labels={
                     "kubernetes.io/hostname": name,
@@ -533,7 +543,7 @@ def _agent_room(box, shape: Shape) -> int:
 def test_static_room_is_what_the_scheduler_binds(box, seed):
     shape = _random_shape(seed)
     member, namespace = DEPLOYMENT_MEMBER, f"e2e-room-{seed}"
-    fleetbox_gpu.add_nodes(box, member, shape.nodes)
+    add_nodes(box, member, shape.nodes)
     box.kubectl(member, "create", "namespace", namespace)
     try:
         room = _agent_room(box, shape)
@@ -562,7 +572,7 @@ def test_static_room_is_what_the_scheduler_binds(box, seed):
             assert len(bound) + len(waiting) == replicas, counts
             return (len(bound),)  # a tuple: wait_for wants something truthy, 0 may be the answer
 
-        fleetbox.wait_for(f"round {seed} settled", settled, BIND_SECONDS)
+        wait_for(f"round {seed} settled", settled, BIND_SECONDS)
         time.sleep(3)  # nothing more binds: the scheduler retries unschedulable pods
         (bound,) = settled()
         nodes = [
@@ -576,7 +586,7 @@ def test_static_room_is_what_the_scheduler_binds(box, seed):
         )
     finally:
         box.kubectl(member, "delete", "namespace", namespace, "--wait=false")
-        fleetbox_gpu.remove_nodes(box, member, shape.nodes)
+        remove_nodes(box, member, shape.nodes)
 
 
 # --- the broken-model switch: what the health agent counts ------------------------------
@@ -599,18 +609,18 @@ def test_a_broken_model_fails_to_start_the_way_the_health_agent_counts(box):
                 "namespace": namespace,
                 "labels": {"app": "broken"},
                 "annotations": {
-                    fleetbox_gpu.FAIL_ANNOTATION: failure,
+                    FAIL_ANNOTATION: failure,
                     ANNOTATION_DEFINITION_HASH: definition,
                 },
             },
             "spec": {
-                "nodeSelector": {fleetbox_gpu.POOL_LABEL: "h100"},
+                "nodeSelector": {POOL_LABEL: "h100"},
                 "containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}],
             },
         }
         for name, failure in (
-            ("crash", fleetbox_gpu.FAIL_CRASH_LOOP),
-            ("pull", fleetbox_gpu.FAIL_IMAGE_PULL),
+            ("crash", FAIL_CRASH_LOOP),
+            ("pull", FAIL_IMAGE_PULL),
         )
     ]
     box.kubectl(member, "apply", "-f", "-", stdin=yaml.safe_dump_all(pods))
@@ -624,10 +634,10 @@ def test_a_broken_model_fails_to_start_the_way_the_health_agent_counts(box):
             assert (pull[0].get("state") or {}).get("waiting", {}).get("reason") == "ErrImagePull"
             return live
 
-        live = fleetbox.wait_for("the broken pods failing", failing, BIND_SECONDS)
+        live = wait_for("the broken pods failing", failing, BIND_SECONDS)
         crash, pull = live["crash"], live["pull"]
         assert crash["status"]["phase"] == "Running"
-        assert not fleetbox.is_true(crash, "Ready")
+        assert not is_true(crash, "Ready")
         waiting = crash["status"]["containerStatuses"][0]["state"]["waiting"]
         assert waiting["reason"] == "CrashLoopBackOff"
         assert pull["status"]["phase"] == "Pending"

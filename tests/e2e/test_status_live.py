@@ -29,13 +29,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-import fleetbox
-import fleetbox_gpu
-import fleetbox_runtime
 import jsonschema
 import pytest
 import yaml
 
+from fleetbox.gpu import FAIL_ANNOTATION, FAIL_CRASH_LOOP, example_cluster
+from fleetbox.runtime import AGENT_IDLE_AFTER, COLLECTOR_INTERVAL
+from fleetbox.wait import is_true, wait_for
 from functions.common.contracts import (
     COLLECTOR_SIGNALS_URL,
     LABEL_DEPLOYMENT,
@@ -84,9 +84,7 @@ def _deployment(name: str, *, selector: str = H100) -> dict:
     # Placement's choice made certain: only us-east-1's H100s match (or, for H200, nothing).
     device["selectors"].append({"cel": selector})
     if name == PARKED:
-        template["metadata"].setdefault("annotations", {})[fleetbox_gpu.FAIL_ANNOTATION] = (
-            fleetbox_gpu.FAIL_CRASH_LOOP
-        )
+        template["metadata"].setdefault("annotations", {})[FAIL_ANNOTATION] = FAIL_CRASH_LOOP
     if name == ON_DEMAND:
         spec["onDemand"] = {"activationTimeout": "10m"}
     return document
@@ -102,7 +100,7 @@ def _deployments() -> list[dict]:
 
 
 def _poll(what: str, check, timeout: float, every: float = 3.0):
-    """`fleetbox.wait_for` at a pace a check that runs a CLI can afford."""
+    """`wait_for` at a pace a check that runs a CLI can afford."""
 
     def paced():
         try:
@@ -111,7 +109,7 @@ def _poll(what: str, check, timeout: float, every: float = 3.0):
             time.sleep(every)
             raise
 
-    return fleetbox.wait_for(what, paced, timeout)
+    return wait_for(what, paced, timeout)
 
 
 def _ready_pod(box) -> dict:
@@ -122,11 +120,7 @@ def _ready_pod(box) -> dict:
             "-o", "json",
         ).stdout
     )["items"]  # fmt: skip
-    ready = [
-        p
-        for p in found
-        if not p["metadata"].get("deletionTimestamp") and fleetbox.is_true(p, "Ready")
-    ]
+    ready = [p for p in found if not p["metadata"].get("deletionTimestamp") and is_true(p, "Ready")]
     assert len(ready) == 1, [(p["metadata"]["name"], p.get("status", {})) for p in found]
     return ready[0]
 
@@ -141,7 +135,7 @@ def _engine_collector(folder: Path, pod: dict, page: EnginePage):
         builtin_mapping_resources_parsed(),
         None,
         signals=True,
-        scrape_interval_seconds=fleetbox_runtime.COLLECTOR_INTERVAL,
+        scrape_interval_seconds=COLLECTOR_INTERVAL,
     )
     labels = pod["metadata"]["labels"]
     engine_pod = engines.Pod(
@@ -171,7 +165,7 @@ def fleet_of_four(box, runtime):
     stack = contextlib.ExitStack()
     claims.apply_document(box, {"apiVersion": "v1", "kind": "List", "items": _deployments()})
     try:
-        pod = fleetbox.wait_for(
+        pod = wait_for(
             f"{IDLE}'s pod Ready on {MEMBER}", lambda: _ready_pod(box), FIRST_POD_SECONDS
         )
         signals = stack.enter_context(_engine_collector(box.root / "status-live", pod, page))
@@ -303,10 +297,10 @@ def _check_document(box, document: dict, replica: str, signals: str) -> None:
         MEMBER, NAMESPACE, replica, IDLE,
     )  # fmt: skip
     assert idle["gpus"] == 1  # the one H100 its ResourceClaim holds
-    assert idle["idleSeconds"] >= fleetbox_runtime.AGENT_IDLE_AFTER
+    assert idle["idleSeconds"] >= AGENT_IDLE_AFTER
     report = next(r for r in document["inventory"]["reports"] if r["cluster"] == MEMBER)
     assert report["requestCounters"] == "Available"
-    assert report["idleAfterSeconds"] == fleetbox_runtime.AGENT_IDLE_AFTER
+    assert report["idleAfterSeconds"] == AGENT_IDLE_AFTER
     # The agent's clock runs on the counter the real collector made of vLLM's own
     # `vllm:request_success_total`: the value it keeps is the one on the signals page.
     assert _counter_the_agent_keeps(box, replica) == _counter_on_page(signals) == FINISHED
@@ -316,7 +310,7 @@ def _check_document(box, document: dict, replica: str, signals: str) -> None:
     # fabricNodeLabel; the agent reads that label, as compose-serving-stack tells it to).
     declared = {
         (MEMBER, fabric["name"]): fabric["nodes"]
-        for pool in fleetbox_gpu.example_cluster(MEMBER)["spec"]["nodePools"]
+        for pool in example_cluster(MEMBER)["spec"]["nodePools"]
         for fabric in pool.get("fabrics") or []
     }
     fabrics = {(f["cluster"], f["name"]): f["nodes"] for f in document["inventory"]["fabrics"]}
@@ -348,7 +342,7 @@ def _check_table(table: str, document: dict, replica: str) -> None:
     row = _rows(table, "UNPLACEABLE")[f"{NAMESPACE}/{NOWHERE}"]
     assert row[1] == "1"
     assert "NVIDIA H200" in row[3]
-    idle_title = f"IDLE (serving, nothing asked for {fleetbox_runtime.AGENT_IDLE_AFTER}s;"
+    idle_title = f"IDLE (serving, nothing asked for {AGENT_IDLE_AFTER}s;"
     assert idle_title in table
     row = _rows(table, "IDLE")[f"{NAMESPACE}/{replica}"]
     assert (row[1], row[2], row[4]) == (MEMBER, IDLE, "1")

@@ -5,10 +5,10 @@ validation cannot run."""
 
 from pathlib import Path
 
-import fleetbox
 import pytest
 import yaml
 
+from fleetbox.members import DEFAULT_MEMBERS
 from tests.conftest import REPO
 from tests.e2e import claims
 from tests.schemas.test_validate import expected_message
@@ -23,7 +23,7 @@ def _cluster_for(box, manifest: Path) -> str:
     document = yaml.safe_load(manifest.read_text())
     if document.get("kind") not in MEMBER_KINDS:
         return claims.CONTROL
-    member = fleetbox.DEFAULT_MEMBERS[0]
+    member = DEFAULT_MEMBERS[0]
     # A missing namespace is refused before the schema is checked: make the tenant's.
     namespace = document["metadata"]["namespace"]
     done = box.kubectl(member, "create", "namespace", namespace, check=False)

@@ -38,7 +38,7 @@ from tests.runtime.cluster import Fleet, _wait_established
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "hack"))
-from fleetbox import CLUSTER_PROFILE_CRD  # noqa: E402
+from fleetbox.members import CLUSTER_PROFILE_CRD  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 DRY_RUN = settings(

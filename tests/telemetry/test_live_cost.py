@@ -38,6 +38,7 @@ import yaml
 from kubernetes import client
 
 import render
+from fleetbox.process import Process
 from functions.common import contracts
 from functions.common.cost import MODEL_COST_PER_HOUR
 from functions.common.exposition import prometheus_label
@@ -50,8 +51,8 @@ from tests.collector.harness import localize_paths
 from tests.conftest import REPO, require_tool
 from tests.runtime.cluster import Member
 from tests.telemetry.test_live_fleet import (
+    STOP_GRACE_SECONDS,
     Fleet,
-    Process,
     free_port,
     http_ok,
     self_signed_certificate,
@@ -482,7 +483,7 @@ def cost_fleet(function_servers, tmp_path_factory) -> Iterator[CostFleet]:
         yield CostFleet(fleet, members, agents)
     finally:
         for process in reversed(processes):
-            process.stop()
+            process.stop(grace=STOP_GRACE_SECONDS)
         for member in members.values():
             with contextlib.suppress(Exception):
                 member.close()

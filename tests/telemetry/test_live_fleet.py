@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import signal
 import ssl
 import subprocess
 import threading
@@ -37,7 +35,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -45,6 +43,7 @@ import prometheus_client
 import pytest
 import yaml
 
+from fleetbox.process import Process
 from functions.common import contracts
 from functions.common.exposition import prometheus_label
 from functions.common.metricmapping import parse_mappings
@@ -66,6 +65,9 @@ TTFT = "modelplane_time_to_first_token"
 TOKENS = "modelplane_generation_tokens_total"
 RUNNING = "modelplane_requests_running"
 KV_CACHE = "modelplane_kv_cache_usage"
+# Seconds a collector, gateway or Prometheus gets between SIGTERM and SIGKILL: these
+# tests' own, longer than the box's default (fleetbox.process.Process.stop).
+STOP_GRACE_SECONDS = 15.0
 # vLLM's own time-to-first-token buckets (0.5 among them, the SLO target below).
 VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5)
 # Time per output token deliberately without 0.05, the SLO target below: the gateway
@@ -145,39 +147,6 @@ class FakeEngine:
 
 
 # --- Processes ----------------------------------------------------------------------------
-
-
-@dataclass
-class Process:
-    name: str
-    args: list[str]
-    log: Path
-    env: dict[str, str] = field(default_factory=dict)
-    popen: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.popen = subprocess.Popen(
-            self.args,
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-            env=os.environ | self.env,
-            start_new_session=True,
-        )
-
-    def stop(self) -> None:
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait()
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float, logs: Callable[[], str]):
@@ -470,7 +439,7 @@ def fleet(tmp_path_factory) -> Iterator[Fleet]:
         yield fleet
     finally:
         for process in reversed(processes):
-            process.stop()
+            process.stop(grace=STOP_GRACE_SECONDS)
         for engine in engines.values():
             engine.close()
         shutil.rmtree(workdir / "tsdb", ignore_errors=True)
@@ -575,7 +544,7 @@ def test_the_fleet_kv_cache_ratio_weighs_each_cluster_by_its_size(fleet):
         fleet.settle("the weighted fleet KV ratio", rollup.fleet_ratio_query(KV_CACHE), 0.4)
         assert 0 <= fleet.value(rollup.fleet_ratio_query(KV_CACHE)) <= 1
     finally:
-        collector.stop()
+        collector.stop(grace=STOP_GRACE_SECONDS)
         del fleet.collectors["c"]
 
 
@@ -631,7 +600,7 @@ def test_histograms_without_the_slo_boundary_are_marked_and_get_no_attainment(fl
 def test_a_cluster_collector_restart_counts_nothing_twice(fleet):
     fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 350)
     collector = fleet.collectors["a"]
-    collector.stop()
+    collector.stop(grace=STOP_GRACE_SECONDS)
     time.sleep(3)
     collector.start()
     fleet.engines["a"].tokens.inc(10)
@@ -661,7 +630,7 @@ def test_an_engine_restart_keeps_the_fleet_counter_monotonic(fleet):
 def test_a_cluster_moving_to_the_other_gateway_replica_counts_nothing_twice(fleet):
     fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 400)
     collector = fleet.collectors["a"]
-    collector.stop()
+    collector.stop(grace=STOP_GRACE_SECONDS)
     config = cluster_collector_config(
         "a", fleet.engines["a"], fleet.second_listen, fleet.token, fleet.ca
     )

@@ -1,4 +1,4 @@
-"""The fleet box's runtime (hack/fleetbox_runtime.py) as kubelet would run it: KEDA's
+"""The fleet box's runtime (hack/fleetbox/runtime.py) as kubelet would run it: KEDA's
 processes, which exit on a start-up error and leave the restart to their pod, are
 restarted with a backoff; ours never are, and a wait that times out says who is down."""
 
@@ -7,16 +7,18 @@ from __future__ import annotations
 import time
 import types
 
-import fleetbox_runtime
 import pytest
-from fleetbox import FleetBoxError, Process
+
+import fleetbox.runtime
+from fleetbox.process import Process
+from fleetbox.wait import FleetBoxError
 
 
 @pytest.fixture
 def runtime(tmp_path, monkeypatch):
-    monkeypatch.setattr(fleetbox_runtime, "RESTART_BACKOFF_SECONDS", 0.2)
+    monkeypatch.setattr(fleetbox.runtime, "RESTART_BACKOFF_SECONDS", 0.2)
     box = types.SimpleNamespace(processes={})
-    running = fleetbox_runtime.Runtime.__new__(fleetbox_runtime.Runtime)
+    running = fleetbox.runtime.Runtime.__new__(fleetbox.runtime.Runtime)
     running.box, running.members = box, ["m1"]
     running.listens, running.restarts, running._restart_due = {}, {}, {}
 
@@ -34,7 +36,7 @@ def runtime(tmp_path, monkeypatch):
 
 def test_keda_is_restarted_after_its_backoff_and_ours_is_not(runtime, monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr(fleetbox_runtime, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(fleetbox.runtime, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     operator = runtime.add("keda-operator", "echo unable to init scale client; exit 1")
     scaler = runtime.add("scaler", "exit 2")
     operator.popen.wait()

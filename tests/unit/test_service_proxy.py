@@ -1,4 +1,4 @@
-"""The fleet box's CONNECT proxy (hack/fleetbox_runtime.py): how KEDA's operator, run out
+"""The fleet box's CONNECT proxy (hack/fleetbox/service_proxy.py): how KEDA's operator, run out
 of cluster, reaches our scaler at the in-cluster address the ScaledObject names."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import socket
 import threading
 
-import fleetbox_runtime
 import pytest
 
+from fleetbox.service_proxy import ServiceProxy, in_cluster_name
 from functions.common.contracts import SCALER_PORT, SCALER_SERVICE_NAME, SYSTEM_NAMESPACE
 from functions.compose_model_replica.autoscaling import SCALER_ADDRESS
 
@@ -32,7 +32,7 @@ def echo():
     server.close()
 
 
-def connect(proxy: fleetbox_runtime.ServiceProxy, target: str) -> tuple[str, socket.socket]:
+def connect(proxy: ServiceProxy, target: str) -> tuple[str, socket.socket]:
     sock = socket.create_connection(("127.0.0.1", proxy.server_address[1]), timeout=5)
     sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
     head = b""
@@ -46,9 +46,9 @@ def connect(proxy: fleetbox_runtime.ServiceProxy, target: str) -> tuple[str, soc
 
 def test_the_composed_scaler_address_is_the_route_the_box_maps(echo):
     # The box maps exactly what compose-model-replica writes into the ScaledObject.
-    name = fleetbox_runtime.in_cluster_name(SCALER_SERVICE_NAME, SYSTEM_NAMESPACE, SCALER_PORT)
+    name = in_cluster_name(SCALER_SERVICE_NAME, SYSTEM_NAMESPACE, SCALER_PORT)
     assert name == SCALER_ADDRESS
-    proxy = fleetbox_runtime.ServiceProxy({name: echo})
+    proxy = ServiceProxy({name: echo})
     try:
         status, sock = connect(proxy, SCALER_ADDRESS)
         with sock:
@@ -60,7 +60,7 @@ def test_the_composed_scaler_address_is_the_route_the_box_maps(echo):
 
 
 def test_an_unknown_in_cluster_name_is_refused(echo):
-    proxy = fleetbox_runtime.ServiceProxy({SCALER_ADDRESS: echo})
+    proxy = ServiceProxy({SCALER_ADDRESS: echo})
     try:
         status, sock = connect(proxy, "kubernetes.default.svc.cluster.local:443")
         sock.close()

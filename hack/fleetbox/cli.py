@@ -1,14 +1,17 @@
-#!/usr/bin/env python3
 """The local fleet, live: `make fleet` and `make fleet-down`.
 
-    hack/fleet.py up       start the fleet box in the background, apply examples/, wait,
-                           print a summary and the kubeconfig paths; the box keeps running
-    hack/fleet.py status   print the summary again
-    hack/fleet.py down     stop every process of the box and remove its data
+    python hack/fleetbox up       start the fleet box in the background, apply examples/,
+                                  wait, print a summary and the kubeconfig paths; the box
+                                  keeps running
+    python hack/fleetbox status   print the summary again
+    python hack/fleetbox down     stop every process of the box and remove its data
 
-The box (hack/fleetbox.py) runs in a detached supervisor process (`hack/fleet.py serve`)
+The box (box.py) runs in a detached supervisor process (`python hack/fleetbox serve`)
 so it outlives `make fleet`; its processes die with that supervisor, so `down` (SIGTERM
-to the supervisor) leaves nothing behind. State lives in _output/fleet/.
+to the supervisor) leaves nothing behind. Everything lives in _output/fleet/: the box's
+folder (box/, with each cluster's kubeconfig), the supervisor's pid and log, and the
+state the supervisor saves once the box and its runtime are up (FleetBox.save_state),
+which `up` waits for and `up` and `status` attach to (FleetBox.attach).
 """
 
 from __future__ import annotations
@@ -24,15 +27,20 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "hack"))
+from fleetbox.box import STATE_FILE, FleetBox, missing_tools
+from fleetbox.clusters import CONTROL_PLANE, Clusters
+from fleetbox.control_plane import example_paths
+from fleetbox.members import DEFAULT_MEMBERS
+from fleetbox.runtime import Runtime
+from fleetbox.wait import conditions, is_true
 
-import fleetbox  # noqa: E402
-import fleetbox_runtime  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
+# What `python hack/fleetbox` runs (__main__.py): the supervisor is started the same way.
+PACKAGE = Path(__file__).resolve().parent
 
 STATE = REPO / "_output" / "fleet"
 PID_FILE = STATE / "supervisor.pid"
-READY_FILE = STATE / "ready.json"
+READY_FILE = STATE / STATE_FILE  # saved once the box and its runtime are up
 LOG_FILE = STATE / "supervisor.log"
 START_TIMEOUT = 600.0
 SETTLE_TIMEOUT = 180.0
@@ -52,18 +60,13 @@ def serve() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    box = fleetbox.FleetBox(root=STATE / "box", gpu=fleetbox.DEFAULT_MEMBERS)
+    box = FleetBox(root=STATE / "box", gpu=DEFAULT_MEMBERS)
     runtime = None
     try:
         box.start()
         # The runtime (agent, scaler, KEDA operator and adapter) on every member.
-        runtime = fleetbox_runtime.Runtime(box, box.members).start()
-        READY_FILE.write_text(json.dumps({
-            "kubeconfigs": {k: str(v) for k, v in box.kubeconfigs.items()},
-            "kubectl": str(box.bin / "kubectl"),
-            "members": list(box.members),
-            "start_seconds": round(box.timings["start"], 1),
-        }))  # fmt: skip
+        runtime = Runtime(box, box.members).start()
+        box.save_state(STATE)
         while not stop.wait(1.0):
             for process in box.processes.values():
                 if not process.running():
@@ -88,20 +91,8 @@ def _running_pid() -> int | None:
     return pid
 
 
-def _box_from_state() -> tuple[dict, fleetbox.FleetBox]:
-    """A handle on the running box for reads and kubectl (starts nothing)."""
-    state = json.loads(READY_FILE.read_text())
-    box = object.__new__(fleetbox.FleetBox)
-    box.bin = fleetbox.tools_bin()
-    box.kubeconfigs = {k: Path(v) for k, v in state["kubeconfigs"].items()}
-    box.members = dict.fromkeys(state["members"])
-    return state, box
-
-
 def up() -> int:
-    missing = fleetbox.missing_tools() + [
-        t for t in fleetbox.fleetbox_gpu.REQUIRED_TOOLS if not (fleetbox.tools_bin() / t).exists()
-    ]
+    missing = missing_tools(gpu=True)
     if missing:
         print(f"missing tools: {', '.join(missing)}: run 'bash hack/tools.sh'", file=sys.stderr)
         return 1
@@ -112,7 +103,7 @@ def up() -> int:
     with contextlib.suppress(FileNotFoundError):
         READY_FILE.unlink()
     supervisor = subprocess.Popen(
-        [sys.executable, __file__, "serve"],
+        [sys.executable, str(PACKAGE), "serve"],
         stdout=LOG_FILE.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -129,18 +120,18 @@ def up() -> int:
             down()
             return 1
         time.sleep(0.5)
-    state, box = _box_from_state()
-    print(f"started in {state['start_seconds']} s; applying examples/")
-    box.apply("control-plane", fleetbox.example_paths())
+    box = FleetBox.attach(STATE)
+    print(f"started in {FleetBox.read_state(STATE)['start_seconds']} s; applying examples/")
+    box.apply(CONTROL_PLANE, example_paths())
     _settle(box)
     return status()
 
 
-def _xrs(box: fleetbox.FleetBox) -> list[dict]:
+def _xrs(box: Clusters) -> list[dict]:
     return [xr for kind in XR_KINDS for xr in box.get("control-plane", kind)]
 
 
-def _settle(box: fleetbox.FleetBox) -> None:
+def _settle(box: Clusters) -> None:
     """Wait until every XR is Synced and Ready, or nothing has changed for a while."""
     deadline = time.monotonic() + SETTLE_TIMEOUT
     last, since = None, time.monotonic()
@@ -149,9 +140,7 @@ def _settle(box: fleetbox.FleetBox) -> None:
             (x["kind"], x["metadata"]["name"], json.dumps(x.get("status", {}), sort_keys=True))
             for x in _xrs(box)
         ]
-        if snapshot and all(
-            fleetbox.is_true(x, "Synced") and fleetbox.is_true(x, "Ready") for x in _xrs(box)
-        ):
+        if snapshot and all(is_true(x, "Synced") and is_true(x, "Ready") for x in _xrs(box)):
             return
         if snapshot != last:
             last, since = snapshot, time.monotonic()
@@ -160,14 +149,14 @@ def _settle(box: fleetbox.FleetBox) -> None:
         time.sleep(2)
 
 
-def summary(box: fleetbox.FleetBox) -> str:
+def summary(box: Clusters) -> str:
     lines = ["", "Claims and what they composed (control plane):"]
     for xr in _xrs(box):
         meta = xr["metadata"]
         name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
         states = []
         for kind in ("Synced", "Ready"):
-            condition = fleetbox.conditions(xr).get(kind, {})
+            condition = conditions(xr).get(kind, {})
             states.append(f"{kind}={condition.get('status', '?')}")
         lines.append(f"  {xr['kind']} {name}: {' '.join(states)}")
         for condition in xr.get("status", {}).get("conditions", []):
@@ -207,7 +196,7 @@ def summary(box: fleetbox.FleetBox) -> str:
     return "\n".join(lines)
 
 
-def pod_lines(box: fleetbox.FleetBox, member: str) -> list[str]:
+def pod_lines(box: Clusters, member: str) -> list[str]:
     """Each pod outside kube-system: phase, readiness, the node the real kube-scheduler
     bound it to and the DRA devices it allocated (its ResourceClaims' allocation)."""
     claims = {
@@ -225,7 +214,7 @@ def pod_lines(box: fleetbox.FleetBox, member: str) -> list[str]:
             allocation = claim.get("status", {}).get("allocation") or {}
             for result in (allocation.get("devices") or {}).get("results") or []:
                 devices.append(f"{result['pool']}/{result['device']}")
-        ready = fleetbox.is_true(pod, "Ready")
+        ready = is_true(pod, "Ready")
         node = pod["spec"].get("nodeName") or "(not scheduled)"
         waiting = [
             s["state"]["waiting"].get("reason", "")
@@ -244,13 +233,14 @@ def status() -> int:
     if not READY_FILE.exists():
         print("the fleet is not running ('make fleet' starts it)")
         return 1
-    state, box = _box_from_state()
+    box = FleetBox.attach(STATE)
     print(summary(box))
-    print("\nKubeconfigs (kubectl at the API servers' release is " + state["kubectl"] + "):")
-    for name, path in state["kubeconfigs"].items():
+    kubectl = box.bin / "kubectl"
+    print(f"\nKubeconfigs (kubectl at the API servers' release is {kubectl}):")
+    for name, path in box.kubeconfigs.items():
         print(f"  {name}: {path}")
-    control = state["kubeconfigs"]["control-plane"]
-    print(f"\nTry: {state['kubectl']} --kubeconfig {control} get modeldeployments -A")
+    control = box.kubeconfigs[CONTROL_PLANE]
+    print(f"\nTry: {kubectl} --kubeconfig {control} get modeldeployments -A")
     print("Stop it with: make fleet-down")
     return 0
 

@@ -1,24 +1,21 @@
-"""The fleet box's runtime half: KEDA, the aggregation layer and our agent and scaler.
+"""The fleet box's runtime half: KEDA, the HPA controller and our agent and scaler.
 
 Per member that asks for it (`Runtime(box, members).start()`), all out of cluster:
 - our scaler (`modelplane runtime scaler`) and agent (`modelplane runtime agent`, with
   this member's kubeconfig and every peer's, as the composed runtime has in cluster);
 - KEDA's operator, which dials the scaler at the address the composed ScaledObject
   names (`modelplane-scaler.modelplane-system.svc.cluster.local:9090`). There is no
-  cluster DNS here, so the operator runs with HTTPS_PROXY set to a small CONNECT proxy
-  of the box that maps in-cluster Service names to this member's local processes.
-  grpc-go (v1.84, KEDA's) builds its client with `grpc.NewClient`; for a `dns` target
-  with a proxy in the environment it does not resolve the name itself but sends it in
-  the CONNECT (internal/resolver/delegatingresolver). Go never proxies loopback
-  addresses, so the operator still reaches its API server directly;
+  cluster DNS here, so the operator runs with HTTPS_PROXY set to the member's
+  ServiceProxy (service_proxy.py), which maps in-cluster Service names to this
+  member's local processes;
 - KEDA's metrics adapter, an aggregated API server for `external.metrics.k8s.io`.
   The member's kube-apiserver runs with the front-proxy (requestheader) flags and
-  `--enable-aggregator-routing`, so it proxies to an EndpointSlice address instead of
-  a ClusterIP nobody routes. EndpointSlice validation refuses loopback addresses, so
-  the adapter listens on this host's first global IPv4 address and its slice names
-  that. The APIService carries the adapter's CA; the adapter's certificate names the
-  Service (`keda-metrics-apiserver.keda.svc`), which is what the aggregator checks.
-  kube-controller-manager's HPA controller reads the floor there, as in cluster.
+  `--enable-aggregator-routing` (members.py), so it proxies to an EndpointSlice address
+  instead of a ClusterIP nobody routes. EndpointSlice validation refuses loopback
+  addresses, so the adapter listens on this host's first global IPv4 address and its
+  slice names that. The APIService carries the adapter's CA; the adapter's certificate
+  names the Service (`keda-metrics-apiserver.keda.svc`), which is what the aggregator
+  checks. kube-controller-manager's HPA controller reads the floor there, as in cluster.
 
 The operator and the adapter talk over KEDA's own mTLS gRPC (ca.crt, tls.crt, tls.key in
 one folder, as KEDA's chart mounts them); the box makes that pair.
@@ -28,11 +25,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import socket
-import socketserver
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -40,6 +34,15 @@ from typing import Any
 
 import yaml
 
+from fleetbox import REPO
+from fleetbox.box import FleetBox
+from fleetbox.certificates import Certificates
+from fleetbox.clusters import component_flags
+from fleetbox.control_plane import KEDA_SCALER_CLIENT, SCALER_DNS_NAME
+from fleetbox.gpu import example_cluster
+from fleetbox.process import Process
+from fleetbox.service_proxy import ServiceProxy, in_cluster_name
+from fleetbox.wait import FleetBoxError, wait_for
 from functions.common.contracts import (
     SCALED_OBJECT_API_VERSION,
     SCALER_CLIENT_SECRET,
@@ -49,27 +52,12 @@ from functions.common.contracts import (
     SYSTEM_NAMESPACE,
 )
 from functions.common.inventory import fabric_labels_of_pools, format_fabric_label
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fleetbox_gpu
-from fleetbox import (
-    KEDA_SCALER_CLIENT,
-    REPO,
-    SCALER_DNS_NAME,
-    Certificates,
-    FleetBoxError,
-    Process,
-    component_flags,
-    free_port,
-    wait_for,
-)
+from tests.ports import free_port
 
 KEDA_NAMESPACE = "keda"
 ADAPTER_SERVICE = "keda-metrics-apiserver"
 EXTERNAL_METRICS_GROUP = "external.metrics.k8s.io"
 EXTERNAL_METRICS_APISERVICE = f"v1beta1.{EXTERNAL_METRICS_GROUP}"
-FRONT_PROXY_CLIENT = "front-proxy-client"
 RUNTIME_TOOLS = ("keda-operator", "keda-adapter")
 # The processes `Runtime` adds to the box, each named `<kind>-<member>`.
 PROCESS_KINDS = ("agent", "scaler", "keda-operator", "keda-adapter", "kube-controller-manager-hpa")
@@ -100,10 +88,6 @@ AGENT_INTERVALS = {
 AGENT_IDLE_AFTER = 20
 
 
-def in_cluster_name(service: str, namespace: str, port: int) -> str:
-    return f"{service}.{namespace}.svc.cluster.local:{port}"
-
-
 def host_address() -> str:
     """This host's first global IPv4 address: EndpointSlices refuse loopback ones."""
     out = subprocess.run(
@@ -120,98 +104,6 @@ def host_address() -> str:
     )
 
 
-# --- the aggregation layer -----------------------------------------------------------------
-
-
-def aggregation_args(pki: Path) -> list[str]:
-    """kube-apiserver flags for an aggregation layer that proxies to EndpointSlices."""
-    certs = Certificates(pki)
-    client = certs.pair(FRONT_PROXY_CLIENT, None, "clientAuth")
-    return [
-        f"--requestheader-client-ca-file={certs.ca_crt}",
-        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
-        "--requestheader-username-headers=X-Remote-User",
-        "--requestheader-group-headers=X-Remote-Group",
-        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-        f"--proxy-client-cert-file={client / 'tls.crt'}",
-        f"--proxy-client-key-file={client / 'tls.key'}",
-        "--enable-aggregator-routing=true",
-    ]
-
-
-# --- the in-cluster names --------------------------------------------------------------------
-
-
-class ServiceProxy(socketserver.ThreadingTCPServer):
-    """A proxy on loopback that maps in-cluster Service addresses
-    (`name.namespace.svc[.cluster.local]:port`) to local ones and refuses the rest: HTTP
-    CONNECT (KEDA's gRPC) and plain HTTP requests in absolute form (Python's urllib, as
-    our agent reads the collector's signals page, with `http_proxy` set). `routes` may
-    change while it runs (a test starts a member's collector late)."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, routes: dict[str, str]) -> None:
-        self.routes = dict(routes)
-        super().__init__(("127.0.0.1", 0), _Tunnel)
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
-class _Tunnel(socketserver.StreamRequestHandler):
-    def handle(self) -> None:
-        line = self.rfile.readline(8192)
-        request = line.decode("latin-1").split()
-        headers = []
-        while (header := self.rfile.readline(8192)) not in (b"\r\n", b"\n", b""):
-            headers.append(header)
-        if len(request) != 3:
-            self.wfile.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
-            return
-        method, target, version = request
-        if method == "CONNECT":
-            address, first = target, b""
-        elif target.startswith("http://"):
-            address, _, path = target[len("http://") :].partition("/")
-            address = address if ":" in address else f"{address}:80"
-            # Relayed as one request to the origin, in origin form, closing after it.
-            kept = [h for h in headers if not h.lower().startswith((b"proxy-", b"connection"))]
-            first = f"{method} /{path} {version}\r\n".encode("latin-1")
-            first += b"".join(kept) + b"Connection: close\r\n\r\n"
-        else:
-            self.wfile.write(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
-            return
-        route = self.server.routes.get(address)
-        if route is None:
-            self.wfile.write(b"HTTP/1.1 403 Forbidden\r\n\r\nno such in-cluster service\r\n")
-            return
-        host, port = route.rsplit(":", 1)
-        try:
-            upstream = socket.create_connection((host, int(port)), timeout=5)
-        except OSError:
-            self.wfile.write(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
-            return
-        upstream.settimeout(None)
-        if first:
-            upstream.sendall(first)
-        else:
-            self.wfile.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-            self.wfile.flush()
-        pump = threading.Thread(target=_pump, args=(upstream, self.connection), daemon=True)
-        pump.start()
-        _pump(self.connection, upstream)
-        pump.join()
-
-
 def _listening_ports() -> set[int]:
     """The TCP ports something on this host listens on, from /proc/net/tcp{,6}: no
     connection made, so no TLS server logs a handshake cut short."""
@@ -225,21 +117,13 @@ def _listening_ports() -> set[int]:
     return ports
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-    with contextlib.suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
-
-
 # --- one member's runtime --------------------------------------------------------------------
 
 
 class Runtime:
     """KEDA, our scaler and our agent on some members of a started FleetBox."""
 
-    def __init__(self, box, members) -> None:
+    def __init__(self, box: FleetBox, members: Iterable[str]) -> None:
         missing = [t for t in RUNTIME_TOOLS if not (box.bin / t).exists()]
         if missing:
             raise FleetBoxError(
@@ -369,7 +253,7 @@ class Runtime:
     def wait_for(
         self, what: str, check: Callable[[], Any], timeout: float, members: Iterable[str] = ()
     ) -> Any:
-        """`fleetbox.wait_for`, and when it times out, the diagnosis of the members (the
+        """`wait.wait_for`, and when it times out, the diagnosis of the members (the
         runtime's own when none are named): which process stopped, what it last said."""
 
         def revived_then_checked() -> Any:
@@ -382,9 +266,7 @@ class Runtime:
             raise FleetBoxError(f"{error}\n{self.diagnosis(list(members) or None)}") from error
 
     def _add(self, process: Process) -> Process:
-        process.start()
-        self.box.processes[process.name] = process
-        return process
+        return self.box.start_process(process)
 
     def _prepare(self, name: str) -> None:
         """Namespaces, the AdaptivePolicy CRD (what compose-serving-stack sends every
@@ -404,7 +286,7 @@ class Runtime:
         result = box.kubectl(name, "create", "-f", str(policy), check=False)
         if result.returncode != 0 and "AlreadyExists" not in result.stderr:
             raise FleetBoxError(f"AdaptivePolicy CRD on {name}: {result.stderr.strip()}")
-        box._wait_crds_established(name)
+        box.wait_crds_established(name)
         # KEDA dials the scaler with the client certificate compose-serving-stack copies
         # from the platform's Secrets (the box's, `FleetBox._connect_members`) through the
         # ClusterTriggerAuthentication every composed ScaledObject names. On a member
@@ -490,7 +372,7 @@ class Runtime:
         # The node label each pool's fabric is on, as compose-serving-stack gives the
         # composed agent (the box labels the nodes with the pool's fabricNodeLabel):
         # without it every node's fabric reads "unlabelled".
-        cluster = fleetbox_gpu.example_cluster(name) or {}
+        cluster = example_cluster(name) or {}
         fabrics = [
             f"--fabric-label={format_fabric_label(f)}"
             for f in fabric_labels_of_pools((cluster.get("spec") or {}).get("nodePools") or [])
@@ -624,4 +506,4 @@ class Runtime:
                 proxy.close()
 
 
-__all__ = ["Runtime", "ServiceProxy", "aggregation_args", "in_cluster_name"]
+__all__ = ["Runtime"]

@@ -47,15 +47,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:
-    from fleetbox import FleetBox
+from fleetbox import REPO
+from fleetbox.clusters import Clusters, component_flags
+from fleetbox.process import Process
+from tests.ports import free_port
 
-REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_CLUSTERS = REPO / "examples" / "inferenceclusters"
 
 # Controllers a GPU member's kube-controller-manager runs (part 1's two first).
@@ -527,11 +527,9 @@ STAGES = [
 # --- equipping a member -----------------------------------------------------------------
 
 
-def equip(box: FleetBox, member: str) -> None:
+def equip(box: Clusters, member: str) -> None:
     """Start a GPU member's scheduler and KWOK, and create its nodes, slices and
-    DeviceClasses (the controller manager's controllers are chosen by `controllers`)."""
-    from fleetbox import Process, component_flags, free_port  # noqa: PLC0415 - fleetbox imports this module
-
+    DeviceClasses (its controller manager runs `CONTROLLERS`: members.py)."""
     cluster = box.members[member]
     kubeconfig = box.kubeconfigs[member]
     stages = cluster.workdir / "kwok-stages.yaml"
@@ -558,12 +556,11 @@ def equip(box: FleetBox, member: str) -> None:
         cluster.workdir / "kwok.log",
     )
     for process in (scheduler, kwok):
-        process.start()
-        box.processes[process.name] = process
+        box.start_process(process)
     add_nodes(box, member, member_nodes(member))
 
 
-def add_nodes(box: FleetBox, member: str, nodes: list[FakeNode]) -> None:
+def add_nodes(box: Clusters, member: str, nodes: list[FakeNode]) -> None:
     """Create KWOK nodes (Ready, with their allocatable) and their ResourceSlices, and
     the DeviceClass of each driver they use."""
     if not nodes:
@@ -590,7 +587,7 @@ def add_nodes(box: FleetBox, member: str, nodes: list[FakeNode]) -> None:
         )  # fmt: skip
 
 
-def remove_nodes(box: FleetBox, member: str, nodes: list[FakeNode]) -> None:
+def remove_nodes(box: Clusters, member: str, nodes: list[FakeNode]) -> None:
     names = [n.name for n in nodes]
     if not names:
         return
