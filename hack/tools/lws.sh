@@ -1,6 +1,6 @@
 # The LeaderWorkerSet controller (sigs.k8s.io/lws, cmd/), run out of cluster beside a
 # fleet-box member so a LeaderWorkerSet becomes real leader and worker pods with the
-# controller's own labels, env and ordering (hack/lws_controller.py starts it).
+# controller's own labels, env and ordering (hack/fleetbox/lws.py starts it).
 #
 # v0.8.0: the newest release the Go module proxy serves (it lists v0.7.0 and v0.8.0).
 # Its go.mod says go 1.25.0 and has no replace or exclude directives; it depends on
@@ -9,7 +9,7 @@
 # version selection then picks exactly the release's own requirements).
 #
 # Beside the binary, the tool folder keeps what a cluster install applies from the
-# release's config/ (kustomize input, copied verbatim; hack/lws_controller.py applies the
+# release's config/ (kustomize input, copied verbatim; hack/fleetbox/lws.py applies the
 # webhook patches the kustomization names and rewrites clientConfig to a loopback URL):
 #   config/crd/       the LeaderWorkerSet CRD (bases/)
 #   config/webhook/   manifests.yaml (Mutating/ValidatingWebhookConfiguration) and the

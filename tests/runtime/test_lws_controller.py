@@ -1,11 +1,11 @@
-"""The real LeaderWorkerSet controller (hack/lws_controller.py) against one real
+"""The real LeaderWorkerSet controller (hack/fleetbox/lws.py) against one real
 kube-apiserver, with kube-controller-manager's StatefulSet controller and the pod runner
-(hack/podrunner.py) as the kubelet: a LeaderWorkerSet of size 2 becomes a leader and a
+(hack/fleetbox/podrunner.py) as the kubelet: a LeaderWorkerSet of size 2 becomes a leader and a
 worker pod with LWS's own labels and env, both run as local processes, and the worker
 reaches the leader by the address LWS gives it.
 
 The webhooks are served to the API server by URL with a CA of the fleet box's making
-(`fleetbox.Certificates`), as the box will serve them.
+(`fleetbox.certificates.Certificates`), as the box will serve them.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from tests.runtime.conftest import measured
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
-import fleetbox
-from lws_controller import (
+from fleetbox.certificates import Certificates
+from fleetbox.lws import (
     ENV_GROUP_SIZE,
     ENV_LEADER_ADDRESS,
     ENV_WORKER_INDEX,
@@ -49,7 +49,7 @@ from lws_controller import (
     LwsController,
     webhook_configurations,
 )
-from podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE, Backoff, Image, PodRunner
+from fleetbox.podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE, Backoff, Image, PodRunner
 
 NODE = "lws-node-0"
 NAMESPACE = "lws-test"
@@ -145,7 +145,7 @@ def lws() -> Iterator[LwsMember]:
             ],
             root / "kube-controller-manager.log",
         )
-        certificates = fleetbox.Certificates(root / "certs")
+        certificates = Certificates(root / "certs")
         serving = certificates.pair("lws-webhook", "127.0.0.1", "serverAuth")
         api = member.client()
         client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})

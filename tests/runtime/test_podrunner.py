@@ -1,4 +1,4 @@
-"""The pod runner (hack/podrunner.py) against one real kube-apiserver: pods created
+"""The pod runner (hack/fleetbox/podrunner.py) against one real kube-apiserver: pods created
 through the API run as local processes, and their status is what a kubelet writes.
 
 One member (etcd and kube-apiserver from the tool cache, tests/runtime/cluster.py) for
@@ -26,7 +26,7 @@ from tests.runtime.cluster import Member
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
-from podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE, Backoff, Image, PodRunner
+from fleetbox.podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE, Backoff, Image, PodRunner
 
 NODE = "real-node-0"
 NAMESPACE = "runner"

@@ -1,5 +1,5 @@
 """KWOK and the pod runner on one member without a fight: the fleet box's own KWOK
-Stages (hack/fleetbox_gpu.py) with `podrunner.skip_real_pods` applied, as the box will
+Stages (hack/fleetbox/gpu.py) with `podrunner.skip_real_pods` applied, as the box will
 apply them. KWOK keeps playing the kubelet for unmarked pods on its nodes; a marked pod
 on the same node keeps the runner's status (its loopback address, its real container
 state) and is deleted gracefully by the runner, not at once by KWOK's delete stage.
@@ -27,8 +27,8 @@ from tests.runtime.cluster import Member, _die_with_parent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
-import fleetbox_gpu
-from podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE, Image, PodRunner, skip_real_pods
+from fleetbox import gpu as fleetbox_gpu
+from fleetbox.podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE, Image, PodRunner, skip_real_pods
 
 NODE = "kwok-node-0"
 NAMESPACE = "mixed"

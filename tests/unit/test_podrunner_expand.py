@@ -1,4 +1,4 @@
-"""The kubelet's rules the pod runner starts containers by (hack/kubelet_rules.py), held
+"""The kubelet's rules the pod runner starts containers by (hack/fleetbox/kubelet_rules.py), held
 to Kubernetes v1.35's documented behaviour: the expansion cases are those of
 third_party/forked/golang/expansion/expand_test.go; the environment and command cases
 follow pkg/kubelet/kubelet_pods.go makeEnvironmentVariables and the API reference ("Variable
@@ -9,7 +9,8 @@ the container and any service environment variables").
 from __future__ import annotations
 
 import pytest
-from kubelet_rules import (
+
+from fleetbox.kubelet_rules import (
     Addresses,
     ContainerConfigError,
     EnvSources,

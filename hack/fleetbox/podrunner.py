@@ -10,7 +10,7 @@ skip by it), `PodRunner` plays the kubelet instead:
   after every webhook and controller mutated it (LeaderWorkerSet's env, for one);
 - the pod gets its own loopback address (`LoopbackAddresses`, one pool shared by every
   runner in the process, so two members' pods never share an address) as its pod IP;
-- each container's environment, command and args are the kubelet's (hack/kubelet_rules.py:
+- each container's environment, command and args are the kubelet's (hack/fleetbox/kubelet_rules.py:
   `$(VAR)` expansion, downward API, service links), and the image's entrypoint is the
   local program the caller maps the image to (`Image`): `command` replaces it, `args`
   replace the image's CMD;
@@ -93,7 +93,7 @@ from kubernetes.client.rest import ApiException
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kubelet_rules import (
+from fleetbox.kubelet_rules import (
     Addresses,
     ContainerConfigError,
     EnvSources,
@@ -104,7 +104,6 @@ from kubelet_rules import (
     referenced_objects,
     resource_field_value,
 )
-
 from tests.runtime.cluster import _die_with_parent
 
 log = logging.getLogger("podrunner")

@@ -1,6 +1,6 @@
 """What the kubelet decides from a pod spec before it starts a container, ported from
 Kubernetes v1.35 (the release of our API server) so a pod run as a local process starts
-exactly as a kubelet would start it (hack/podrunner.py runs it).
+exactly as a kubelet would start it (hack/fleetbox/podrunner.py runs it).
 
 Ported, each from the named source of k8s.io/kubernetes v1.35.8:
 - `expand`: third_party/forked/golang/expansion/expand.go. `$(VAR)` is replaced when VAR
