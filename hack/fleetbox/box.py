@@ -37,7 +37,7 @@ from fleetbox.certificates import Certificates
 from fleetbox.clusters import CONTROL_PLANE, Clusters
 from fleetbox.control_plane import FunctionServer
 from fleetbox.gpu import REQUIRED_TOOLS as GPU_TOOLS
-from fleetbox.gpu import equip
+from fleetbox.gpu import equip, install_drivers
 from fleetbox.members import (
     DEFAULT_MEMBERS,
     install_substrate,
@@ -106,6 +106,9 @@ class FleetBox(Clusters):
             install_substrate(self)
             for name in self.gpu:
                 equip(self, name)
+            for name in self.members:
+                if name not in self.gpu:
+                    install_drivers(self, name)
             self.certs = Certificates(self.root / "pki")
             self.core_client_certs = self.certs.pair("crossplane-core", None, "clientAuth")
             self.functions = control_plane.start_functions(self, self.certs)

@@ -54,6 +54,7 @@ import yaml
 from fleetbox import REPO
 from fleetbox.clusters import Clusters, component_flags
 from fleetbox.process import Process
+from functions.compose_serving_stack.device_classes import needed
 from tests.ports import free_port
 
 EXAMPLE_CLUSTERS = REPO / "examples" / "inferenceclusters"
@@ -558,6 +559,21 @@ def equip(box: Clusters, member: str) -> None:
     for process in (scheduler, kwok):
         box.start_process(process)
     add_nodes(box, member, member_nodes(member))
+
+
+def install_drivers(box: Clusters, member: str) -> None:
+    """The DeviceClass of every driver the example clusters' pools name, on a member with
+    no GPU nodes (the spare members tests compose clusters on). A real cluster whose pools
+    name a driver has that driver's chart, and so its DeviceClass, installed; without it
+    compose-serving-stack reports the class Missing and placement keeps replicas off the
+    cluster, as it should on a cluster that lacks the driver."""
+    pools = [
+        pool
+        for path in sorted(EXAMPLE_CLUSTERS.glob("*.yaml"))
+        for pool in (yaml.safe_load(path.read_text()).get("spec") or {}).get("nodePools") or []
+    ]
+    documents = [device_class(driver) for driver in needed(pools)]
+    box.kubectl(member, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(documents))
 
 
 def add_nodes(box: Clusters, member: str, nodes: list[FakeNode]) -> None:
