@@ -27,6 +27,7 @@ from fleetbox.control_plane import CROSSPLANE_NAMESPACE
 from fleetbox.process import Process
 from fleetbox.wait import wait_for
 from functions.common import contracts
+from functions.runtime.activator import core as activator_core
 from functions.runtime.operator import fleet_status
 from tests.e2e import claims
 from tests.e2e.conftest import measured
@@ -160,6 +161,19 @@ def _wait_idle(box, name: str) -> None:
         return status
 
     wait_for(f"{name} idle at zero, routed to the activator", idle, claims.CONVERGE_SECONDS)
+
+    # A client's request reaches the activator only through the model's route on the
+    # member, and the activator serves only identities those routes set: wait until
+    # provider-kubernetes has put the route there, as a request would find it.
+    def routed():
+        listed = box.kubectl(MEMBER, "get", "httproutes", "-n", NAMESPACE, "-o", "json")
+        routes = json.loads(listed.stdout).get("items", [])
+        assert activator_core.route_index(routes).vouches_for(NAMESPACE, name), [
+            (r["metadata"]["name"], r["spec"].get("rules")) for r in routes
+        ]
+        return True
+
+    wait_for(f"{name}'s route to the activator on {MEMBER}", routed, claims.CONVERGE_SECONDS)
 
 
 def _request(port: int, name: str) -> tuple[int, bytes, float, float]:
