@@ -8,6 +8,7 @@ refused, not that its cache was still empty.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import subprocess
 import threading
@@ -510,10 +511,24 @@ def test_request_text_is_escaped_in_logs(member0, scaler, caplog):
     member0.lease()
     forged = "llama\n2026-12-03 INFO forged line\x1b[31m"
     stream = scaler.stub.StreamIsActive(pb.ScaledObjectRef(name=forged, namespace="ml\rteam"))
-    with caplog.at_level("INFO", logger="modelplane.scaler"):
+    # Collect on the scaler's own logger, not through the root: whether another module of
+    # this session configured logging (a handler swapped, the logger disabled) is not
+    # what this test is about.
+    logger = logging.getLogger("modelplane.scaler")
+    collected: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = collected.append  # type: ignore[method-assign]
+    saved = (logger.level, logger.disabled)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.disabled = False
+    try:
         assert next(iter(stream)).result is False
         stream.cancel()
-    lines = [r.getMessage() for r in caplog.records if r.name == "modelplane.scaler"]
+    finally:
+        logger.removeHandler(handler)
+        logger.level, logger.disabled = saved
+    lines = [r.getMessage() for r in collected]
     assert any("forged line" in line for line in lines)
     for line in lines:
         assert not {"\n", "\r", "\x1b"} & set(line)
