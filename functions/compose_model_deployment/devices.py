@@ -44,6 +44,9 @@ class Mismatch:
     # Set when the pool has no devices of the request's class, or too few per node.
     missing_class: str = ""
     per_node: int = 0
+    # Set when the request and the pool are of different kinds: "cpu" (the deployment
+    # asks for CPU and memory, the pool has devices) or "devices" (the other way round).
+    wrong_kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,11 @@ def check_selectors(deployment: Deployment) -> None:
 
 def match_pool(deployment: Deployment, pool: Pool) -> ProfileMatch:
     """Whether the pool's devices satisfy every request of every member; if not, the
-    first request that blocks and how many requests did match."""
+    first request that blocks and how many requests did match. A CPU deployment matches
+    only a CPU-only pool, a device deployment only a pool with devices."""
+    kind = _kind_problem(deployment, pool)
+    if kind is not None:
+        return ProfileMatch(False, kind, 0)
     matched = 0
     blocking: Mismatch | None = None
     for engine in deployment.engines:
@@ -88,6 +95,15 @@ def match_pool(deployment: Deployment, pool: Pool) -> ProfileMatch:
                 elif blocking is None:
                     blocking = problem
     return ProfileMatch(blocking is None, blocking, matched)
+
+
+def _kind_problem(deployment: Deployment, pool: Pool) -> Mismatch | None:
+    member = deployment.engines[0].members[0] if deployment.engines else None
+    if member is None or deployment.cpu_only == pool.cpu_only:
+        return None
+    if deployment.cpu_only:
+        return Mismatch(f"{member.path}.nodeSelector.cpu", "", wrong_kind="cpu")
+    return Mismatch(f"{member.path}.nodeSelector.devices", "", wrong_kind="devices")
 
 
 def _request_problem(request: DeviceRequest, pool: Pool) -> Mismatch | None:
@@ -130,6 +146,17 @@ def _request_problem(request: DeviceRequest, pool: Pool) -> Mismatch | None:
 
 def describe_mismatch(mismatch: Mismatch, profiles: list[DeviceProfile]) -> str:
     """One line a person can act on: the path, the rule, and what would be valid."""
+    if mismatch.wrong_kind == "cpu":
+        return (
+            f"{mismatch.path}: asks for CPU and memory, which only a CPU-only pool (a "
+            "nodePools[] entry with cpu and memory and no devices) offers; no selected "
+            "cluster has one"
+        )
+    if mismatch.wrong_kind == "devices":
+        return (
+            f"{mismatch.path}: asks for devices, and the closest pool is CPU-only (cpu and "
+            "memory, no devices)"
+        )
     if mismatch.missing_class and mismatch.per_node:
         return (
             f"{mismatch.path}: more {mismatch.missing_class} devices than the closest pool "

@@ -163,6 +163,7 @@ def model_replica(
                             }
                             for d in member.devices
                         ],
+                        **({"cpu": member.cpu, "memory": member.memory} if member.cpu_only else {}),
                         "template": member.template,
                     }
                     for member in engine.members

@@ -22,7 +22,7 @@ from functions.common.quantity import parse_quantity
 from functions.common.reader import InputError
 from functions.common.redact import url_credentials
 from functions.common.scheduling import Taint, Toleration
-from functions.compose_model_deployment import ondemand, parking
+from functions.compose_model_deployment import cpu, ondemand, parking
 from functions.compose_model_deployment.cel_env import (
     DeviceProfile,
     Semver,
@@ -93,6 +93,16 @@ class Member:
     devices: tuple[DeviceRequest, ...]
     path: str
     template: dict = field(compare=False, hash=False, repr=False)
+    # A CPU member (nodeSelector.cpu and .memory instead of devices): what each pod asks
+    # for, as written and in millicores and bytes; empty and 0 for a device member.
+    cpu: str = ""
+    memory: str = ""
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.cpu_milli > 0
 
     @property
     def devices_per_pod(self) -> int:
@@ -141,6 +151,11 @@ class Deployment:
 
     def tolerates(self, taint: Taint) -> bool:
         return any(t.tolerates(taint) for t in self.tolerations)
+
+    @property
+    def cpu_only(self) -> bool:
+        """Every member asks for CPU and memory (the reader refuses a mix)."""
+        return all(m.cpu_only for e in self.engines for m in e.members)
 
 
 def _bool(value: Any, path: str, default: bool) -> bool:
@@ -365,16 +380,71 @@ def _read_engine(raw: dict, path: str, mode: str) -> Engine:
                     str(d.get("deviceClassName") or ""),
                 )
             )
-        if not devices:
-            raise InputError(f"{mpath}.nodeSelector.devices", "needs at least one device")
+        cpu_text, memory_text, milli, size = _cpu_request(m.get("nodeSelector") or {}, mpath)
+        if not devices and not milli:
+            raise InputError(
+                f"{mpath}.nodeSelector",
+                "needs devices (an accelerator pool) or cpu and memory (a CPU-only pool)",
+            )
         workers = leader_workers if role == contracts.ROLE_LEADER else 0
         pods = leader_workers if role == contracts.ROLE_WORKER else 1
-        members.append(Member(role, workers, pods, tuple(devices), mpath, m.get("template") or {}))
+        members.append(
+            Member(
+                role,
+                workers,
+                pods,
+                tuple(devices),
+                mpath,
+                m.get("template") or {},
+                cpu_text,
+                memory_text,
+                milli,
+                size,
+            )
+        )
+    if len({m.cpu_only for m in members}) > 1:
+        raise InputError(
+            f"{path}.members",
+            "every member asks for cpu and memory, or every member for devices: a "
+            "replica runs on one node pool, a CPU-only pool or an accelerator pool",
+        )
     decode = mode == contracts.SERVING_PREFILL_DECODE and any(
         m.role == contracts.ROLE_DECODE for m in members
     )
     port = contracts.PORT_DECODE_ENGINE if decode else contracts.PORT_SERVING
     return Engine(str(raw.get("name", "")), str(raw.get("type", "")), tuple(members), port)
+
+
+def _cpu_request(node_selector: dict, mpath: str) -> tuple[str, str, int, int]:
+    """nodeSelector.cpu and .memory (set together, never with devices), as written and
+    in millicores and bytes; ("", "", 0, 0) for a device member."""
+    has_cpu, has_memory = "cpu" in node_selector, "memory" in node_selector
+    if not has_cpu and not has_memory:
+        return "", "", 0, 0
+    path = f"{mpath}.nodeSelector"
+    if node_selector.get("devices"):
+        raise InputError(
+            path,
+            "takes devices or cpu and memory, not both: devices for an accelerator pool, "
+            "cpu and memory for a CPU-only pool",
+        )
+    if not (has_cpu and has_memory):
+        raise InputError(path, "cpu and memory are set together (a CPU pod asks for both)")
+    cpu_text, milli = _quantity(node_selector["cpu"], f"{path}.cpu", cpu.millicores)
+    memory_text, size = _quantity(node_selector["memory"], f"{path}.memory", cpu.bytes_of)
+    return cpu_text, memory_text, milli, size
+
+
+def _quantity(value: Any, path: str, convert: Any) -> tuple[str, int]:
+    """A positive resource quantity, as written and converted; InputError otherwise."""
+    text = str(value)
+    try:
+        amount = convert(text)
+    except ValueError:
+        raise InputError(path, f"{text[:40]!r} is not a resource quantity") from None
+    if amount <= 0:
+        raise InputError(path, f"must be more than 0, got {text[:40]!r}")
+    return text, amount
 
 
 # --- InferenceClusters ------------------------------------------------------------------------
@@ -409,12 +479,29 @@ class Pool:
     fabric_label: str = ""
     cost_rank: int = 0  # lower is preferred when placement would otherwise tie
     extra_devices: tuple[ExtraDevices, ...] = ()
+    # A CPU-only pool (cpu and memory per node, no devices): as written and in
+    # millicores and bytes; empty and 0 for an accelerator pool. Its `per_node` is 1
+    # until a CPU deployment's placement counts it in that deployment's slots (cpu.py).
+    cpu: str = ""
+    memory: str = ""
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.cpu_milli > 0
 
     @cached_property
     def shape(self) -> tuple:
         """What room in the pool depends on (nodes per fabric, devices per node), as
         plain values: cheap to hash for the planner's per-shape answers."""
-        return (self.per_node, self.nodes, tuple((f.name, f.nodes) for f in self.fabrics))
+        return (
+            self.per_node,
+            self.nodes,
+            tuple((f.name, f.nodes) for f in self.fabrics),
+            self.cpu_milli,
+            self.memory_bytes,
+        )
 
     @property
     def match_key(self) -> tuple:
@@ -424,6 +511,8 @@ class Pool:
     @property
     def device_label(self) -> str:
         """How a person names the pool's devices: the product name, or the driver."""
+        if self.cpu_only:
+            return "CPU"
         for qualified, _kind, value in self.profile.attributes:
             if qualified == f"{self.driver}/productName":
                 return str(value)
@@ -531,6 +620,28 @@ def _missing_device_classes(ic: dict) -> frozenset[str]:
     )
 
 
+def _pool_cpu(raw: dict, path: str) -> tuple[str, str, int, int]:
+    """A CPU-only pool's cpu and memory per node (both, and no devices); ("", "", 0, 0)
+    for an accelerator pool. The XRD's CEL says the same."""
+    has_cpu, has_memory = "cpu" in raw, "memory" in raw
+    if raw.get("devices"):
+        if has_cpu or has_memory:
+            raise InputError(
+                f"{path}.{'cpu' if has_cpu else 'memory'}",
+                "cpu and memory describe a CPU-only pool: set them without devices",
+            )
+        return "", "", 0, 0
+    if not (has_cpu and has_memory):
+        raise InputError(
+            path,
+            "a node pool needs devices (an accelerator pool) or both cpu and memory per "
+            "node (a CPU-only pool)",
+        )
+    cpu_text, milli = _quantity(raw["cpu"], f"{path}.cpu", cpu.millicores)
+    memory_text, size = _quantity(raw["memory"], f"{path}.memory", cpu.bytes_of)
+    return cpu_text, memory_text, milli, size
+
+
 def _read_cluster(ic: dict) -> Cluster:
     meta = ic.get("metadata") or {}
     spec = ic.get("spec") or {}
@@ -546,6 +657,7 @@ def _read_cluster(ic: dict) -> Cluster:
     for i, raw in enumerate(raw_pools):
         path = f"InferenceCluster {name}: spec.nodePools[{i}]"
         devices = raw.get("devices") or {}
+        cpu_text, memory_text, milli, size = _pool_cpu(raw, path)
         driver = str(devices.get("driver", ""))
         extra = tuple(
             ExtraDevices(
@@ -576,7 +688,9 @@ def _read_cluster(ic: dict) -> Cluster:
                 nodes=max(nodes, max_nodes),
                 node_selector=dict(raw.get("nodeSelector") or {}),
                 driver=driver,
-                per_node=_bounded(
+                per_node=1
+                if milli
+                else _bounded(
                     _int(devices.get("perNode"), f"{path}.devices.perNode", default=1),
                     f"{path}.devices.perNode",
                     1,
@@ -602,6 +716,10 @@ def _read_cluster(ic: dict) -> Cluster:
                 fabric_label=str(raw.get("fabricNodeLabel") or ""),
                 cost_rank=_int(raw.get("costRank"), f"{path}.costRank", default=0),
                 extra_devices=extra,
+                cpu=cpu_text,
+                memory=memory_text,
+                cpu_milli=milli,
+                memory_bytes=size,
             )
         )
     return Cluster(
@@ -625,6 +743,10 @@ class Footprint:
 
     gangs: tuple[int, ...] = ()  # whole nodes per multi-node engine
     pods: tuple[int, ...] = ()  # devices per single-node pod, largest first
+    # A CPU replica: each pod's (millicores, bytes), largest first; its `pods` are then
+    # slots (see cpu.py), and every pod is counted alone (no whole-node gangs: CPU ranks
+    # talk over the pod network, no fabric is promised).
+    requests: tuple[tuple[int, int], ...] = ()
 
     @property
     def multi_node(self) -> bool:
@@ -632,6 +754,14 @@ class Footprint:
 
 
 def footprint_of(engines: tuple[Engine, ...]) -> Footprint:
+    requests = tuple(
+        sorted(
+            ((m.cpu_milli, m.memory_bytes) for e in engines for m in e.members for _ in range(m.pods)),
+            reverse=True,
+        )
+    )
+    if requests and all(m.cpu_only for e in engines for m in e.members):
+        return Footprint(pods=cpu.pod_slots(requests), requests=requests)
     gangs: list[int] = []
     pods: list[int] = []
     for engine in engines:
@@ -668,7 +798,15 @@ HOLDING_FIELDS: Final = {
         "cluster": {"name": None},
         "nodePool": {"name": None},
         "replicas": None,
-        "engines": {"members": {"role": None, "workerNodes": None, "devices": None}},
+        "engines": {
+            "members": {
+                "role": None,
+                "workerNodes": None,
+                "devices": None,
+                "cpu": None,
+                "memory": None,
+            }
+        },
     },
     "status": {"health": None, "readyReplicas": None},
 }
@@ -701,7 +839,8 @@ def _read_holding(mr: dict) -> Holding:
     status = mr.get("status") or {}
     gangs: list[int] = []
     pods: list[int] = []
-    for engine in spec.get("engines") or []:
+    requests = _holding_requests(spec)
+    for engine in [] if requests else spec.get("engines") or []:
         members = engine.get("members") or []
         leader = next((m for m in members if m.get("role") == contracts.ROLE_LEADER), None)
         if leader is not None:
@@ -726,8 +865,30 @@ def _read_holding(mr: dict) -> Holding:
         cluster=str((spec.get("cluster") or {}).get("name", "")),
         pool=str((spec.get("nodePool") or {}).get("name", "")),
         replicas=_count(spec.get("replicas"), "spec.replicas"),
-        footprint=Footprint(tuple(sorted(gangs, reverse=True)), tuple(sorted(pods, reverse=True))),
+        footprint=Footprint(tuple(sorted(gangs, reverse=True)), tuple(sorted(pods, reverse=True)))
+        if not requests
+        else Footprint(pods=cpu.pod_slots(requests), requests=requests),
         order=(str(meta.get("creationTimestamp", "")), namespace, name),
         ready_replicas=_count(status.get("readyReplicas"), "status.readyReplicas"),
         health=health,
     )
+
+
+def _holding_requests(spec: dict) -> tuple[tuple[int, int], ...]:
+    """A CPU ModelReplica's pods as (millicores, bytes), largest first; () for one whose
+    members ask for devices. A Worker member runs its Leader's workerNodes pods."""
+    requests = []
+    for engine in spec.get("engines") or []:
+        members = engine.get("members") or []
+        leader = next((m for m in members if m.get("role") == contracts.ROLE_LEADER), None)
+        workers = _count(leader.get("workerNodes"), "spec.engines[].workerNodes") if leader else 0
+        for m in members:
+            if "cpu" not in m:
+                return ()
+            path = "spec.engines[].members[]"
+            request = (
+                _quantity(m.get("cpu"), f"{path}.cpu", cpu.millicores)[1],
+                _quantity(m.get("memory"), f"{path}.memory", cpu.bytes_of)[1],
+            )
+            requests += [request] * (workers if m.get("role") == contracts.ROLE_WORKER else 1)
+    return tuple(sorted(requests, reverse=True))

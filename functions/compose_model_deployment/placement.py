@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from functions.common import contracts
+from functions.compose_model_deployment import cpu
 from functions.compose_model_deployment.cel_env import DeviceProfile
 from functions.compose_model_deployment.devices import (
     ProfileMatch,
@@ -191,6 +192,8 @@ class PoolRoom:
 
 def _structural_problem(pool: Pool, footprint: Footprint) -> str:
     """Why no replica could ever fit this pool, however empty; "" if one could."""
+    if footprint.requests or pool.cpu_only:
+        return cpu.structural_problem(pool, footprint)
     biggest_pod = max(footprint.pods, default=0)
     if biggest_pod > pool.per_node:
         return f"a pod needs {biggest_pod} devices on one node, {pool.per_node} per node"
@@ -264,6 +267,11 @@ def place(
     `holdings` every ModelReplica, this deployment's included. `matches` may carry
     device-profile answers across calls for the same deployment.
     """
+    if deployment.cpu_only:
+        # CPU pools counted in this deployment's slots (cpu.py), in the same rooms.
+        clusters, holdings = cpu.in_slots(
+            footprint_of(deployment.engines).requests, clusters, holdings
+        )
     planner = _Planner(deployment, clusters, matches if matches is not None else {}, cache)
     own = [h for h in holdings if planner.owns(h)]
     kept, dropped = planner.keep(own)
@@ -710,6 +718,18 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
             f"largest free block: {where} {block}",
             (best[0].name, best[1].name),
         )
+    if footprint.requests:
+        best = max(
+            schedulable,
+            key=lambda cp: (room_of(*cp).free_devices(), _reverse(cp[0].name + "/" + cp[1].name)),
+        )
+        reason = cpu.full_reason(
+            footprint,
+            (best[0].name, best[1].name),
+            room_of(*best).free_devices(),
+            cpu.unit_of(footprint.requests),
+        )
+        return reason, (best[0].name, best[1].name)
     devices = sum(footprint.pods)
     best = max(
         schedulable,

@@ -1,0 +1,139 @@
+"""CPU-only pools and deployments, counted in the units placement already counts in.
+
+A CPU-only node pool (a `nodePools[]` entry with `cpu` and `memory` per node and no
+`devices`) takes only deployments whose members ask for `cpu` and `memory` instead of
+devices, and a GPU pool never takes those. Placement counts room in "devices per node"
+(`PoolRoom`); for a CPU deployment a pool's devices are *slots*: one slot is the
+deployment's smallest request in each dimension (the least CPU any of its pods asks for,
+and the least memory), a node has as many slots as fit in both its CPU and its memory
+(at most `MAX_PODS_PER_NODE`), and a pod takes enough slots to cover both its CPU and
+its memory. Pods of other CPU deployments on the pool are re-expressed in this
+deployment's slots the same way, rounded up. Rounding up never gives away room a node
+does not have (for each dimension, the slots taken cover at least what the pods ask),
+so a replica counted as fitting fits; it may leave a little unused room beside a pod of
+a very different size, which the scheduler uses anyway.
+
+Pure arithmetic on integers (millicores and bytes); nothing here reads the XR.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from functions.common.quantity import parse_quantity
+
+if TYPE_CHECKING:
+    from functions.compose_model_deployment.model import Cluster, Footprint, Holding, Pool
+
+# The kubelet's default maxPods: more slots than this on one node are never counted (a
+# node would refuse the pods anyway), which also bounds PoolRoom's per-node arrays.
+MAX_PODS_PER_NODE = 110
+# A request: (millicores, bytes).
+Request = tuple[int, int]
+
+
+def millicores(text: str) -> int:
+    """A CPU quantity in millicores, rounded up; ValueError if it is not a quantity."""
+    return math.ceil(parse_quantity(text) * 1000)
+
+
+def bytes_of(text: str) -> int:
+    """A memory quantity in bytes, rounded up; ValueError if it is not a quantity."""
+    return math.ceil(parse_quantity(text))
+
+
+def unit_of(requests: tuple[Request, ...]) -> Request:
+    """The slot: the least CPU and the least memory any pod asks for."""
+    return (min(r[0] for r in requests), min(r[1] for r in requests))
+
+
+def slots(request: Request, unit: Request) -> int:
+    """Slots a pod takes: enough to cover both its CPU and its memory."""
+    return max(1, -(-request[0] // unit[0]), -(-request[1] // unit[1]))
+
+
+def slots_per_node(cpu_milli: int, memory_bytes: int, unit: Request) -> int:
+    return min(cpu_milli // unit[0], memory_bytes // unit[1], MAX_PODS_PER_NODE)
+
+
+def pod_slots(requests: tuple[Request, ...], unit: Request | None = None) -> tuple[int, ...]:
+    """Each pod's slots (in `unit`, else in the pods' own), largest first."""
+    if not requests:
+        return ()
+    unit = unit or unit_of(requests)
+    return tuple(sorted((slots(r, unit) for r in requests), reverse=True))
+
+
+def in_slots(
+    deployment_requests: tuple[Request, ...],
+    clusters: list[Cluster],
+    holdings: list[Holding],
+) -> tuple[list[Cluster], list[Holding]]:
+    """The fleet as a CPU deployment's placement counts it: every CPU-only pool's
+    per-node devices are the deployment's slots, and every CPU holding's pods take slots
+    of the same size. GPU pools and holdings are left as they are (never candidates)."""
+    unit = unit_of(deployment_requests)
+    out_clusters = []
+    for cluster in clusters:
+        if not any(p.cpu_only for p in cluster.pools):
+            out_clusters.append(cluster)
+            continue
+        pools = tuple(
+            replace(p, per_node=slots_per_node(p.cpu_milli, p.memory_bytes, unit))
+            if p.cpu_only
+            else p
+            for p in cluster.pools
+        )
+        out_clusters.append(replace(cluster, pools=pools))
+    out_holdings = [
+        replace(h, footprint=replace(h.footprint, pods=pod_slots(h.footprint.requests, unit)))
+        if h.footprint.requests
+        else h
+        for h in holdings
+    ]
+    return out_clusters, out_holdings
+
+
+def format_cpu(milli: int) -> str:
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def format_memory(value: int) -> str:
+    for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if value % size == 0:
+            return f"{value // size}{suffix}"
+    return str(value)
+
+
+def describe(request: Request) -> str:
+    return f"{format_cpu(request[0])} CPU and {format_memory(request[1])} memory"
+
+
+def structural_problem(pool: Pool, footprint: Footprint) -> str:
+    """Why no replica of a CPU deployment could ever fit this pool, however empty."""
+    if not pool.cpu_only:
+        return "asks for CPU and memory, and the pool's nodes are counted in devices"
+    for request in footprint.requests:
+        if request[0] > pool.cpu_milli or request[1] > pool.memory_bytes:
+            return (
+                f"a pod needs {describe(request)} on one node, a node has "
+                f"{describe((pool.cpu_milli, pool.memory_bytes))}"
+            )
+    return ""
+
+
+def full_reason(
+    footprint: Footprint, best: tuple[str, str], free_slots: int, unit: Request
+) -> str:
+    """Every CPU pool that could take the deployment is full: what one replica needs,
+    and the most room left (in the deployment's slots) where."""
+    biggest = max(footprint.requests)
+    pods = len(footprint.requests)
+    free = describe((free_slots * unit[0], free_slots * unit[1])) if free_slots else "nothing"
+    return (
+        f"no node pool with {describe(biggest)} free"
+        + (f" for each of a replica's {pods} pods" if pods > 1 else "")
+        + f"; most free: {best[0]}/{best[1]} {free}"
+    )
