@@ -60,6 +60,12 @@ def _pools(cluster: dict) -> str:
         devices = pool.get("devices", {})
         product = (devices.get("attributes", {}).get("productName") or {}).get("string", "GPU")
         grow = f" (max {pool['maxNodes']})" if pool.get("maxNodes") else ""
+        if not devices:  # a CPU-only pool
+            pools.append(
+                f"{pool['name']}: {pool.get('nodes', 0)}{grow} nodes x "
+                f"{pool.get('cpu')} CPU, {pool.get('memory')} memory"
+            )
+            continue
         pools.append(
             f"{pool['name']}: {pool.get('nodes', 0)}{grow} nodes x "
             f"{devices.get('perNode', 0)} {product}"

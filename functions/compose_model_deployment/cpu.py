@@ -124,9 +124,7 @@ def structural_problem(pool: Pool, footprint: Footprint) -> str:
     return ""
 
 
-def full_reason(
-    footprint: Footprint, best: tuple[str, str], free_slots: int, unit: Request
-) -> str:
+def full_reason(footprint: Footprint, best: tuple[str, str], free_slots: int, unit: Request) -> str:
     """Every CPU pool that could take the deployment is full: what one replica needs,
     and the most room left (in the deployment's slots) where."""
     biggest = max(footprint.requests)

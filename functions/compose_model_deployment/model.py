@@ -246,6 +246,12 @@ def read_deployment(xr: dict) -> Deployment:
         _read_engine(raw, f"spec.template.spec.engines[{i}]", mode)
         for i, raw in enumerate(raw_engines)
     )
+    if len({m.cpu_only for e in engines for m in e.members}) > 1:
+        raise InputError(
+            "spec.template.spec.engines",
+            "every member asks for cpu and memory, or every member for devices: a "
+            "replica runs on one node pool, a CPU-only pool or an accelerator pool",
+        )
     tolerations = tuple(
         Toleration(
             key=str(t.get("key", "")),
@@ -401,12 +407,6 @@ def _read_engine(raw: dict, path: str, mode: str) -> Engine:
                 milli,
                 size,
             )
-        )
-    if len({m.cpu_only for m in members}) > 1:
-        raise InputError(
-            f"{path}.members",
-            "every member asks for cpu and memory, or every member for devices: a "
-            "replica runs on one node pool, a CPU-only pool or an accelerator pool",
         )
     decode = mode == contracts.SERVING_PREFILL_DECODE and any(
         m.role == contracts.ROLE_DECODE for m in members
@@ -756,7 +756,12 @@ class Footprint:
 def footprint_of(engines: tuple[Engine, ...]) -> Footprint:
     requests = tuple(
         sorted(
-            ((m.cpu_milli, m.memory_bytes) for e in engines for m in e.members for _ in range(m.pods)),
+            (
+                (m.cpu_milli, m.memory_bytes)
+                for e in engines
+                for m in e.members
+                for _ in range(m.pods)
+            ),
             reverse=True,
         )
     )

@@ -719,17 +719,7 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
             (best[0].name, best[1].name),
         )
     if footprint.requests:
-        best = max(
-            schedulable,
-            key=lambda cp: (room_of(*cp).free_devices(), _reverse(cp[0].name + "/" + cp[1].name)),
-        )
-        reason = cpu.full_reason(
-            footprint,
-            (best[0].name, best[1].name),
-            room_of(*best).free_devices(),
-            cpu.unit_of(footprint.requests),
-        )
-        return reason, (best[0].name, best[1].name)
+        return _cpu_pools_full(planner, schedulable)
     devices = sum(footprint.pods)
     best = max(
         schedulable,
@@ -741,3 +731,18 @@ def _diagnose(planner: _Planner) -> tuple[str, tuple[str, str] | None]:
         + f"; most free: {best[0].name}/{best[1].name} {room_of(*best).free_devices()}",
         (best[0].name, best[1].name),
     )
+
+
+def _cpu_pools_full(
+    planner: _Planner, schedulable: list[tuple[Cluster, Pool]]
+) -> tuple[str, tuple[str, str]]:
+    """Every CPU pool that could take a CPU deployment is full: what a replica needs and
+    the pool with the most room left (in the deployment's slots)."""
+    room_of, footprint = planner.room, planner.footprint
+    best = max(
+        schedulable,
+        key=lambda cp: (room_of(*cp).free_devices(), _reverse(cp[0].name + "/" + cp[1].name)),
+    )
+    where = (best[0].name, best[1].name)
+    free = room_of(*best).free_devices()
+    return cpu.full_reason(footprint, where, free, cpu.unit_of(footprint.requests)), where

@@ -55,6 +55,14 @@ if TYPE_CHECKING:
 # The engine releases whose flags the lists below were checked against, as their
 # published images are tagged; the examples run these.
 CHECKED_IMAGES = {"vllm": "vllm/vllm-openai:v0.32.0", "sglang": "lmsysorg/sglang:v0.5.23"}
+# The engines' CPU builds, for members on a CPU-only pool. vLLM publishes its CPU build
+# of each release as its own repository, tagged with the release and the architecture
+# (vLLM's CPU installation docs, "Pre-built images": `vllm/vllm-openai-cpu:v<version>-
+# x86_64`, and `-arm64`). The GPU image of a release becomes the x86-64 CPU image of the
+# same release; any other image (an arm64 tag, a digest, a platform's own build) is run
+# as written. SGLang publishes no CPU image of its releases: its images stay as written.
+CPU_IMAGES = {"vllm/vllm-openai": ("vllm/vllm-openai-cpu", "-x86_64")}
+CPU_IMAGE_ARCH = "x86_64"
 PORT_FLAG = {"vllm": "--port", "sglang": "--port", "trtllm": "--port"}
 # SGLang listens on 127.0.0.1 unless told otherwise; the probes, the Service and the
 # picker reach the pod's address. vLLM listens on every address by default.
@@ -102,6 +110,23 @@ class Model:
 
     name: str  # a repository id, a local path or an object-store URI
     revision: str = ""  # only for a model named from the deployment's source
+
+
+def cpu_image(image: str) -> str:
+    """The image a container on a CPU-only pool runs: the CPU build of the engine's
+    GPU image of the same release (see CPU_IMAGES), else the image as written."""
+    if "@" in image or ":" not in image.rsplit("/", 1)[-1]:
+        return image  # a digest names one build; an untagged image names no release
+    repository, tag = image.rsplit(":", 1)
+    registry = ""
+    for prefix in ("docker.io/", "index.docker.io/"):
+        if repository.startswith(prefix):
+            registry, repository = prefix, repository.removeprefix(prefix)
+    found = CPU_IMAGES.get(repository)
+    if found is None:
+        return image
+    cpu_repository, suffix = found
+    return f"{registry}{cpu_repository}:{tag}{suffix}"
 
 
 def _var(name: str) -> str:

@@ -40,6 +40,7 @@ from functions.common.naming import (
     is_object_name,
     label_value,
 )
+from functions.common.quantity import parse_quantity
 from functions.common.reader import InputError, Spec, read
 from functions.common.redact import url_credentials
 from functions.common.served_name import engine_container_index
@@ -102,6 +103,13 @@ class Member(Spec):
     worker_nodes: WorkerNodes = Field(default=0, alias="workerNodes")
     devices: tuple[DeviceRequest, ...] = ()
     template: dict[str, Any] = Field(default_factory=dict)
+    # A CPU member (on a CPU-only pool): what each pod asks for instead of devices.
+    cpu: str = ""
+    memory: str = ""
+
+    @property
+    def cpu_only(self) -> bool:
+        return bool(self.cpu)
 
     @property
     def accelerators(self) -> int:
@@ -351,6 +359,9 @@ def _check(replica: ModelReplica) -> None:
     names = [e.name for e in replica.engines]
     if len(set(names)) != len(names):
         raise InvalidReplica("spec.engines", "engine names must be unique")
+    for i, engine in enumerate(replica.engines):
+        for j, member in enumerate(engine.members):
+            _check_cpu_member(member, f"spec.engines[{i}].members[{j}]")
     if replica.serving_mode == SERVING_PREFILL_DECODE:
         _check_prefill_decode(replica)
     elif replica.serving_mode == SERVING_UNIFIED:
@@ -447,3 +458,21 @@ def _check_template(path: str, template: dict, *, serves: bool) -> None:
                     f"'{PORT_NAME_HTTP}' is the serving port, and a Worker does not serve "
                     "(its Leader does); remove it or name it otherwise",
                 )
+
+
+def _check_cpu_member(member: Member, path: str) -> None:
+    """A CPU member asks for cpu and memory (both positive quantities) and no devices:
+    they become its engine container's requests and limits."""
+    if not member.cpu and not member.memory:
+        return
+    if member.devices:
+        raise InvalidReplica(f"{path}.devices", "a member with cpu and memory asks for no devices")
+    for name, text in (("cpu", member.cpu), ("memory", member.memory)):
+        if not text:
+            raise InvalidReplica(f"{path}.{name}", "cpu and memory are set together")
+        try:
+            positive = parse_quantity(text) > 0
+        except ValueError:
+            positive = False
+        if not positive:
+            raise InvalidReplica(f"{path}.{name}", "must be a resource quantity more than 0")

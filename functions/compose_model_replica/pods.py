@@ -20,7 +20,16 @@ Two sizes are decided here:
   `SHM_GIB_PER_ACCELERATOR` GiB per accelerator in the pod (at least one's worth): the
   buffers grow with the local ranks, and the limit keeps a runaway writer from taking
   the node's memory (a memory-backed volume counts against the pod's memory). A user's
-  own /dev/shm mount wins.
+  own /dev/shm mount wins. A CPU pod (a member on a CPU-only pool) has no accelerator to
+  size it by and its /dev/shm counts against the memory it asked for: it gets a quarter
+  of that memory, at most `SHM_GIB_PER_ACCELERATOR` GiB (vLLM's CPU build moves tensors
+  between its processes there; a single-process engine uses little of it).
+
+A CPU member asks for cpu and memory instead of devices: its engine container gets them
+as requests and as limits (a pod with equal requests and limits is Guaranteed, so the
+kubelet's static CPU manager can pin its cores, which vLLM's CPU build's OpenMP threads
+want), no ResourceClaim, and the engine's CPU image (engines.cpu_image). A limit the user
+wrote stays; the request is ours, because placement counted room by it.
 """
 
 from __future__ import annotations
@@ -44,7 +53,13 @@ from functions.common.modelcache import ENV_MODEL_PATH, engine_argv, model_named
 from functions.common.modelcache import VOLUME_NAME as CACHE_VOLUME
 from functions.common.naming import dns_label, label_value
 from functions.common.quantity import parse_quantity
-from functions.compose_model_replica.engines import Model, MultiNode, launch_args, layout_flags
+from functions.compose_model_replica.engines import (
+    Model,
+    MultiNode,
+    cpu_image,
+    launch_args,
+    layout_flags,
+)
 from functions.compose_model_replica.model import (
     Engine,
     Member,
@@ -205,7 +220,33 @@ def shm_size_limit(accelerators: int) -> str:
     return f"{SHM_GIB_PER_ACCELERATOR * max(1, accelerators)}Gi"
 
 
-def _mount_shm(spec: dict, container: dict, accelerators: int) -> None:
+def cpu_shm_size_limit(memory: str) -> str:
+    """A CPU pod's /dev/shm: a quarter of its memory, at most one accelerator's worth."""
+    quarter_mib = int(parse_quantity(memory) / 4 / 2**20)
+    return f"{max(1, min(quarter_mib, SHM_GIB_PER_ACCELERATOR * 1024))}Mi"
+
+
+def _cpu_resources(container: dict, member: Member) -> None:
+    """A CPU member's request, as the container's requests and (unless written) limits."""
+    resources = container.setdefault("resources", {})
+    ours = {"cpu": member.cpu, "memory": member.memory}
+    resources["requests"] = {**(resources.get("requests") or {}), **ours}
+    resources["limits"] = {**ours, **(resources.get("limits") or {})}
+    container["image"] = cpu_image(str(container.get("image") or ""))
+    if not container["image"]:
+        del container["image"]
+
+
+def _size_engine(spec: dict, container: dict, member: Member) -> None:
+    """/dev/shm for the engine; a CPU member's requests, limits and CPU image."""
+    if member.cpu_only:
+        _cpu_resources(container, member)
+        _mount_shm(spec, container, 0, cpu_shm_size_limit(member.memory))
+    else:
+        _mount_shm(spec, container, member.accelerators)
+
+
+def _mount_shm(spec: dict, container: dict, accelerators: int, size: str = "") -> None:
     """A memory-backed /dev/shm for the engine, unless the user mounts one."""
     if any(m.get("mountPath") == SHM_PATH for m in container.get("volumeMounts") or []):
         return
@@ -219,7 +260,7 @@ def _mount_shm(spec: dict, container: dict, accelerators: int) -> None:
         *(spec.get("volumes") or []),
         {
             "name": SHM_VOLUME,
-            "emptyDir": {"medium": "Memory", "sizeLimit": shm_size_limit(accelerators)},
+            "emptyDir": {"medium": "Memory", "sizeLimit": size or shm_size_limit(accelerators)},
         },
     ]
 
@@ -319,7 +360,7 @@ def pod_template(
             layout=engine_layout(engine) if wiring.multinode is not None else (),
         )
         _mount_cache(container, replica.model_cache)
-        _mount_shm(spec, container, member.accelerators)
+        _size_engine(spec, container, member)
         if args:
             container["args"] = args
         if wiring.serves_http:

@@ -72,7 +72,8 @@ def launch(leader: Member, *, is_leader: bool) -> MultiNode:
     return MultiNode(
         leader=is_leader,
         nodes=leader.worker_nodes + 1,
-        gpus_per_node=leader.accelerators,
+        # A CPU pod is one rank (no accelerators): tensor parallel 1 within it.
+        gpus_per_node=leader.accelerators or 1,
     )
 
 
