@@ -222,8 +222,8 @@ def shm_size_limit(accelerators: int) -> str:
 
 def cpu_shm_size_limit(memory: str) -> str:
     """A CPU pod's /dev/shm: a quarter of its memory, at most one accelerator's worth."""
-    quarter_mib = int(parse_quantity(memory) / 4 / 2**20)
-    return f"{max(1, min(quarter_mib, SHM_GIB_PER_ACCELERATOR * 1024))}Mi"
+    mib = max(1, min(int(parse_quantity(memory) / 4 / 2**20), SHM_GIB_PER_ACCELERATOR * 1024))
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
 def _cpu_resources(container: dict, member: Member) -> None:

@@ -4,7 +4,8 @@ Each scenario under testdata/model_deployment/<name>/ is a ModelDeployment (`xr.
 optionally the ModelReplicas it composed before (`observed.yaml`, also listed among the
 required resources, as the API server would list them), other deployments'
 ModelReplicas (`replicas.yaml`) and the ModelCache it names (`cache.yaml`), rendered
-against the fleet in `clusters.yaml` supplied with `-e`. The whole output is compared
+against the fleet in `clusters.yaml` (and the scenario's own `clusters.yaml`, if any)
+supplied with `-e`. The whole output is compared
 with `expected.yaml`; timestamps the function takes from its clock are replaced by
 `<now>`. `{definitionHash}` in an input file stands
 for the deployment's definition hash.
@@ -48,7 +49,7 @@ def _inputs(scenario: Path, workdir: Path) -> tuple[Path, Path, Path | None, set
     xr.write_text(fill(xr_text))
     parts = [(TESTDATA / "clusters.yaml").read_text()]
     observed = None
-    for name in ("replicas.yaml", "observed.yaml", "cache.yaml"):
+    for name in ("clusters.yaml", "replicas.yaml", "observed.yaml", "cache.yaml"):
         if (scenario / name).exists():
             parts.append(fill((scenario / name).read_text()))
     if (scenario / "observed.yaml").exists():
@@ -324,6 +325,26 @@ def test_multi_node_replicas_name_the_fabrics_their_pods_are_pinned_to(function_
     assert only["spec"]["nodePool"]["fabricNodeLabel"] == "network.example.com/fabric"
     assert only["spec"]["nodePool"]["fabrics"] == ["ib-a", "ib-b"]
     assert conds[conditions.REPLICAS_SCHEDULED]["status"] == "True"
+
+
+def test_a_cpu_deployment_lands_only_on_cpu_pools_and_names_what_is_missing(
+    function_servers, tmp_path
+):
+    composite, replicas, _results, conds = _parts(_render(function_servers, "cpu-pool", tmp_path))
+    placed = {
+        (r["spec"]["cluster"]["name"], r["spec"]["nodePool"]["name"]): r["spec"]["replicas"]
+        for r in replicas.values()
+    }
+    # The GPU clusters are production too: none of their pools takes it.
+    assert placed == {("cpu-1", "c7i"): 2}
+    (only,) = replicas.values()
+    member = only["spec"]["engines"][0]["members"][0]
+    assert (member["cpu"], member["memory"], member["devices"]) == ("8", "16Gi", [])
+    assert composite["status"]["unplaceable"]["replicas"] == 1
+    assert composite["status"]["unplaceable"]["reason"] == (
+        "no node pool with 8 CPU and 16Gi memory free; most free: cpu-1/c7i nothing"
+    )
+    assert conds[conditions.REPLICAS_SCHEDULED]["status"] == "False"
 
 
 @pytest.mark.parametrize(

@@ -124,6 +124,11 @@ def test_pods_claim_their_devices_and_stay_on_the_pool(xr_path):
         if len(pool.get("fabrics") or []) == 1:
             pinned[pool["fabricNodeLabel"]] = pool["fabrics"][0]
         assert spec["nodeSelector"] == pinned
+        if all(m.get("cpu") for e in xr["spec"]["engines"] for m in e["members"]):
+            # A CPU-only pool: cpu and memory, never a claim.
+            assert "resourceClaims" not in spec
+            assert not claim_templates
+            continue
         claimed = {c["resourceClaimTemplateName"] for c in spec["resourceClaims"]}
         assert claimed <= claim_templates
 
