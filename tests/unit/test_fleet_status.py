@@ -470,3 +470,59 @@ def test_the_schema_knows_every_telemetry_mode_the_xrd_allows():
 )
 def test_durations_read_at_a_glance(seconds, text):
     assert fleet_status.duration(seconds) == text
+
+
+def test_a_cpu_pool_is_listed_by_its_cpu_and_memory_and_counts_no_devices():
+    cpu_pool = {"name": "c7i", "nodes": 2, "maxNodes": 6, "cpu": "31", "memory": "60Gi"}
+    fleet = summarize(
+        [cluster("us-east", [pool("h100", 2, 8)]), cluster("eu-central", [cpu_pool])],
+        [
+            deployment(
+                "qwen-cpu",
+                {
+                    "desiredReplicas": 2,
+                    "placedReplicas": 2,
+                    "readyReplicas": 2,
+                    "placements": [
+                        {
+                            "cluster": "eu-central",
+                            "nodePool": "c7i",
+                            "replicas": 2,
+                            "readyReplicas": 2,
+                        }
+                    ],
+                },
+            )
+        ],
+        [],
+    )
+    (cpu,) = next(c for c in fleet.clusters if c.name == "eu-central").pools
+    assert (cpu.device_class, cpu.devices, cpu.cpu_per_node, cpu.memory_per_node) == (
+        "CPU",
+        0,
+        "31",
+        "60Gi",
+    )
+    # The device totals are devices: a CPU pool adds no "CPU 0" line.
+    assert [(d.device_class, d.devices) for d in fleet.devices] == [("H100", 16)]
+    table = fleet_status.render_table(fleet)
+    assert "c7i=2x(31 CPU, 60Gi)" in table
+    assert "h100=2x8 H100" in table
+    assert "eu-central/c7i=2/2" in table
+    cluster_line = next(line for line in table.splitlines() if line.startswith("eu-central"))
+    assert cluster_line.endswith("c7i=2x(31 CPU, 60Gi)")
+    jsonschema.validate(fleet.to_dict(), SCHEMA)
+    room = fleet_status.room_lines(
+        [
+            {
+                **cluster("eu-central", [cpu_pool]),
+                "status": {
+                    "inventory": {"observedAt": "2026-01-01T00:00:00Z", "nodes": {"total": 2}}
+                },
+            }
+        ]
+    )
+    assert room == [
+        "  room on eu-central (as of 2026-01-01T00:00:00Z): CPU-only pools c7i=2x(31 CPU, "
+        "60Gi) (CPU use not reported)"
+    ]

@@ -39,6 +39,7 @@ STATES: Final = (STATE_PARKED, STATE_UNPLACEABLE, STATE_SHORT, STATE_PENDING, ST
 ON_DEMAND_IDLE: Final = "Idle"  # status.onDemand.state before the first request
 
 SCHEMA_VERSION: Final = "modelplane.ai/fleet-status/v1"
+CPU_POOL: Final = "CPU"  # the device class a CPU-only pool is listed under
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,20 @@ class PoolSummary:
     max_nodes: int  # == nodes for a static pool
     devices_per_node: int
     devices: int  # nodes * devices_per_node: the registered nodes' devices
+    # A CPU-only pool (no devices): the CPU and memory of each node, as declared; its
+    # device class is CPU_POOL and it counts no devices.
+    cpu_per_node: str = ""
+    memory_per_node: str = ""
+
+    @property
+    def cpu_only(self) -> bool:
+        return bool(self.cpu_per_node)
+
+    def describe(self) -> str:
+        """`name=NODESxPER CLASS`, or `name=NODESx(CPU CPU, MEMORY)` for a CPU pool."""
+        if self.cpu_only:
+            return f"{self.name}={self.nodes}x({self.cpu_per_node} CPU, {self.memory_per_node})"
+        return f"{self.name}={self.nodes}x{self.devices_per_node} {self.device_class}"
 
 
 @dataclass(frozen=True)
@@ -326,6 +341,20 @@ def read_cluster(obj: Mapping[str, Any]) -> ClusterSummary:
         devices = pool.get("devices") or {}
         nodes = _int(pool.get("nodes"))
         per_node = _int(devices.get("perNode"))
+        if not devices and pool.get("cpu") is not None:
+            pools.append(
+                PoolSummary(
+                    name=str(pool.get("name", "")),
+                    device_class=CPU_POOL,
+                    nodes=nodes,
+                    max_nodes=_int(pool.get("maxNodes", nodes)),
+                    devices_per_node=0,
+                    devices=0,
+                    cpu_per_node=str(pool.get("cpu")),
+                    memory_per_node=str(pool.get("memory", "")),
+                )
+            )
+            continue
         pools.append(
             PoolSummary(
                 name=str(pool.get("name", "")),
@@ -477,6 +506,8 @@ def summarize(
     by_class: dict[str, tuple[int, int]] = {}
     for cluster in cluster_list:
         for pool in cluster.pools:
+            if pool.cpu_only:
+                continue  # no devices: listed with its cluster's pools, not counted here
             nodes, devices = by_class.get(pool.device_class, (0, 0))
             by_class[pool.device_class] = (nodes + pool.nodes, devices + pool.devices)
 
@@ -648,10 +679,7 @@ def render_table(fleet: FleetStatus) -> str:
                 c.stack or "-",
                 c.ready,
                 c.telemetry or "-",
-                ", ".join(
-                    f"{p.name}={p.nodes}x{p.devices_per_node} {p.device_class}" for p in c.pools
-                )
-                or "-",
+                ", ".join(p.describe() for p in c.pools) or "-",
             ]
             for c in fleet.clusters
         ],
@@ -679,7 +707,8 @@ def next_step(model: ModelSummary) -> str:
     if model.unplaceable:
         return (
             "Make room (free or add nodes in a matching pool, or raise maxNodes) or relax "
-            "the device selectors; the next reconcile places it."
+            "the device selectors (or the cpu and memory asked for); the next reconcile "
+            "places it."
         )
     if model.state == STATE_PENDING:
         return "Its status is not written yet: compose-model-deployment has not reconciled it."
@@ -699,6 +728,10 @@ def room_lines(clusters: Iterable[Mapping[str, Any]]) -> list[str]:
             lines.append(f"  room on {name}: no inventory reported yet")
             continue
         gpus = ", ".join(f"{g.device_class} {g.free} free of {g.total}" for g in inventory.gpus)
+        cpu_pools = [p.describe() for p in read_cluster(cluster).pools if p.cpu_only]
+        if not gpus and cpu_pools:
+            # Room on a CPU pool is CPU and memory, which the inventory does not count.
+            gpus = f"CPU-only pools {', '.join(cpu_pools)} (CPU use not reported)"
         fabrics = "".join(
             f"; fabric {f.name}: {f.largest_free_block} whole nodes free" for f in inventory.fabrics
         )
