@@ -182,6 +182,11 @@ class _ClusterSpec(Spec):
             if isinstance(pool, dict) and pool.get(PRICE_FIELD) is not None:
                 # A priced pool's driver names the devices its price is for.
                 object_or_refuse(pool.get("devices"), at=f"[{i}].devices")
+                if not pool.get("devices"):
+                    refuse(
+                        "prices a pool's devices; a CPU-only pool (cpu and memory) has none",
+                        at=f"[{i}].{PRICE_FIELD}",
+                    )
         return pools
 
 

@@ -16,6 +16,7 @@ from functions.compose_serving_stack import (
     adaptivepolicy_crd,
     collector,
     collector_objects,
+    device_classes,
     runtime_hosting,
 )
 from functions.compose_serving_stack.compose import (
@@ -687,3 +688,21 @@ def test_a_price_the_schema_refuses_is_refused_with_its_field(price):
     with pytest.raises(InvalidCluster) as refused:
         parse_cluster(xr)
     assert refused.value.field == "spec.nodePools[1].pricePerGPUHour"
+
+
+def test_a_price_on_a_cpu_only_pool_is_refused_with_its_field():
+    xr = _cluster_xr()
+    xr["spec"]["nodePools"] = [
+        {"name": "c7i", "nodes": 2, "cpu": "31", "memory": "60Gi", "pricePerGPUHour": 1.0}
+    ]
+    with pytest.raises(InvalidCluster) as refused:
+        parse_cluster(xr)
+    assert refused.value.field == "spec.nodePools[0].pricePerGPUHour"
+    assert "CPU-only pool" in str(refused.value)
+
+
+def test_a_cpu_only_pool_names_no_device_class():
+    xr = _cluster_xr()
+    xr["spec"]["nodePools"] = [{"name": "c7i", "nodes": 2, "cpu": "31", "memory": "60Gi"}]
+    parse_cluster(xr)
+    assert device_classes.needed(xr["spec"]["nodePools"]) == ()
