@@ -126,3 +126,41 @@ def inventory_from_record(data: Mapping[str, Any] | None) -> dict[str, Any] | No
     except ValueError:
         return None
     return document if isinstance(document, dict) else None
+
+
+# --- CPU-only pools ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpuPool:
+    """An InferenceCluster's CPU-only pool (`cpu` and `memory`, no `devices`), as the
+    agent counts it: the nodes its `nodeSelector` matches (every node when it has none).
+    compose-serving-stack passes one per CPU pool as `--cpu-pool` (`format_cpu_pool`);
+    the inventory then reports each pool's allocatable CPU and memory and what pods on
+    its nodes request (status.inventory.cpuPools), as it reports GPUs for device pools."""
+
+    name: str
+    node_selector: tuple[tuple[str, str], ...] = field(default=())
+
+
+def cpu_pools_of_pools(pools: Sequence[Mapping[str, Any]]) -> tuple[CpuPool, ...]:
+    """The CPU-only pools of an InferenceCluster's spec.nodePools (pool order)."""
+    return tuple(
+        CpuPool(
+            str(pool.get("name", "")),
+            tuple(sorted((str(k), str(v)) for k, v in (pool.get("nodeSelector") or {}).items())),
+        )
+        for pool in pools
+        if not pool.get("devices") and pool.get("cpu") is not None
+    )
+
+
+def format_cpu_pool(pool: CpuPool) -> str:
+    """`NAME` or `NAME:key=value,key=value` (as a fabric label is written)."""
+    return format_fabric_label(FabricLabel(pool.name, pool.node_selector))
+
+
+def parse_cpu_pool(text: str) -> CpuPool:
+    """The inverse of `format_cpu_pool`; ValueError naming what is wrong."""
+    parsed = parse_fabric_label(text)
+    return CpuPool(parsed.label, parsed.node_selector)

@@ -65,3 +65,16 @@ def quantity_float(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
     return float(parse_quantity(str(value)))
+
+
+def format_millicores(milli: int) -> str:
+    """CPU as a quantity a person reads: whole cores (`8`), else millicores (`1500m`)."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def format_bytes(value: int) -> str:
+    """Memory as a quantity a person reads: the largest binary suffix that divides it."""
+    for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if value and value % size == 0:
+            return f"{value // size}{suffix}"
+    return str(value)

@@ -22,7 +22,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from functions.common.quantity import parse_quantity
+from functions.common.quantity import format_bytes, format_millicores, parse_quantity
 
 if TYPE_CHECKING:
     from functions.compose_model_deployment.model import Cluster, Footprint, Holding, Pool
@@ -96,19 +96,8 @@ def in_slots(
     return out_clusters, out_holdings
 
 
-def format_cpu(milli: int) -> str:
-    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-
-
-def format_memory(value: int) -> str:
-    for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if value % size == 0:
-            return f"{value // size}{suffix}"
-    return str(value)
-
-
 def describe(request: Request) -> str:
-    return f"{format_cpu(request[0])} CPU and {format_memory(request[1])} memory"
+    return f"{format_millicores(request[0])} CPU and {format_bytes(request[1])} memory"
 
 
 def structural_problem(pool: Pool, footprint: Footprint) -> str:

@@ -23,7 +23,9 @@ from pydantic import Field, ValidationInfo, field_validator
 from functions.common import contracts
 from functions.common.cost import PRICE_FIELD, PoolPrice, pool_prices_of_pools, price_problem
 from functions.common.inventory import (
+    CpuPool,
     FabricLabel,
+    cpu_pools_of_pools,
     fabric_labels_of_pools,
     format_fabric_label,
     parse_fabric_label,
@@ -85,6 +87,8 @@ class Cluster:
     fabric_labels: tuple[FabricLabel, ...] = ()
     # The priced pools, for the agent's cost series.
     pool_prices: tuple[PoolPrice, ...] = ()
+    # The CPU-only pools (cpu and memory, no devices): the agent's inventory counts them.
+    cpu_pools: tuple[CpuPool, ...] = ()
     # The DeviceClasses the pools' devices are claimed by, read back from the member.
     device_classes: tuple[str, ...] = ()
 
@@ -215,6 +219,7 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
         fabric_labels=fabric_labels_of_pools([p for p in spec.node_pools if isinstance(p, dict)]),
         pool_prices=pool_prices_of_pools([p for p in spec.node_pools if isinstance(p, dict)]),
         device_classes=device_classes.needed(spec.node_pools),
+        cpu_pools=cpu_pools_of_pools([p for p in spec.node_pools if isinstance(p, dict)]),
     )
 
 
@@ -324,6 +329,7 @@ def plan(
         prometheus_url=cluster.prometheus_url,
         fabric_labels=cluster.fabric_labels,
         pool_prices=cluster.pool_prices,
+        cpu_pools=cluster.cpu_pools,
     )
     # Provider configs report no readiness of their own; they are not part of the
     # stack's (the Objects sent through them are). Nor do the DeviceClass observers: a

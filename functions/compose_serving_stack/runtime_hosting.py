@@ -36,7 +36,9 @@ from functions.common.inventory import (
     INVENTORY_RECORD_NAME,
     INVENTORY_RECORD_NAMESPACE,
     LABEL_FABRIC,
+    CpuPool,
     FabricLabel,
+    format_cpu_pool,
     format_fabric_label,
 )
 from functions.common.naming import volume_name
@@ -615,10 +617,12 @@ def runtime_hosting(
     prometheus_url: str = "",
     fabric_labels: Sequence[FabricLabel] = (),
     pool_prices: Sequence[PoolPrice] = (),
+    cpu_pools: Sequence[CpuPool] = (),
 ) -> list[Composed]:
     """The runtime's resources on one member; `peers` are the other members' names;
     `fabric_labels` which node label names each pool's fabric (the agent's inventory);
-    `pool_prices` the priced pools (the agent's cost series)."""
+    `pool_prices` the priced pools (the agent's cost series); `cpu_pools` the CPU-only
+    pools (the inventory's CPU and memory)."""
     ordered_peers = sorted(set(peers) - {target.cluster})
     signals = ["--prometheus-url", prometheus_url] if prometheus_url else []
     # Only what differs from the default (every pool on modelplane.ai/fabric): the agent
@@ -652,6 +656,7 @@ def runtime_hosting(
                 *signals,
                 *fabrics,
                 *(a for p in pool_prices for a in ("--pool-price", format_pool_price(p))),
+                *(a for p in cpu_pools for a in ("--cpu-pool", format_cpu_pool(p))),
             ],
             volumes=[(peer_secret_name(p), peer_mount_dir(p)) for p in ordered_peers],
             ports=[{"name": "metrics", "containerPort": contracts.METRICS_PORT}],

@@ -120,6 +120,15 @@ def parse_pool_prices(_ctx, _param, values: tuple[str, ...]) -> tuple:
         raise click.BadParameter(str(error)) from error
 
 
+def parse_cpu_pools(_ctx, _param, values: tuple[str, ...]) -> tuple:
+    from functions.common.inventory import parse_cpu_pool  # noqa: PLC0415
+
+    try:
+        return tuple(parse_cpu_pool(v) for v in values)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
 def client_for(source: str):
     """A Kubernetes client from a kubeconfig path, or this pod's own service account."""
     from functions.runtime.kube.clients import in_cluster_client, kubeconfig_client  # noqa: PLC0415
@@ -211,6 +220,14 @@ def election_agent(
     "devices on it are exported as modelplane_model_cost_per_hour.",
 )
 @click.option(
+    "--cpu-pool",
+    "cpu_pools",
+    multiple=True,
+    callback=parse_cpu_pools,
+    help="A CPU-only node pool as NAME or NAME:key=value,... (its nodeSelector); one per "
+    "CPU pool. The inventory reports its CPU and memory and what pods there request.",
+)
+@click.option(
     "--decision-log",
     default="-",
     show_default=True,
@@ -247,6 +264,7 @@ def agent(
     signals_url,
     fabric_labels,
     pool_prices,
+    cpu_pools,
     decision_log,
     intervals,
     idle_after,
@@ -294,6 +312,7 @@ def agent(
         signals_url=signals_url or None,
         fabric_labels=fabric_labels,
         pool_prices=pool_prices,
+        cpu_pools=cpu_pools,
         intervals=steps,
         idle_after=idle_after,
     )

@@ -14,6 +14,8 @@ Read from what the member's API server says and nothing else:
   `modelplane.ai/fabric` by default; see `node_fabric`) its GPU nodes and the largest block
   of entirely free ones — ready nodes whose every device is healthy and unallocated, the
   number that decides whether a multi-node replica can land there;
+- per CPU-only pool (`--cpu-pool`; cpu_pools.py) its nodes' allocatable CPU and memory
+  and what the pods on them request;
 - replicas by state, one per replica's head pod (Standalone, Leader or Decode role);
 - idle replicas: serving, and their request counter has not moved for `idle_after`
   seconds (IDLE_AFTER_SECONDS unless the agent's `--idle-after` says otherwise; the
@@ -47,10 +49,12 @@ from functions.common.inventory import (
     COUNTERS_UNAVAILABLE,
     GPU_DRIVER,
     IDLE_AFTER_SECONDS,
+    CpuPool,
     FabricLabel,
     device_class,
     node_fabric,
 )
+from functions.runtime.agent.cpu_pools import cpu_pool_use
 from functions.runtime.agent.idle import Counters, IdleMemory, ReplicaKey, idle_replicas
 from functions.runtime.shared.policy import rfc3339
 
@@ -296,6 +300,7 @@ def compute_inventory(
     driver: str = GPU_DRIVER,
     fabric_labels: Sequence[FabricLabel] = (),
     idle_after: float = IDLE_AFTER_SECONDS,
+    cpu_pools: Sequence[CpuPool] = (),
 ) -> tuple[dict[str, Any], IdleMemory]:
     """The inventory document (status.inventory's shape) and the idle memory to keep."""
     states = _node_states(objects)
@@ -329,4 +334,7 @@ def compute_inventory(
             else f"{COUNTERS_UNAVAILABLE}: {counters.error}"
         ),
     }
+    if cpu_pools:
+        # CPU-only pools: their CPU and memory, and what pods on them request.
+        document["cpuPools"] = cpu_pool_use(objects.nodes, objects.pods, cpu_pools)
     return document, kept

@@ -23,6 +23,7 @@ from functions.common.inventory import (
     INVENTORY_RECORD_NAME,
     INVENTORY_RECORD_NAMESPACE,
     KEY_INVENTORY,
+    CpuPool,
     FabricLabel,
 )
 from functions.runtime.agent.cost import CostKey, model_costs
@@ -59,6 +60,7 @@ class InventoryAgent:
         *,
         pool_prices: Sequence[PoolPrice] = (),
         on_costs: Callable[[dict[CostKey, float]], None] | None = None,
+        cpu_pools: Sequence[CpuPool] = (),
     ):
         self.api = api
         self.counters = counters
@@ -67,6 +69,7 @@ class InventoryAgent:
         self.pool_prices = tuple(pool_prices)
         self.on_costs = on_costs
         self.idle_after = idle_after
+        self.cpu_pools = tuple(cpu_pools)
 
     def _memory(self) -> IdleMemory:
         try:
@@ -95,6 +98,7 @@ class InventoryAgent:
             now,
             fabric_labels=self.fabric_labels,
             idle_after=self.idle_after,
+            cpu_pools=self.cpu_pools,
         )
         if self.on_costs is not None:
             self.on_costs(

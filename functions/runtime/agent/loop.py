@@ -30,7 +30,7 @@ from kubernetes.client import ApiClient
 
 from functions.common.contracts import COLLECTOR_SIGNALS_URL
 from functions.common.cost import PoolPrice
-from functions.common.inventory import IDLE_AFTER_SECONDS, FabricLabel
+from functions.common.inventory import IDLE_AFTER_SECONDS, CpuPool, FabricLabel
 from functions.runtime.agent.cost import CostMetrics
 from functions.runtime.agent.health import HealthStep
 from functions.runtime.agent.hub_step import HubStep
@@ -68,6 +68,8 @@ class AgentConfig:
     fabric_labels: tuple[FabricLabel, ...] = ()
     # The priced pools (spec.nodePools[].pricePerGPUHour): what each model's devices cost.
     pool_prices: tuple[PoolPrice, ...] = ()
+    # The CPU-only pools (spec.nodePools[] with cpu and memory): their CPU and memory.
+    cpu_pools: tuple[CpuPool, ...] = ()
     # Seconds a serving replica's request counter must stand still to be named idle.
     idle_after: float = IDLE_AFTER_SECONDS
 
@@ -111,6 +113,7 @@ class Agent:
             config.idle_after,
             pool_prices=config.pool_prices,
             on_costs=costs.update if costs is not None else None,
+            cpu_pools=config.cpu_pools,
         )
         # For the liveness probe: the loop's last turn.
         self.ticked_at: float | None = None
@@ -205,6 +208,7 @@ def start_loop(
     signals_url: str | None = COLLECTOR_SIGNALS_URL,
     fabric_labels: tuple[FabricLabel, ...] = (),
     pool_prices: tuple[PoolPrice, ...] = (),
+    cpu_pools: tuple[CpuPool, ...] = (),
     intervals: dict[str, float] | None = None,
     idle_after: float = IDLE_AFTER_SECONDS,
 ) -> RunningLoop:
@@ -225,6 +229,7 @@ def start_loop(
             signals_url=signals_url,
             fabric_labels=fabric_labels,
             pool_prices=pool_prices,
+            cpu_pools=cpu_pools,
             idle_after=idle_after,
             **(intervals or {}),
         ),

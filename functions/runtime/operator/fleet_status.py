@@ -159,6 +159,19 @@ class GpuUse:
 
 
 @dataclass(frozen=True)
+class CpuPoolUse:
+    """A CPU-only pool as its member's inventory reports it (quantities as written)."""
+
+    cluster: str
+    pool: str
+    nodes: int
+    cpu: str
+    cpu_requested: str
+    memory: str
+    memory_requested: str
+
+
+@dataclass(frozen=True)
 class FabricUse:
     cluster: str
     name: str
@@ -200,6 +213,7 @@ class Inventory:
     fabrics: list[FabricUse]
     replicas: dict[str, int]
     idle_replicas: list[IdleReplica]
+    cpu_pools: list[CpuPoolUse] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -210,6 +224,7 @@ class Inventory:
             "fabrics": [_camel(asdict(f)) for f in self.fabrics],
             "replicas": dict(self.replicas),
             "idleReplicas": [_camel(asdict(i)) for i in self.idle_replicas],
+            "cpuPools": [_camel(asdict(c)) for c in self.cpu_pools],
         }
 
 
@@ -223,7 +238,7 @@ def read_inventory(clusters: Iterable[Mapping[str, Any]]) -> Inventory:
     nodes = dict.fromkeys(NODE_STATES, 0)
     replicas = dict.fromkeys(REPLICA_STATES, 0)
     gpus: dict[str, list[int]] = {}
-    fabrics, idle = [], []
+    fabrics, idle, cpu_pools = [], [], []
     for obj in sorted(clusters, key=lambda c: _key(c)[1]):
         name = _key(obj)[1]
         inventory = (obj.get("status") or {}).get("inventory")
@@ -252,6 +267,16 @@ def read_inventory(clusters: Iterable[Mapping[str, Any]]) -> Inventory:
             )
             for f in inventory.get("fabrics") or []
         ]
+        cpu_pools += [
+            CpuPoolUse(
+                name,
+                str(c.get("pool", "")),
+                _int(c.get("nodes")),
+                *(str(c.get(k, "")) for k in ("cpu", "cpuRequested", "memory", "memoryRequested")),
+            )
+            for c in inventory.get("cpuPools") or []
+            if isinstance(c, dict)
+        ]
         idle += [
             IdleReplica(
                 name,
@@ -272,6 +297,7 @@ def read_inventory(clusters: Iterable[Mapping[str, Any]]) -> Inventory:
         replicas=replicas,
         # Most GPUs held idle first: the first place to find room.
         idle_replicas=sorted(idle, key=lambda r: (-r.gpus, -r.idle_seconds, r.cluster, r.name)),
+        cpu_pools=sorted(cpu_pools, key=lambda c: (c.cluster, c.pool)),
     )
 
 
@@ -573,6 +599,23 @@ def _inventory_lines(inventory: Inventory) -> list[str]:
         ],
     )
     lines.append("")
+    if inventory.cpu_pools:
+        lines += _table(
+            ["CLUSTER", "CPU POOL", "NODES", "CPU", "REQUESTED", "MEMORY", "REQUESTED"],
+            [
+                [
+                    c.cluster,
+                    c.pool,
+                    str(c.nodes),
+                    c.cpu,
+                    c.cpu_requested,
+                    c.memory,
+                    c.memory_requested,
+                ]
+                for c in inventory.cpu_pools
+            ],
+        )
+        lines.append("")
     if inventory.fabrics:
         lines += _table(
             ["CLUSTER", "FABRIC", "NODES", "LARGEST FREE BLOCK"],
@@ -728,9 +771,16 @@ def room_lines(clusters: Iterable[Mapping[str, Any]]) -> list[str]:
             lines.append(f"  room on {name}: no inventory reported yet")
             continue
         gpus = ", ".join(f"{g.device_class} {g.free} free of {g.total}" for g in inventory.gpus)
+        cpus = ", ".join(
+            f"pool {c.pool} {c.cpu_requested} of {c.cpu} CPU and {c.memory_requested} of "
+            f"{c.memory} requested"
+            for c in inventory.cpu_pools
+        )
         cpu_pools = [p.describe() for p in read_cluster(cluster).pools if p.cpu_only]
-        if not gpus and cpu_pools:
-            # Room on a CPU pool is CPU and memory, which the inventory does not count.
+        if cpus:
+            gpus = f"{gpus}; {cpus}" if gpus else cpus
+        elif not gpus and cpu_pools:
+            # An agent that does not report its CPU pools yet.
             gpus = f"CPU-only pools {', '.join(cpu_pools)} (CPU use not reported)"
         fabrics = "".join(
             f"; fabric {f.name}: {f.largest_free_block} whole nodes free" for f in inventory.fabrics
