@@ -18,52 +18,38 @@ Pure arithmetic on integers (millicores and bytes); nothing here reads the XR.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from functions.common.quantity import format_bytes, format_millicores, parse_quantity
+from functions.common.cpu_slots import (
+    MAX_PODS_PER_NODE,
+    Request,
+    bytes_of,
+    describe,
+    millicores,
+    pod_slots,
+    slots,
+    slots_per_node,
+    unit_of,
+)
+
+__all__ = [
+    "MAX_PODS_PER_NODE",
+    "Request",
+    "bytes_of",
+    "describe",
+    "full_reason",
+    "in_slots",
+    "millicores",
+    "pod_slots",
+    "slots",
+    "slots_per_node",
+    "structural_problem",
+    "unit_of",
+]
 
 if TYPE_CHECKING:
     from functions.compose_model_deployment.model import Cluster, Footprint, Holding, Pool
-
-# The kubelet's default maxPods: more slots than this on one node are never counted (a
-# node would refuse the pods anyway), which also bounds PoolRoom's per-node arrays.
-MAX_PODS_PER_NODE = 110
-# A request: (millicores, bytes).
-Request = tuple[int, int]
-
-
-def millicores(text: str) -> int:
-    """A CPU quantity in millicores, rounded up; ValueError if it is not a quantity."""
-    return math.ceil(parse_quantity(text) * 1000)
-
-
-def bytes_of(text: str) -> int:
-    """A memory quantity in bytes, rounded up; ValueError if it is not a quantity."""
-    return math.ceil(parse_quantity(text))
-
-
-def unit_of(requests: tuple[Request, ...]) -> Request:
-    """The slot: the least CPU and the least memory any pod asks for."""
-    return (min(r[0] for r in requests), min(r[1] for r in requests))
-
-
-def slots(request: Request, unit: Request) -> int:
-    """Slots a pod takes: enough to cover both its CPU and its memory."""
-    return max(1, -(-request[0] // unit[0]), -(-request[1] // unit[1]))
-
-
-def slots_per_node(cpu_milli: int, memory_bytes: int, unit: Request) -> int:
-    return min(cpu_milli // unit[0], memory_bytes // unit[1], MAX_PODS_PER_NODE)
-
-
-def pod_slots(requests: tuple[Request, ...], unit: Request | None = None) -> tuple[int, ...]:
-    """Each pod's slots (in `unit`, else in the pods' own), largest first."""
-    if not requests:
-        return ()
-    unit = unit or unit_of(requests)
-    return tuple(sorted((slots(r, unit) for r in requests), reverse=True))
 
 
 def in_slots(
@@ -94,10 +80,6 @@ def in_slots(
         for h in holdings
     ]
     return out_clusters, out_holdings
-
-
-def describe(request: Request) -> str:
-    return f"{format_millicores(request[0])} CPU and {format_bytes(request[1])} memory"
 
 
 def structural_problem(pool: Pool, footprint: Footprint) -> str:

@@ -83,3 +83,22 @@ def test_a_growing_pool_adds_a_node_launch_to_escalation_after():
 
     assert after(_with_limit(0)) == "2m"
     assert after(_with_limit(4)) == "7m"
+
+
+def test_a_cpu_models_ceiling_is_what_the_cpu_pools_hold_never_the_gpu_pools():
+    deployment = example("qwen-cpu.yaml")  # 8 CPU and 16Gi per pod
+    cpu_cluster = yaml.safe_load(
+        (REPO / "examples/inferenceclusters/eu-central-cpu.yaml").read_text()
+    )  # up to 6 nodes of 31 CPU and 60Gi: 3 pods a node
+    gpu_cluster = {**CLUSTERS[0]}
+    gpu_cluster["metadata"] = {
+        **gpu_cluster["metadata"],
+        "labels": cpu_cluster["metadata"]["labels"],
+    }
+    patch = yaml.safe_load(suggest.render(deployment, [cpu_cluster, gpu_cluster]))
+    assert patch["spec"]["autoscaling"]["maxReplicas"] == 18
+    text = " ".join(
+        line.strip().removeprefix("# ")
+        for line in suggest.render(deployment, [cpu_cluster, gpu_cluster]).splitlines()
+    )
+    assert "(8 CPU and 16Gi memory x 1 pod(s) each)" in text

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from functions.common import cpu_slots as cpu
 from functions.runtime.operator.terminal import escape
 from functions.runtime.shared.policy import REPORT_INTERVAL_SECONDS
 
@@ -56,6 +57,9 @@ class Pool:
     nodes: int
     max_nodes: int
     per_node: int
+    # A CPU-only pool (no devices): each node's CPU (millicores) and memory (bytes).
+    cpu_milli: int = 0
+    memory_bytes: int = 0
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -85,9 +89,61 @@ def eligible_pools(
                     nodes=nodes,
                     max_nodes=_int(pool.get("maxNodes"), nodes),
                     per_node=_int((pool.get("devices") or {}).get("perNode")),
+                    **_cpu_of(pool),
                 )
             )
     return sorted(pools, key=lambda p: (p.cluster, p.name))
+
+
+def _cpu_of(pool: Mapping[str, Any]) -> dict[str, int]:
+    """A CPU-only pool's per-node CPU and memory; {} for a device pool (or bad values)."""
+    if pool.get("devices") or pool.get("cpu") is None:
+        return {}
+    try:
+        return {
+            "cpu_milli": cpu.millicores(str(pool.get("cpu"))),
+            "memory_bytes": cpu.bytes_of(str(pool.get("memory", "0"))),
+        }
+    except ValueError:
+        return {}
+
+
+def cpu_requests(deployment: Mapping[str, Any]) -> tuple[tuple[int, int], ...]:
+    """A CPU deployment's pods as (millicores, bytes), a Leader's workers included; ()
+    when a member asks for devices (or a request does not read)."""
+    template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    requests: list[tuple[int, int]] = []
+    for engine in template.get("engines") or []:
+        members = engine.get("members") or []
+        workers = max(
+            (_int((m.get("worker") or {}).get("nodes")) for m in members if m.get("worker")),
+            default=0,
+        )
+        for member in members:
+            selector = member.get("nodeSelector") or {}
+            if selector.get("cpu") is None:
+                return ()
+            try:
+                request = (
+                    cpu.millicores(str(selector["cpu"])),
+                    cpu.bytes_of(str(selector.get("memory", "0"))),
+                )
+            except ValueError:
+                return ()
+            if min(request) <= 0:
+                return ()
+            requests += [request] * (workers if member.get("role") == "Worker" else 1)
+    return tuple(requests)
+
+
+def _cpu_fits(pool: Pool, nodes: int, requests: tuple[tuple[int, int], ...]) -> int:
+    """Replicas of a CPU deployment `nodes` nodes of a CPU pool hold, counted as
+    placement counts them (cpu.py's slots of the smallest request)."""
+    if not pool.cpu_milli:
+        return 0
+    unit = cpu.unit_of(requests)
+    per_replica = sum(cpu.pod_slots(requests, unit))
+    return nodes * cpu.slots_per_node(pool.cpu_milli, pool.memory_bytes, unit) // per_replica
 
 
 def replica_shape(deployment: Mapping[str, Any]) -> tuple[int, int]:
@@ -108,6 +164,12 @@ def replica_shape(deployment: Mapping[str, Any]) -> tuple[int, int]:
     return per_node, nodes
 
 
+def _shape(requests: tuple[tuple[int, int], ...], per_node: int, span: int) -> str:
+    if requests:
+        return f"{cpu.describe(max(requests))} x {len(requests)} pod(s)"
+    return f"{per_node} devices x {span} node(s)"
+
+
 @dataclass(frozen=True)
 class Knob:
     path: tuple[str, ...]
@@ -120,8 +182,11 @@ def knobs(deployment: Mapping[str, Any], clusters: Iterable[Mapping[str, Any]]) 
     replicas = _int((deployment.get("spec") or {}).get("replicas"), 1)
     pools = eligible_pools(deployment, clusters)
     per_node, span = replica_shape(deployment)
+    requests = cpu_requests(deployment)
 
     def fits(pool: Pool, nodes: int) -> int:
+        if requests:
+            return _cpu_fits(pool, nodes, requests)
         return (nodes // span) * (pool.per_node // per_node) if pool.per_node else 0
 
     ceiling = max((fits(p, p.max_nodes) for p in pools), default=0)
@@ -159,7 +224,7 @@ def knobs(deployment: Mapping[str, Any], clusters: Iterable[Mapping[str, Any]]) 
             maximum,
             f"The only ceiling on the floor the hub raises when another cluster is short: "
             f"what you are willing to pay for there. Suggested: the most replicas "
-            f"({per_node} devices x {span} node(s) each) the largest eligible pool holds "
+            f"({_shape(requests, per_node, span)} each) the largest eligible pool holds "
             f"at its NodePool limit. Too high pays for borrowed capacity you did not mean "
             f"to; too low and a shortage elsewhere is never absorbed.",
         ),
