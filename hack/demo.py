@@ -132,12 +132,15 @@ def _needs(deployment: dict) -> str:
     members = []
     for engine in deployment["spec"]["template"]["spec"].get("engines", []):
         for member in engine.get("members", []):
-            devices = member.get("nodeSelector", {}).get("devices", [])
+            selector = member.get("nodeSelector", {})
+            devices = selector.get("devices", [])
             want = ", ".join(
                 f"{d.get('count', 1)} {d['name']}"
                 + "".join(f" [{s['cel']}]" for s in d.get("selectors", []))
                 for d in devices
             )
+            if "cpu" in selector:  # a CPU member: no devices
+                want = f"{selector['cpu']} CPU, {selector.get('memory')} memory"
             nodes = (member.get("worker") or {}).get("nodes")
             members.append(
                 f"{engine['type']} {member['role']}{f' x{nodes} nodes' if nodes else ''}: {want}"
@@ -257,8 +260,12 @@ def summarize(fleet: Fleet) -> str:
     """What the fleet render decided, a few lines per XR."""
     products = {
         (r.xr["metadata"]["name"], pool["name"]): (
-            pool.get("devices", {}).get("attributes", {}).get("productName") or {}
-        ).get("string", "GPU")
+            (pool.get("devices", {}).get("attributes", {}).get("productName") or {}).get(
+                "string", "GPU"
+            )
+            if pool.get("devices")
+            else "CPU"
+        )
         for r in fleet.of_kind(contracts.KIND_INFERENCE_CLUSTER)
         for pool in r.xr["spec"].get("nodePools", [])
     }

@@ -19,7 +19,9 @@ Pure arithmetic on integers (millicores and bytes); nothing here reads the XR.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 from functions.common.cpu_slots import (
     MAX_PODS_PER_NODE,
@@ -52,6 +54,12 @@ if TYPE_CHECKING:
     from functions.compose_model_deployment.model import Cluster, Footprint, Holding, Pool
 
 
+# A fleet's clusters outlive one reconcile (the shell memoizes them): each keeps its
+# translation per slot size, so a fleet is re-expressed once per deployment size, not on
+# every placement.
+_TRANSLATED: WeakKeyDictionary[Cluster, dict[Request, Cluster]] = WeakKeyDictionary()
+
+
 def in_slots(
     deployment_requests: tuple[Request, ...],
     clusters: list[Cluster],
@@ -61,25 +69,33 @@ def in_slots(
     per-node devices are the deployment's slots, and every CPU holding's pods take slots
     of the same size. GPU pools and holdings are left as they are (never candidates)."""
     unit = unit_of(deployment_requests)
-    out_clusters = []
-    for cluster in clusters:
-        if not any(p.cpu_only for p in cluster.pools):
-            out_clusters.append(cluster)
-            continue
+    out_clusters = [_cluster_in_slots(cluster, unit) for cluster in clusters]
+    out_holdings = [
+        replace(h, footprint=_footprint_in_slots(h.footprint, unit)) if h.footprint.requests else h
+        for h in holdings
+    ]
+    return out_clusters, out_holdings
+
+
+def _cluster_in_slots(cluster: Cluster, unit: Request) -> Cluster:
+    if not any(p.cpu_only for p in cluster.pools):
+        return cluster
+    by_unit = _TRANSLATED.setdefault(cluster, {})
+    found = by_unit.get(unit)
+    if found is None:
         pools = tuple(
             replace(p, per_node=slots_per_node(p.cpu_milli, p.memory_bytes, unit))
             if p.cpu_only
             else p
             for p in cluster.pools
         )
-        out_clusters.append(replace(cluster, pools=pools))
-    out_holdings = [
-        replace(h, footprint=replace(h.footprint, pods=pod_slots(h.footprint.requests, unit)))
-        if h.footprint.requests
-        else h
-        for h in holdings
-    ]
-    return out_clusters, out_holdings
+        found = by_unit[unit] = replace(cluster, pools=pools)
+    return found
+
+
+@lru_cache(maxsize=4096)
+def _footprint_in_slots(footprint: Footprint, unit: Request) -> Footprint:
+    return replace(footprint, pods=pod_slots(footprint.requests, unit))
 
 
 def structural_problem(pool: Pool, footprint: Footprint) -> str:
