@@ -17,8 +17,10 @@ GPUs; each deployment asks for one replica of one GPU.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client, watch
@@ -123,6 +125,24 @@ def _back_and_forth(history: dict[str, list[int]]) -> dict[str, list[int]]:
     return out
 
 
+def _usage(box) -> dict[str, tuple[float, float, float]]:
+    """CPU seconds, RSS and peak RSS (MiB) of Crossplane core and each of our functions."""
+    out = {}
+    for name in ("crossplane-core", *contracts.FUNCTIONS):
+        process = box.processes.get(name)
+        if process is None or process.popen is None:
+            continue
+        pid = process.popen.pid
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+        rss, peak = (int(status[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
+        out[name] = (cpu, rss, peak)
+    return out
+
+
 def _status(box, name: str) -> dict:
     return (claims.get(box, "modeldeployment", name, NAMESPACE) or {}).get("status") or {}
 
@@ -144,6 +164,7 @@ def ledger_cluster(box):
 
 def test_twenty_deployments_at_once_onto_room_for_ten_settle_without_flapping(box, ledger_cluster):
     watcher = ReplicaWatch(box)
+    usage_before = _usage(box)
     began = time.monotonic()
     try:
         for name in DEPLOYMENTS:  # as fast as kubectl applies: all within seconds
@@ -169,6 +190,12 @@ def test_twenty_deployments_at_once_onto_room_for_ten_settle_without_flapping(bo
             "20 deployments settled on room for 10", settled, 4 * claims.CONVERGE_SECONDS
         )
         measured("ledger: 20 deployments at once settled on room for 10", time.monotonic() - began)
+        usage_after = _usage(box)
+        for process, (cpu, rss, peak) in usage_after.items():
+            used = cpu - usage_before.get(process, (0.0, 0.0, 0.0))[0]
+            print(
+                f"\n{process}: {used:.1f} s CPU until settled, RSS {rss:.0f} MiB (peak {peak:.0f})"
+            )
 
         # Watched for several more poll intervals: nothing changes any more.
         quiet_from = time.monotonic()
