@@ -39,9 +39,11 @@ sys.path.insert(0, str(REPO))
 from functions.common.contracts import (  # noqa: E402
     API_GROUP,
     FUNCTIONS,
+    KIND_INFERENCE_CLUSTER,
     KIND_MODEL_DEPLOYMENT,
     KIND_MODEL_REPLICA,
 )
+from tests.ledgers import with_ledgers  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 STARTUP_TIMEOUT_SECONDS = 30
@@ -317,10 +319,12 @@ def _identity(document: dict) -> tuple[str, str, str]:
 def render_fleet(servers: FunctionServers, workdir: Path, xrs: list[Path] | None = None) -> Fleet:
     """Render XRs as one fleet, in the order a control plane converges.
 
-    1. ModelDeployments one at a time (sorted), each reading every InferenceCluster and
-       the ModelReplicas placed before it, as a first reconcile after `kubectl apply`.
-    2. Each again, now reading every other deployment's ModelReplicas and observing its
-       own (the steady state a later reconcile reaches; this is the render shown).
+    1. ModelDeployments one at a time (sorted), each reading every InferenceCluster with
+       the capacity ledger of the ModelReplicas placed before it (as compose-serving-stack
+       writes it, tests/ledgers.py), as a first reconcile after `kubectl apply`.
+    2. Each again, now reading the ledgers of every deployment's ModelReplicas and
+       observing its own (the steady state a later reconcile reaches; this is the render
+       shown).
     3. Every ModelReplica placement composed, through compose-model-replica.
     4. Everything else (InferenceClusters, TelemetryDestinations, MetricMappings), each
        reading the whole fleet; render's selector matching picks what each one asked for.
@@ -348,11 +352,18 @@ def render_fleet(servers: FunctionServers, workdir: Path, xrs: list[Path] | None
             return []
         return [d for d in rendered.documents[1:] if d.get("kind") == KIND_MODEL_REPLICA]
 
+    def ledgered(replicas: list[dict]) -> list[dict]:
+        """`base` with each InferenceCluster's ledger of `replicas`, and `replicas`."""
+        return [
+            with_ledgers([d], replicas)[0] if d["kind"] == KIND_INFERENCE_CLUSTER else d
+            for d in base
+        ] + replicas
+
     # 1. First placement, in order.
     first: dict[tuple, list[dict]] = {}
     for path, deployment in deployments:
         placed_before = [r for rs in first.values() for r in rs]
-        result = render(servers, path, required=write("required", base + placed_before))
+        result = render(servers, path, required=write("required", ledgered(placed_before)))
         first[_identity(deployment)] = replicas_of(result)
         if result.returncode == 0:
             # The next reconcile reads the status this one wrote (unplaceable since, parking).
@@ -368,7 +379,7 @@ def render_fleet(servers: FunctionServers, workdir: Path, xrs: list[Path] | None
         result = render(
             servers,
             xr,
-            required=write("required", base + everyone),
+            required=write("required", ledgered(everyone)),
             observed=write("observed", own) if own else None,
         )
         renders.append(FleetRender(_source(path), deployment, result))

@@ -1,20 +1,25 @@
 """The gRPC shell of compose-model-deployment: a ModelDeployment (a ModelCache has its own
 shell, cache_fn.py; main.py picks one by kind).
 
-Reads the ModelDeployment, asks for every InferenceCluster and every ModelReplica (the
-clusterSelector's matchExpressions cannot be put in a required-resource selector, so all
-clusters are fetched and the selector is applied in pure code), decides parking and
-placement in pure code, composes one ModelReplica per cluster used, and writes status
-and conditions. The wall clock is read here, once, and passed in.
+Reads the ModelDeployment, asks for every InferenceCluster (the clusterSelector's
+matchExpressions cannot be put in a required-resource selector, so all clusters are
+fetched and the selector is applied in pure code), decides parking and placement in
+pure code, composes one ModelReplica per cluster used, and writes status and
+conditions. The wall clock is read here, once, and passed in.
 
-Inputs are resolved explicitly: until both requirements have been answered nothing new
-is placed and every ModelReplica composed before is kept as it is; an empty answer is
-"absent" (no clusters, or nobody holds capacity), never "not fetched yet". What cannot
-be read is frozen, never read as gone (fleet.py).
+What the rest of the fleet holds comes from each cluster's capacity ledger
+(status.ledger, written by compose-serving-stack; ledger_view.py), and this
+deployment's own ModelReplicas from the observed resources: a request grows with the
+clusters, not with the models in the fleet.
 
-Parsing a cluster or a replica is memoized by its uid and resourceVersion (or, without
-them, its serialized bytes): the same fleet arrives on every reconcile, and converting
-protobuf Structs is the costliest part of a large request.
+Inputs are resolved explicitly: until the clusters have been fetched nothing new is
+placed and every ModelReplica composed before is kept as it is; an empty answer is
+"absent" (no clusters), never "not fetched yet". What cannot be read is frozen, never
+read as gone (fleet.py).
+
+Parsing a cluster (and replaying its ledger) or a replica is memoized by its uid and
+resourceVersion (or, without them, its serialized bytes): the same fleet arrives on
+every reconcile, and converting protobuf Structs is the costliest part of a request.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from functions.compose_model_deployment import (
     advice,
     cel_env,
     fleet,
+    ledger_view,
     manifests,
     modelcache,
     ondemand,
@@ -52,20 +58,17 @@ from functions.compose_model_deployment import (
 )
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.model import (
-    CLUSTER_FIELDS,
     HOLDING_FIELDS,
     Deployment,
     Holding,
     InputError,
     cluster_name,
-    read_cluster,
     read_deployment,
     read_holding,
 )
-from functions.compose_model_deployment.placement import PlacementPlan, place
+from functions.compose_model_deployment.placement import PlacementPlan, PoolRoom, place
 
 REQUIRED_CLUSTERS: Final = "inference-clusters"
-REQUIRED_REPLICAS: Final = "model-replicas"
 REQUIRED_CACHE: Final = "model-cache"
 # What a waiting result keeps of an observed ModelReplica's metadata (as it always has).
 KEPT_REPLICA_METADATA: Final = ("name", "labels")
@@ -87,12 +90,9 @@ def _hold(
 
 
 def _require_inputs(rsp: fnv1.RunFunctionResponse, deployment: Deployment) -> None:
-    """Every InferenceCluster and ModelReplica, and the referenced ModelCache if any."""
+    """Every InferenceCluster (with its ledger), and the referenced ModelCache if any."""
     response.require_resources(
         rsp, REQUIRED_CLUSTERS, contracts.API_GROUP_VERSION, contracts.KIND_INFERENCE_CLUSTER
-    )
-    response.require_resources(
-        rsp, REQUIRED_REPLICAS, contracts.API_GROUP_VERSION, contracts.KIND_MODEL_REPLICA
     )
     if deployment.model_cache:
         response.require_resources(
@@ -131,7 +131,7 @@ class FunctionRunner(GuardedRunner):
         super().__init__()
         self.clock = clock or (lambda: datetime.now(UTC))
         cel_env.warm_up()
-        self.clusters = ParsedByContent(read_cluster, CLUSTER_FIELDS)
+        self.views = ParsedByContent(ledger_view.read_view, ledger_view.LEDGER_FIELDS)
         self.holdings = ParsedByContent(read_holding, HOLDING_FIELDS)
 
     def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -155,11 +155,8 @@ class FunctionRunner(GuardedRunner):
         }
         # Raw Structs: parsing is memoized on them (see the module docstring).
         asked_clusters = required(req, REQUIRED_CLUSTERS, convert=lambda s: s)
-        asked_replicas = required(req, REQUIRED_REPLICAS, convert=lambda s: s)
         asked_cache = required(req, REQUIRED_CACHE) if deployment.model_cache else None
-        missing = not_fetched(
-            asked_clusters, asked_replicas, *([asked_cache] if asked_cache is not None else [])
-        )
+        missing = not_fetched(asked_clusters, *([asked_cache] if asked_cache is not None else []))
         if missing:
             return _hold(
                 rsp,
@@ -178,12 +175,11 @@ class FunctionRunner(GuardedRunner):
                 f"ModelCache {cache.name} (spec.modelCacheRef.name) does not exist; "
                 "keeping every ModelReplica as it is and placing nothing new",
             )
-        readable = self._read_fleet(
+        readable, base_rooms = self._read_fleet(
             rsp,
             name,
             deployment,
             cluster_items=asked_clusters.items,
-            replica_items=asked_replicas.items,
             observed_own=observed_own,
         )
         clusters, holdings, frozen = readable.clusters, readable.holdings, readable.frozen
@@ -228,6 +224,7 @@ class FunctionRunner(GuardedRunner):
                 holdings,
                 max(0, desired - frozen_replicas),
                 cache=cache,
+                base_rooms=base_rooms,
             )
             answering = targets.answering_at(existing_at, clusters, deployment, plan.nearest)
         decided = targets.replica_targets(plan, decision, answering, by_name)
@@ -319,16 +316,17 @@ class FunctionRunner(GuardedRunner):
         deployment: Deployment,
         *,
         cluster_items: tuple[struct_pb2.Struct, ...],
-        replica_items: tuple[struct_pb2.Struct, ...],
         observed_own: dict[str, struct_pb2.Struct],
-    ) -> fleet.Fleet:
-        """Every cluster and ModelReplica that can be read, each failure said in a
-        warning; what cannot be read is frozen (fleet.py) and kept exactly as observed."""
-        clusters = []
+    ) -> tuple[fleet.Fleet, dict[tuple[str, str], PoolRoom]]:
+        """Every cluster (with its ledger) and own ModelReplica that can be read, each
+        failure said in a warning; what cannot be read is frozen (fleet.py) and kept
+        exactly as observed. Also the rooms of the pools this deployment holds nothing
+        in, from the ledgers (ledger_view.py)."""
+        views = []
         unreadable: dict[str, str] = {}  # cluster name -> why it cannot be read
         for item in cluster_items:
             try:
-                clusters.append(self.clusters(item))
+                views.append(self.views(item))
             except InputError as err:
                 # One malformed cluster must not stop every model in the fleet.
                 unreadable[cluster_name(plain(item))] = str(err)
@@ -340,19 +338,14 @@ class FunctionRunner(GuardedRunner):
             except InputError as err:
                 unreadable_own.append(key)
                 response.warning(rsp, f"{name}: keeping {key} as it is: {err}")
-        listed: list[Holding] = []
-        for struct in replica_items:
-            try:
-                listed.append(self.holdings(struct))
-            except InputError as err:
-                response.warning(rsp, f"{name}: not counting what it holds: {err}")
+        counted = ledger_view.counted(views, own_parsed, deployment.namespace, deployment.name)
         readable = fleet.freeze(
             deployment,
-            clusters=clusters,
+            clusters=[v.cluster for v in views],
             unreadable_clusters=unreadable,
             own=own_parsed,
             unreadable_own=unreadable_own,
-            listed=listed,
+            listed=counted.listed,
         )
         for message in readable.warnings:
             response.warning(rsp, f"{name}: {message}")
@@ -365,7 +358,7 @@ class FunctionRunner(GuardedRunner):
             },
             metadata=KEPT_REPLICA_METADATA,
         )
-        return readable
+        return readable, counted.rooms
 
     @staticmethod
     def _compose(

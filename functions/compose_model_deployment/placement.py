@@ -160,6 +160,13 @@ class PoolRoom:
         self.last_fabrics = tuple(gang_fabrics)
         return True
 
+    def copy(self) -> PoolRoom:
+        """The same room, to take from without changing this one."""
+        twin = PoolRoom.__new__(PoolRoom)
+        twin.per_node, twin.loose, twin.partial = self.per_node, self.loose, self.partial[:]
+        twin.fabric_free, twin.last_fabrics = dict(self.fabric_free), self.last_fabrics
+        return twin
+
     def fitting(self, footprint: Footprint, limit: int) -> int:
         """How many more replicas would fit (at most `limit`), taking nothing."""
         trial = PoolRoom.__new__(PoolRoom)
@@ -260,12 +267,16 @@ def place(
     *,
     matches: dict[tuple, ProfileMatch] | None = None,
     cache: CacheView | None = None,
+    base_rooms: dict[tuple[str, str], PoolRoom] | None = None,
 ) -> PlacementPlan:
     """Keep what still fits, then fill the rest, spreading before packing.
 
     `clusters` are every InferenceCluster there is (the selector is applied here);
     `holdings` every ModelReplica, this deployment's included. `matches` may carry
-    device-profile answers across calls for the same deployment.
+    device-profile answers across calls for the same deployment. `base_rooms`, by
+    (cluster, pool): the room left after every holder of a pool whose holders are not
+    in `holdings` (read from the clusters' capacity ledgers, ledger_view.py; copied,
+    never changed).
     """
     if deployment.cpu_only:
         # CPU pools counted in this deployment's slots (cpu.py), in the same rooms.
@@ -273,6 +284,8 @@ def place(
             footprint_of(deployment.engines).requests, clusters, holdings
         )
     planner = _Planner(deployment, clusters, matches if matches is not None else {}, cache)
+    for key, room in (base_rooms or {}).items():
+        planner.rooms[key] = room.copy()
     own = [h for h in holdings if planner.owns(h)]
     kept, dropped = planner.keep(own)
     keep_counts = _scale_down({name: h.replicas for name, h in kept.items()}, desired)

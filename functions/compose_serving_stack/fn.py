@@ -6,7 +6,8 @@ a changed stack), ask for the MetricMappings, the TelemetryDestinations, the oth
 InferenceClusters (peers) and this cluster's ModelReplicas (engine types), wait while
 any is not fetched yet, plan with pure code (compose.py, destination.py), write the
 desired resources, then status, conditions and events from what is observed
-(status.py; whether the member has each DeviceClass the pools name, device_classes.py).
+(status.py; whether the member has each DeviceClass the pools name, device_classes.py;
+the capacity ledger placement reads, ledger.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from functions.common.telemetrydestination import ENV_SECRET_NAMESPACES, secret_
 from functions.compose_serving_stack import runtime_hosting, status, substrate
 from functions.compose_serving_stack.compose import InvalidCluster, parse_cluster, peer_names, plan
 from functions.compose_serving_stack.destination import destination_state
+from functions.compose_serving_stack.ledger import cluster_ledger
 
 REQUIRED_MAPPINGS: Final = "metric-mappings"
 REQUIRED_DESTINATIONS: Final = "telemetry-destinations"
@@ -129,6 +131,10 @@ class FunctionRunner(GuardedRunner):
 
         # 4. Status, conditions and events.
         cluster_status = status.cluster_status(decided.telemetry, observed, cluster.device_classes)
+        # The capacity ledger: what placement reads instead of every ModelReplica.
+        cluster_status["ledger"], ledger_warnings = cluster_ledger(cluster.name, replicas)
+        for message in ledger_warnings:
+            response.warning(rsp, f"{name}: {message}")
         resource.update(rsp.desired.composite, {"status": cluster_status})
         set_conditions(rsp, *status.derive_conditions(name, cluster, decided, mappings, observed))
         emit(

@@ -37,10 +37,7 @@ sys.path.insert(0, str(REPO / "hack"))
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1  # noqa: E402
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1  # noqa: E402
 
-from functions.compose_model_deployment.fn import (  # noqa: E402
-    REQUIRED_CLUSTERS,
-    REQUIRED_REPLICAS,
-)
+from functions.compose_model_deployment.fn import REQUIRED_CLUSTERS  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 DEADLINE = 20.0  # seconds: each call's gRPC deadline
@@ -70,7 +67,6 @@ def _request(hostile: bool, fresh: bool = False) -> fnv1.RunFunctionRequest:
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(xr)
     req.required_resources[REQUIRED_CLUSTERS].SetInParent()
-    req.required_resources[REQUIRED_REPLICAS].SetInParent()
     for path in sorted((EXAMPLES / "inferenceclusters").glob("*.yaml")):
         cluster = yaml.safe_load(path.read_text())
         req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(cluster)

@@ -15,8 +15,11 @@ with the autoscaling member list) as the API server lists them: with an owner re
 managedFields, resource refs and status conditions (Crossplane strips none of it), for
 a steady-state placement: each deployment on up to three clusters. A reconcile request
 carries what the function asks for: its ModelDeployment, its own ModelReplicas as
-observed resources, and as required resources every InferenceCluster and every
-ModelReplica in the fleet (compose-model-deployment asks for both without a selector).
+observed resources, and as required resources every InferenceCluster, each with the
+capacity ledger compose-serving-stack writes into its status from the ModelReplicas
+that target it (compose_serving_stack/ledger.py, run here on the fleet's ModelReplicas;
+tests/ledgers.py). Before the ledger (#33) the function also asked for every
+ModelReplica in the fleet: 924 ms per reconcile and an 89 MiB request at 5,000.
 
 The function runs as Crossplane runs it (`python -m
 functions.compose_model_deployment.main --insecure`, our own default limits); the request
@@ -36,11 +39,11 @@ time; one at a time shows the per-reconcile cost). It prints, per size, the medi
 `--runs` resyncs of: wall time, CPU of the function per reconcile (median over calls),
 request and response bytes, and the function's RSS at the end (peak, VmHWM). The first
 call of a fresh function parses the whole fleet (its parse memo is empty) and is shown
-apart: its wall time and CPU. With `--sample N` each resync reconciles N deployments
-spread evenly over the M (a request of 5,000 deployments carries ~14,000 ModelReplicas,
-~100 MB, so 5,000 of them take hours on two cores), and the resync's wall time is
-extrapolated to M and marked `~`; per-reconcile figures are the sample's medians. The
-load average is printed before and after each size.
+apart: its wall time and CPU (it reads and replays every cluster's ledger once). With
+`--sample N` each resync reconciles N deployments spread evenly over the M, and the
+resync's wall time is extrapolated to M and marked `~`; per-reconcile figures are the
+sample's medians. `--full` resyncs every deployment (no sample). The load average is
+printed before and after each size, and the resync's CPU (the function's, all calls).
 
 Not a test: pytest does not collect bench_*.py.
 """
@@ -68,10 +71,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1  # noqa
 from functions.common import contracts  # noqa: E402
 from functions.common.sdk import MAX_RECV_MESSAGE_MB, MAX_SEND_MESSAGE_MB  # noqa: E402
 from functions.common.structs import struct_bytes  # noqa: E402
-from functions.compose_model_deployment.fn import (  # noqa: E402
-    REQUIRED_CLUSTERS,
-    REQUIRED_REPLICAS,
-)
+from functions.compose_model_deployment.fn import REQUIRED_CLUSTERS  # noqa: E402
 from functions.compose_model_deployment.manifests import (  # noqa: E402
     autoscaling_spec,
     model_replica,
@@ -79,6 +79,7 @@ from functions.compose_model_deployment.manifests import (  # noqa: E402
 )
 from functions.compose_model_deployment.model import read_cluster, read_deployment  # noqa: E402
 from tests.bench import unwind_on_sigterm  # noqa: E402
+from tests.ledgers import with_ledgers  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 MIB = 1024 * 1024
@@ -315,16 +316,15 @@ class Fleet:
                 own.append(body)
             self.replicas_of[xr["metadata"]["uid"]] = own
         self.all_replicas = [r for rs in self.replicas_of.values() for r in rs]
-        # The required resources are the same for every reconcile: build them once (as
-        # Struct bytes: Struct.update takes minutes for 14,000 ModelReplicas).
+        # Each cluster as compose-serving-stack leaves it: with its capacity ledger.
+        self.clusters = with_ledgers(self.clusters, self.all_replicas)
+        for c in self.clusters:
+            c["metadata"]["resourceVersion"] = "2"  # the ledger's write
+        # The required resources are the same for every reconcile: build them once.
         shared = fnv1.RunFunctionRequest()
         for c in self.clusters:
             shared.required_resources[REQUIRED_CLUSTERS].items.add().resource.MergeFromString(
                 struct_bytes(c)
-            )
-        for r in self.all_replicas:
-            shared.required_resources[REQUIRED_REPLICAS].items.add().resource.MergeFromString(
-                struct_bytes(r)
             )
         self.shared = shared
 
@@ -410,6 +410,7 @@ def sampled(fleet: Fleet, sample: int | None) -> list[dict]:
 def resync(function: Function, fleet: Fleet, sample: int | None) -> dict:
     deployments = sampled(fleet, sample)
     request_bytes, response_bytes, latencies, cpus = [], [], [], []
+    cpu_start = function.cpu_seconds()
     build = 0.0  # building requests is the client's cost, not the resync's
     start = time.perf_counter()
     for xr in deployments:
@@ -422,8 +423,10 @@ def resync(function: Function, fleet: Fleet, sample: int | None) -> dict:
         cpus.append(cpu)
         response_bytes.append(size)
     wall = time.perf_counter() - start - build
+    total_cpu = function.cpu_seconds() - cpu_start
     return {
         "wall": wall * len(fleet.deployments) / len(deployments),
+        "cpu": total_cpu * len(fleet.deployments) / len(deployments),
         "cpu_per_reconcile_ms": statistics.median(cpus) * 1000,
         "latency_ms": statistics.median(latencies) * 1000,
         "request": max(request_bytes),
@@ -514,7 +517,8 @@ def main() -> None:
     )
     header = (
         f"{'deployments':>11} {'clusters':>8} {'replicas':>8} {'MRs':>6} {'calls':>5} "
-        f"{'resync s':>9} {'ms/call':>8} {'cpu ms':>7} {'first ms':>9} {'first cpu':>9} "
+        f"{'resync s':>9} {'cpu s':>8} {'ms/call':>8} {'cpu ms':>7} {'first ms':>9} "
+        f"{'first cpu':>9} "
         f"{'request':>9} {'response':>9} {'rss MiB':>8} {'peak MiB':>8}  "
         f"SDK default 4 MiB / ours  load"
     )
@@ -541,6 +545,7 @@ def main() -> None:
         print(
             f"{deployments:>11} {cluster_count:>8} {replicas:>8} {len(fleet.all_replicas):>6} "
             f"{calls:>5} {extrapolated + format(median['wall'], '.1f'):>9} "
+            f"{extrapolated + format(median['cpu'], '.1f'):>8} "
             f"{median['latency_ms']:>8.1f} {median['cpu_per_reconcile_ms']:>7.1f} "
             f"{first_wall * 1000:>9.0f} {first_cpu * 1000:>9.0f} "
             f"{median['request'] / MIB:>7.2f}Mi {median['response'] / 1024:>7.1f}Ki "

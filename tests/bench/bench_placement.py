@@ -59,7 +59,6 @@ from functions.common import contracts  # noqa: E402
 from functions.compose_model_deployment import cel_env  # noqa: E402
 from functions.compose_model_deployment.fn import (  # noqa: E402
     REQUIRED_CLUSTERS,
-    REQUIRED_REPLICAS,
     FunctionRunner,
 )
 from functions.compose_model_deployment.manifests import replica_key, replica_name  # noqa: E402
@@ -69,6 +68,7 @@ from functions.compose_model_deployment.model import (  # noqa: E402
     read_holding,
 )
 from functions.compose_model_deployment.placement import place  # noqa: E402
+from tests.ledgers import with_ledgers  # noqa: E402
 
 SIZES = ((10, 10), (50, 100), (200, 1000), (500, 10), (500, 1000))
 POOLS = (
@@ -241,10 +241,9 @@ def scenario(clusters: int, replicas: int, *, autoscaling: bool = True):
         req.observed.resources[
             mr["metadata"]["annotations"]["crossplane.io/composition-resource-name"]
         ].resource.update(mr)
-    for ic in ics:
+    # What everyone holds arrives in the clusters' ledgers (compose-serving-stack's).
+    for ic in with_ledgers(ics, own + others):
         req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(ic)
-    for mr in own + others:
-        req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(mr)
     return xr, ics, own + others, req.SerializeToString()
 
 

@@ -105,7 +105,7 @@ def model_deployment(runs: int) -> None:
         clusters.append(cluster)
     req = _request(
         deployment,
-        {deployment_fn.REQUIRED_CLUSTERS: clusters, deployment_fn.REQUIRED_REPLICAS: []},
+        {deployment_fn.REQUIRED_CLUSTERS: clusters},
     )
     seconds, outcome = _time(deployment_fn.FunctionRunner(), req, runs)
     print(

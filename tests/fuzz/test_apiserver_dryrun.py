@@ -268,10 +268,7 @@ def test_model_deployment_composes_names_and_labels_the_api_server_accepts(
         clusters.append(body)
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(xr)
-    for key, items in (
-        (deployment_fn.REQUIRED_CLUSTERS, clusters),
-        (deployment_fn.REQUIRED_REPLICAS, []),
-    ):
+    for key, items in ((deployment_fn.REQUIRED_CLUSTERS, clusters),):
         req.required_resources[key].SetInParent()
         for item in items:
             req.required_resources[key].items.add().resource.update(item)

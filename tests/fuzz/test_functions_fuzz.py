@@ -39,6 +39,7 @@ from functions.compose_model_deployment.model import InputError, read_cluster
 from functions.compose_model_replica import fn as replica_fn
 from functions.compose_serving_stack import fn as stack_fn
 from functions.compose_telemetry import main as telemetry_main
+from tests.ledgers import with_ledgers
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -182,15 +183,15 @@ CLUSTERS = [_load(p) for p in sorted((EXAMPLES / "inferenceclusters").glob("*.ya
 
 
 def _deployment_request(xr: dict, clusters: list[dict], replicas: list[dict]):
+    """What the fleet's `replicas` hold reaches the function in the clusters' ledgers,
+    as compose-serving-stack writes them (a broken replica is left out there, with a
+    warning, before it could reach placement)."""
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(xr)
-    for name, items in (
-        (deployment_fn.REQUIRED_CLUSTERS, clusters),
-        (deployment_fn.REQUIRED_REPLICAS, replicas),
-    ):
-        req.required_resources[name].SetInParent()
-        for item in items:
-            req.required_resources[name].items.add().resource.update(item)
+    name = deployment_fn.REQUIRED_CLUSTERS
+    req.required_resources[name].SetInParent()
+    for item in with_ledgers(clusters, replicas):
+        req.required_resources[name].items.add().resource.update(item)
     return req
 
 

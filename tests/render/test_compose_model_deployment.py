@@ -27,6 +27,7 @@ import yaml
 import render
 from functions.common import conditions, contracts
 from functions.compose_model_deployment.model import read_deployment
+from tests.ledgers import with_ledgers
 from tests.validate import crossplane_validate
 
 TESTDATA = Path(__file__).parent / "testdata" / "model_deployment"
@@ -47,7 +48,19 @@ def _inputs(scenario: Path, workdir: Path) -> tuple[Path, Path, Path | None, set
 
     xr = workdir / "xr.yaml"
     xr.write_text(fill(xr_text))
-    parts = [(TESTDATA / "clusters.yaml").read_text()]
+    # What the fleet holds reaches the function in each cluster's capacity ledger,
+    # written here by compose-serving-stack's own code (tests/ledgers.py) from the
+    # scenario's ModelReplicas; the ModelReplicas themselves stay in the file, as the API
+    # server would have them, but the function no longer asks for them.
+    held = [
+        doc
+        for name in ("replicas.yaml", "observed.yaml")
+        if (scenario / name).exists()
+        for doc in yaml.safe_load_all(fill((scenario / name).read_text()))
+        if doc
+    ]
+    clusters = [d for d in yaml.safe_load_all((TESTDATA / "clusters.yaml").read_text()) if d]
+    parts = [yaml.safe_dump_all(with_ledgers(clusters, held), sort_keys=False)]
     observed = None
     for name in ("clusters.yaml", "replicas.yaml", "observed.yaml", "cache.yaml"):
         if (scenario / name).exists():

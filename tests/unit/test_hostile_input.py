@@ -33,7 +33,6 @@ from functions.compose_model_deployment.cel_env import (
 from functions.compose_model_deployment.devices import check_selectors
 from functions.compose_model_deployment.fn import (
     REQUIRED_CLUSTERS,
-    REQUIRED_REPLICAS,
     FunctionRunner,
 )
 from functions.compose_model_deployment.model import InputError, read_cluster, read_deployment
@@ -42,6 +41,7 @@ from functions.compose_model_replica.model import parse as parse_replica
 from functions.compose_serving_stack import fn as stack_fn
 from functions.compose_serving_stack.compose import InvalidCluster
 from functions.compose_serving_stack.compose import parse_cluster as parse_stack_cluster
+from functions.compose_serving_stack.ledger import cluster_ledger
 from functions.compose_telemetry.fn import FunctionRunner as TelemetryRunner
 from tests.unit.test_placement_status import NOW, REPO_EXAMPLE
 
@@ -79,11 +79,8 @@ def _request(clusters: list[dict], observed: dict[str, dict]) -> fnv1.RunFunctio
     for key, body in observed.items():
         req.observed.resources[key].resource.update(body)
     req.required_resources[REQUIRED_CLUSTERS].SetInParent()
-    req.required_resources[REQUIRED_REPLICAS].SetInParent()
     for c in clusters:
         req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(c)
-    for body in observed.values():
-        req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(body)
     return req
 
 
@@ -128,15 +125,34 @@ def test_a_malformed_cluster_keeps_the_replicas_it_runs_and_says_why(break_it):
     assert placed["spec"]["replicas"] == 1
 
 
-def test_a_malformed_replica_of_another_deployment_is_warned_about_not_fatal():
+def test_a_malformed_replica_of_another_deployment_is_left_out_of_the_ledger_with_a_warning():
     other = _our_replica("us-east-1", "h100", 1)
     other["metadata"].update(name="other", namespace="team-b")
     other["spec"].update(deployment="other", replicas="many")
-    req = _request([_cluster("us-east-1")], {})
-    req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(other)
-    rsp = _run(req)
+    ledger, warnings = cluster_ledger("us-east-1", [other])
+    assert ledger == {"replicas": 0, "pools": []}
+    assert any("ModelReplica team-b/other: spec.replicas" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize(
+    "ledger",
+    [
+        {"pools": [{"name": "h100", "holders": ["not a holder line"]}]},
+        {"pools": [{"name": "h100", "holders": ["- team-b other other many /1"]}]},
+        {"pools": "h100"},
+    ],
+    ids=["too_few_fields", "replicas_not_a_number", "pools_not_a_list"],
+)
+def test_a_cluster_whose_ledger_cannot_be_read_keeps_the_replicas_it_runs_and_says_why(ledger):
+    us, eu = _cluster("us-east-1"), _cluster("eu-west-1")
+    us["status"] = {"ledger": ledger}
+    ours = _our_replica("us-east-1", "h100", 2)
+    rsp = _run(_request([us, eu], {"modelreplica-us-east-1": ours}))
     assert not _severities(rsp, fnv1.SEVERITY_FATAL)
-    assert any("ModelReplica team-b/other" in w for w in _severities(rsp, fnv1.SEVERITY_WARNING))
+    kept = resource.struct_to_dict(rsp.desired.resources["modelreplica-us-east-1"].resource)
+    assert kept["spec"] == ours["spec"]
+    warnings = _severities(rsp, fnv1.SEVERITY_WARNING)
+    assert any("status.ledger" in w and "us-east-1" in w for w in warnings), warnings
 
 
 class _Exploding(FunctionRunner):

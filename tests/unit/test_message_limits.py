@@ -1,10 +1,12 @@
 """A fleet-wide request passes the function as users run it.
 
-compose-model-deployment receives every ModelReplica of the fleet in each request; with
-the SDK's default 4 MB receive limit a fleet of about 220 deployments over 50 clusters
-was refused (RESOURCE_EXHAUSTED) before any code ran. The function, started with no
-flags as a Function package runs it, must answer such a request; the flags and their
-environment variables still override the default."""
+compose-model-deployment receives every InferenceCluster of the fleet, each with its
+capacity ledger, in each request (before the ledger, every ModelReplica: with the SDK's
+default 4 MB receive limit a fleet of about 220 deployments over 50 clusters was refused
+with RESOURCE_EXHAUSTED before any code ran). A fleet of some 2,000 clusters still
+passes 4 MB. The function, started with no flags as a Function package runs it, must
+answer such a request; the flags and their environment variables still override the
+default."""
 
 import grpc
 import pytest
@@ -18,8 +20,8 @@ SDK_DEFAULT_MB = 4
 
 @pytest.fixture(scope="module")
 def request_over_4mb():
-    """One reconcile of 300 deployments over 50 clusters: ~5.6 MB of required resources."""
-    fleet = Fleet(300, 50)
+    """One reconcile of 100 deployments over 2,500 clusters: ~5.5 MB of required resources."""
+    fleet = Fleet(100, 2500)
     return fleet.request(fleet.deployments[0])
 
 

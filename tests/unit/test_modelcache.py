@@ -15,6 +15,7 @@ from functions.compose_model_deployment.cache_plan import plan_cache
 from functions.compose_model_deployment.model import InputError, LabelSelector
 from functions.compose_model_deployment.modelcache import CacheView
 from functions.compose_model_deployment.placement import place
+from tests.ledgers import with_ledgers
 from tests.unit.test_placement import cluster, deployment, holding, placed, pool
 
 
@@ -333,8 +334,7 @@ def test_a_cache_that_went_away_keeps_every_running_replica_as_it_is():
     req.observed.composite.resource.update(xr)
     req.observed.resources["modelreplica-eu-west-1"].resource.update(running)
     for key, items in (
-        (fn.REQUIRED_CLUSTERS, clusters),
-        (fn.REQUIRED_REPLICAS, [running]),
+        (fn.REQUIRED_CLUSTERS, with_ledgers(clusters, [running])),
         (fn.REQUIRED_CACHE, []),  # asked, and absent
     ):
         req.required_resources[key].SetInParent()

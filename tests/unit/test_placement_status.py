@@ -14,12 +14,12 @@ from functions.common import conditions, contracts
 from functions.compose_model_deployment import manifests, status
 from functions.compose_model_deployment.fn import (
     REQUIRED_CLUSTERS,
-    REQUIRED_REPLICAS,
     FunctionRunner,
 )
 from functions.compose_model_deployment.model import read_cluster, read_deployment
 from functions.compose_model_deployment.parking import Decision, Parked
 from functions.compose_model_deployment.placement import Placement, PlacementPlan
+from tests.ledgers import with_ledgers
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +94,6 @@ def _request(with_required: bool, observed_replica: dict | None = None) -> fnv1.
         req.observed.resources["modelreplica-us-east-1"].resource.update(observed_replica)
     if with_required:
         req.required_resources[REQUIRED_CLUSTERS].SetInParent()
-        req.required_resources[REQUIRED_REPLICAS].SetInParent()
     return req
 
 
@@ -152,7 +151,8 @@ def test_first_call_asks_for_inputs_and_keeps_what_exists():
         "status": {"readyReplicas": 3},
     }
     rsp = _run(_request(with_required=False, observed_replica=existing))
-    assert set(rsp.requirements.resources) == {REQUIRED_CLUSTERS, REQUIRED_REPLICAS}
+    # Only the clusters: what the fleet holds is in their ledgers (#33).
+    assert set(rsp.requirements.resources) == {REQUIRED_CLUSTERS}
     # Not fetched is not empty: the replica composed before is kept exactly, nothing new.
     assert list(rsp.desired.resources) == ["modelreplica-us-east-1"]
     kept = resource.struct_to_dict(rsp.desired.resources["modelreplica-us-east-1"].resource)
@@ -268,9 +268,9 @@ def test_a_model_that_no_longer_fits_anywhere_keeps_answering_where_it_was():
     )
     req = _request(with_required=True, observed_replica=mine)
     ic = yaml.safe_load((REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml").read_text())
+    # What the others hold arrives in the cluster's ledger (tests/ledgers.py).
+    (ic,) = with_ledgers([ic], [mine, older])
     req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(ic)
-    for mr in (mine, older):
-        req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(mr)
     rsp = _run(req)
     assert list(rsp.desired.resources) == ["modelreplica-us-east-1"]
     spec = resource.struct_to_dict(rsp.desired.resources["modelreplica-us-east-1"].resource)["spec"]
@@ -304,7 +304,6 @@ def test_a_parked_model_says_when_it_loses_a_model_replica_with_its_cluster():
         )
         mr["spec"]["cluster"]["name"] = cluster
         req.observed.resources[f"modelreplica-{cluster}"].resource.update(mr)
-        req.required_resources[REQUIRED_REPLICAS].items.add().resource.update(mr)
     ic = yaml.safe_load((REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml").read_text())
     req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(ic)
     rsp = _run(req)

@@ -1,0 +1,39 @@
+"""The cluster's capacity ledger (functions/common/ledger.py): what the ModelReplicas
+that target this InferenceCluster hold, per pool, oldest first.
+
+compose-serving-stack already asks for this cluster's ModelReplicas by label
+(`modelplane.ai/cluster`). A ModelReplica whose spec names another cluster is not this
+cluster's; one that cannot be read is left out with a warning (placement would not
+count it either), and so is one whose names cannot be written on one ledger line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from functions.common.ledger import Entry, LedgerError, ledger_status, read_entry
+
+
+def cluster_ledger(cluster: str, replicas: Iterable[dict]) -> tuple[dict, list[str]]:
+    """status.ledger of `cluster` from its ModelReplicas, and a warning for each one
+    left out."""
+    entries: list[Entry] = []
+    warnings: list[str] = []
+    for body in replicas:
+        try:
+            target, entry = read_entry(body)
+        except LedgerError as err:
+            warnings.append(f"not counting what it holds in status.ledger: {err}")
+            continue
+        if target != cluster:
+            continue
+        names = (entry.namespace, entry.name, entry.deployment, entry.pool)
+        if not all(names) or any(len(n.split()) != 1 or n != n.strip() for n in names):
+            warnings.append(
+                f"not counting ModelReplica {entry.namespace}/{entry.name} in status.ledger: "
+                "its namespace, name, spec.deployment and spec.nodePool.name must each be "
+                "one word"
+            )
+            continue
+        entries.append(entry)
+    return ledger_status(entries, len(entries)), warnings
