@@ -18,6 +18,7 @@ from functions.common import contracts
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
 from functions.common.naming import cluster_name_problem
+from functions.common.pod_policy import DEFAULT_POLICY, PodPolicy, read_policy
 from functions.common.quantity import parse_quantity
 from functions.common.reader import InputError
 from functions.common.redact import url_credentials
@@ -443,6 +444,8 @@ class Cluster:
     # DeviceClasses its pools name that the member does not have (status.deviceClasses,
     # compose-serving-stack's): a claim on one would stay pending.
     missing_device_classes: frozenset[str] = frozenset()
+    # spec.podSecurity: what tenants' pod templates may do here (functions/common/pod_policy.py).
+    pod_policy: PodPolicy = DEFAULT_POLICY
     pools_by_name: dict = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -613,6 +616,9 @@ def _read_cluster(ic: dict) -> Cluster:
         pools=tuple(sorted(pools, key=lambda p: p.name)),
         traces_endpoint=_traces_endpoint(ic),
         missing_device_classes=_missing_device_classes(ic),
+        pod_policy=read_policy(
+            spec.get("podSecurity"), f"InferenceCluster {name}: spec.podSecurity"
+        ),
     )
 
 

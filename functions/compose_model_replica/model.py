@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
@@ -40,6 +40,9 @@ from functions.common.naming import (
     is_object_name,
     label_value,
 )
+from functions.common.pod_policy import LABEL_AUDIT as LABEL_PSA_AUDIT
+from functions.common.pod_policy import LABEL_ENFORCE as LABEL_PSA_ENFORCE
+from functions.common.pod_policy import LABEL_WARN as LABEL_PSA_WARN
 from functions.common.reader import InputError, Spec, read
 from functions.common.redact import url_credentials
 from functions.common.served_name import engine_container_index
@@ -74,12 +77,27 @@ class ProviderConfigRef(Spec):
     kind: str = "ClusterProviderConfig"
 
 
+class PodSecurity(Spec):
+    """The tenant Namespace's Pod Security Admission levels (functions/common/pod_policy.py)."""
+
+    level: Literal["baseline", "restricted"] = "baseline"
+    enforce: Literal["baseline", "restricted", "privileged"] = "baseline"
+
+    def namespace_labels(self) -> dict[str, str]:
+        return {
+            LABEL_PSA_ENFORCE: self.enforce,
+            LABEL_PSA_WARN: self.level,
+            LABEL_PSA_AUDIT: self.level,
+        }
+
+
 class Cluster(Spec):
     name: str
     region: str = ""
     stack: str
     provider_config_ref: ProviderConfigRef = Field(alias="providerConfigRef")
     traces_endpoint: str = Field(default="", alias="tracesEndpoint")
+    pod_security: PodSecurity = Field(default_factory=PodSecurity, alias="podSecurity")
 
 
 class NodePool(Spec):

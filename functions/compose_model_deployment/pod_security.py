@@ -1,0 +1,86 @@
+"""A ModelDeployment's pod templates against the pod policy of every cluster it selects.
+
+Checked before placement, in the shell, so a refusal is a fatal result on the
+ModelDeployment itself (its Synced condition says the field and the rule) and nothing is
+placed or changed: Crossplane applies nothing from a fatal result, so what was composed
+before stays as it was.
+
+Which clusters: every InferenceCluster the deployment's clusterSelector selects (not
+only those placement would choose now, so a refusal does not come and go with free
+capacity); none selected, the default policy (`baseline`; tolerations are judged only
+against a selected cluster's pools), so a hostile template is refused before the fleet
+has a cluster for it. The policy rules live in
+functions/common/pod_policy.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from functions.common import pod_policy
+from functions.common.reader import InputError
+from functions.compose_model_deployment.model import Cluster, Deployment
+
+# With no cluster selected: baseline, tolerations aside (no pool declares a taint yet, so
+# a toleration cannot be judged until a cluster is selected).
+NO_CLUSTER_POLICY: Final = pod_policy.PodPolicy(allow=frozenset({"tolerations"}))
+# How many violations one message lists (the rest are counted).
+SHOWN: Final = 3
+
+
+def _violations(
+    deployment: Deployment, policy: pod_policy.PodPolicy, tolerable: frozenset[str]
+) -> list[pod_policy.Violation]:
+    found = pod_policy.check_tolerations(
+        deployment.raw_tolerations, "spec.template.spec.tolerations", policy, tolerable
+    )
+    found += pod_policy.check_pod_template(
+        {"metadata": deployment.pod_metadata}, "spec.template", policy, tolerable
+    )
+    for engine in deployment.engines:
+        for member in engine.members:
+            found += pod_policy.check_pod_template(
+                member.template, f"{member.path}.template", policy, tolerable
+            )
+    return found
+
+
+def _declared_taints(clusters: Iterable[Cluster]) -> frozenset[str]:
+    """The taint keys the platform declared on the pools of the selected clusters: a
+    toleration of one asks for nothing the platform keeps from placement (placement
+    honours them), wherever the deployment lands."""
+    return frozenset(t.key for c in clusters for pool in c.pools for t in pool.taints)
+
+
+def check(deployment: Deployment, clusters: Iterable[Cluster]) -> None:
+    """InputError naming the first field that escapes a selected cluster's policy, the
+    rule, and the cluster; nothing if every selected cluster admits the templates."""
+    selected = [c for c in clusters if deployment.cluster_selector.matches(c.labels)]
+    declared = _declared_taints(selected)
+    checks: list[tuple[str, pod_policy.PodPolicy, frozenset[str]]] = [
+        (f"InferenceCluster {c.name}", c.pod_policy, declared)
+        for c in sorted(selected, key=lambda c: c.name)
+    ] or [
+        (
+            "the default pod policy (no InferenceCluster is selected)",
+            NO_CLUSTER_POLICY,
+            frozenset(),
+        )
+    ]
+    for where, policy, tolerable in checks:
+        found = _violations(deployment, policy, tolerable)
+        if not found:
+            continue
+        first, rest = found[0], found[1:]
+        shown = "; ".join(str(v) for v in rest[: SHOWN - 1])
+        more = len(rest) - min(len(rest), SHOWN - 1)
+        also = f"; also {shown}" if shown else ""
+        also += f" and {more} more" if more else ""
+        raise InputError(
+            first.path,
+            f"{first.detail} (rule {first.rule}) under the {policy.level} pod policy of "
+            f"{where} (spec.podSecurity){also}; remove the field, narrow "
+            "spec.template.spec.clusterSelector, or ask the platform team to allow the rule "
+            "in spec.podSecurity.allow",
+        )
