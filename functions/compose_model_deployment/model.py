@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
 
-from functions.common import contracts
+from functions.common import contracts, tenancy
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
 from functions.common.naming import cluster_name_problem
@@ -213,8 +213,10 @@ def system_namespace_rule(what: str) -> str:
 
 
 def refuse_system_namespace(meta: dict, what: str) -> None:
-    if meta.get("namespace") == contracts.SYSTEM_NAMESPACE:
-        raise InputError("metadata.namespace", system_namespace_rule(what))
+    """Every reserved namespace (functions/common/tenancy.py), the suite's own among them."""
+    problem = tenancy.namespace_problem(str(meta.get("namespace") or ""), what)
+    if problem is not None:
+        raise InputError("metadata.namespace", problem)
 
 
 def read_deployment(xr: dict) -> Deployment:
@@ -243,7 +245,10 @@ def read_deployment(xr: dict) -> Deployment:
     )
     raw_parking = spec.get("parking") or {}
     source = spec.get("source") or {}
-    uri = source.get("uri") if isinstance(source, dict) else None
+    if not isinstance(source, dict):
+        # Named, never echoed: it is copied to every ModelReplica (a URL may carry a password).
+        raise InputError("spec.source", "must be an object with a uri")
+    uri = source.get("uri")
     if isinstance(uri, str) and url_credentials(uri):
         # Named, never echoed: the URI is copied to every ModelReplica and its pods.
         raise InputError(

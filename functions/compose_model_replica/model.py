@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
+from functions.common import tenancy
 from functions.common.adaptivepolicy import manages_traffic
 from functions.common.contracts import (
     LABEL_DEPLOYMENT,
@@ -32,7 +33,6 @@ from functions.common.contracts import (
     SERVING_UNIFIED,
     STACK_DYNAMO,
     STACK_STANDARD,
-    SYSTEM_NAMESPACE,
 )
 from functions.common.naming import (
     cluster_name_problem,
@@ -338,12 +338,9 @@ def parse(xr: dict) -> ModelReplica:
 def _check(replica: ModelReplica) -> None:
     if not replica.name or not replica.namespace:
         raise InvalidReplica("metadata", "a ModelReplica needs a name and a namespace")
-    if replica.namespace == SYSTEM_NAMESPACE:
-        raise InvalidReplica(
-            "metadata.namespace",
-            f"{SYSTEM_NAMESPACE} is the suite's own namespace on every member; a model "
-            "cannot run there (its objects would collide with the runtime's)",
-        )
+    problem = tenancy.namespace_problem(replica.namespace, "run models")
+    if problem is not None:
+        raise InvalidReplica("metadata.namespace", problem)
     if not is_object_name(replica.deployment):
         # It names objects and labels on the member; never echoed (it may be anything).
         raise InvalidReplica(

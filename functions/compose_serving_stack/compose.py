@@ -29,7 +29,7 @@ from functions.common.inventory import (
     parse_fabric_label,
 )
 from functions.common.metricmapping import ResolvedMappings
-from functions.common.naming import cluster_name_problem
+from functions.common.naming import cluster_name_problem, is_object_name
 from functions.common.reader import (
     Flag,
     InputError,
@@ -160,6 +160,12 @@ class _ClusterSpec(Spec):
                 refuse(
                     "is required unless spec.kubeconfigSecretRef is set: it is how the cluster "
                     "is reached",
+                    path="spec.providerConfigRef.name",
+                )
+            if not is_object_name(name):
+                # Never echoed: it names every composed resource's provider config.
+                refuse(
+                    "must be a provider config's name (a DNS subdomain, at most 253)",
                     path="spec.providerConfigRef.name",
                 )
             kind = ref.get("kind") or "ClusterProviderConfig"
