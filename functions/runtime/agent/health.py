@@ -65,6 +65,7 @@ def stored_error(text: str) -> str:
         return safe
     return raw[: LAST_ERROR_MAX - len(_CUT.encode())].decode(errors="ignore") + _CUT
 
+
 _PULL_FAILURES: Final = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 )
