@@ -186,6 +186,18 @@ def _int(value: Any, path: str, default: int | None = None) -> int:
     return int(value)
 
 
+def _labels(value: Any, path: str) -> dict[str, str]:
+    """A label map (string to string), as a node selector is; it is copied into every
+    ModelReplica placed on the pool, so anything else is refused here."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InputError(path, "must map label keys to label values (strings)")
+    return dict(value)
+
+
 def read_selector(raw: dict | None, path: str) -> LabelSelector:
     raw = raw or {}
     labels = tuple(sorted((str(k), str(v)) for k, v in (raw.get("matchLabels") or {}).items()))
@@ -582,7 +594,7 @@ def _read_cluster(ic: dict) -> Cluster:
             Pool(
                 name=str(raw.get("name", "")),
                 nodes=max(nodes, max_nodes),
-                node_selector=dict(raw.get("nodeSelector") or {}),
+                node_selector=_labels(raw.get("nodeSelector"), f"{path}.nodeSelector"),
                 driver=driver,
                 per_node=_bounded(
                     _int(devices.get("perNode"), f"{path}.devices.perNode", default=1),

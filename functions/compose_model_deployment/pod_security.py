@@ -15,16 +15,23 @@ functions/common/pod_policy.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
 
 from functions.common import pod_policy
 from functions.common.reader import InputError
+from functions.common.redact import url_credentials
 from functions.compose_model_deployment.model import Cluster, Deployment
 
 # With no cluster selected: baseline, tolerations aside (no pool declares a taint yet, so
 # a toleration cannot be judged until a cluster is selected).
 NO_CLUSTER_POLICY: Final = pod_policy.PodPolicy(allow=frozenset({"tolerations"}))
+# user:password@host without a scheme (a DSN, an OTLP endpoint); not an image digest
+# (`name:tag@sha256:...`).
+_BARE_USERINFO: Final = re.compile(
+    r"(?:^|[\s'\"=])[^\s/:@'\"=]+:[^\s/@'\"]+@(?!sha\d+:)[A-Za-z0-9]"
+)
 # How many violations one message lists (the rest are counted).
 SHOWN: Final = 3
 
@@ -53,9 +60,46 @@ def _declared_taints(clusters: Iterable[Cluster]) -> frozenset[str]:
     return frozenset(t.key for c in clusters for pool in c.pools for t in pool.taints)
 
 
+def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(path, value) of every string in a template (keys and values), depth first."""
+    stack = [(node, path)]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            yield where, value
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                yield f"{where}.{key}", str(key)
+                stack.append((item, f"{where}.{key}"))
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(value))))
+
+
+def _refuse_credentials(deployment: Deployment) -> None:
+    """A URL carrying a credential anywhere in a pod template is refused, named, never
+    echoed: the template is copied into every ModelReplica and Object on the control
+    plane, where anyone who may read them would read it."""
+    templates = [("spec.template.metadata", deployment.pod_metadata)] + [
+        (f"{m.path}.template", m.template) for e in deployment.engines for m in e.members
+    ]
+    for base, template in templates:
+        for where, text in _strings(template, base):
+            found = url_credentials(text) if ("@" in text or "=" in text) else []
+            if not found and _BARE_USERINFO.search(text):
+                found = ["user-info (user:password@host)"]
+            if found:
+                raise InputError(
+                    where,
+                    f"must not carry credentials (found {', '.join(found)}); read them from "
+                    "a Secret (env valueFrom.secretKeyRef, or a mounted Secret)",
+                )
+
+
 def check(deployment: Deployment, clusters: Iterable[Cluster]) -> None:
     """InputError naming the first field that escapes a selected cluster's policy, the
-    rule, and the cluster; nothing if every selected cluster admits the templates."""
+    rule, and the cluster; nothing if every selected cluster admits the templates. A
+    credential in a template is refused first, whatever the policy."""
+    _refuse_credentials(deployment)
     selected = [c for c in clusters if deployment.cluster_selector.matches(c.labels)]
     declared = _declared_taints(selected)
     checks: list[tuple[str, pod_policy.PodPolicy, frozenset[str]]] = [

@@ -391,3 +391,22 @@ def test_a_replica_without_the_field_gets_baseline_labels():
 
 def test_the_policy_value_is_frozen():
     assert PodPolicy() == DEFAULT_POLICY
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ("https://admin:hunter2@evil.example.com/v1", ".spec.containers[0].name"),
+        ("admin:hunter2@collector.example.com:4317", ".spec.containers[0].name"),
+        ("https://hub.example.com/?api_key=hunter2", ".spec.containers[0].name"),
+    ],
+)
+def test_a_credential_anywhere_in_a_template_is_refused_never_echoed(value, where):
+    (message,) = _fatal(_run(_deployment(lambda s: _container(s).update(name=value)), _clusters()))
+    assert f"{ENGINE}{where}: must not carry credentials" in message
+    assert "hunter2" not in message
+
+
+def test_an_image_pinned_by_digest_is_not_a_credential():
+    digest = "vllm:0.32.0@sha256:" + "a" * 64
+    assert not _fatal(_run(_deployment(lambda s: _container(s).update(image=digest)), _clusters()))
