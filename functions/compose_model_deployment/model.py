@@ -17,7 +17,7 @@ from typing import Any, Final
 from functions.common import contracts, tenancy
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
-from functions.common.naming import cluster_name_problem
+from functions.common.naming import cluster_name_problem, is_object_name
 from functions.common.pod_policy import DEFAULT_POLICY, PodPolicy, read_policy
 from functions.common.quantity import parse_quantity
 from functions.common.reader import InputError
@@ -551,6 +551,19 @@ def _missing_device_classes(ic: dict) -> frozenset[str]:
     )
 
 
+def _provider_config_ref(raw: Any, path: str) -> dict:
+    """{name, kind} as every ModelReplica on the cluster names it; never echoed."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InputError(path, "must be an object")
+    if "name" in raw and not is_object_name(raw["name"]):
+        raise InputError(f"{path}.name", "must be a provider config's name (a DNS subdomain)")
+    if raw.get("kind") not in (None, "ClusterProviderConfig", "ProviderConfig"):
+        raise InputError(f"{path}.kind", "must be ClusterProviderConfig or ProviderConfig")
+    return {k: raw[k] for k in ("name", "kind") if raw.get(k) is not None}
+
+
 def _read_cluster(ic: dict) -> Cluster:
     meta = ic.get("metadata") or {}
     spec = ic.get("spec") or {}
@@ -629,7 +642,9 @@ def _read_cluster(ic: dict) -> Cluster:
         labels=dict(meta.get("labels") or {}),
         region=str(spec.get("region", "")),
         stack=str(spec.get("stack") or contracts.STACK_STANDARD),
-        provider_config_ref=dict(spec.get("providerConfigRef") or {}),
+        provider_config_ref=_provider_config_ref(
+            spec.get("providerConfigRef"), f"InferenceCluster {name}: spec.providerConfigRef"
+        ),
         pools=tuple(sorted(pools, key=lambda p: p.name)),
         traces_endpoint=_traces_endpoint(ic),
         missing_device_classes=_missing_device_classes(ic),

@@ -75,15 +75,28 @@ def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
             stack.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(value))))
 
 
+def _copied(deployment: Deployment) -> Iterator[tuple[str, Any]]:
+    """(path, value) of what the deployment copies verbatim into every ModelReplica."""
+    yield "spec.source", deployment.source
+    if deployment.autoscaling is not None:
+        yield "spec.autoscaling", deployment.autoscaling
+    yield "spec.template.metadata", deployment.pod_metadata
+    yield "spec.template.spec.tolerations", deployment.raw_tolerations
+    for engine in deployment.engines:
+        for member in engine.members:
+            yield f"{member.path}.template", member.template
+            for device in member.devices:
+                for i, selector in enumerate(device.selectors):
+                    yield f"{device.path}.selectors[{i}].cel", selector
+
+
 def _refuse_credentials(deployment: Deployment) -> None:
-    """A URL carrying a credential anywhere in a pod template is refused, named, never
-    echoed: the template is copied into every ModelReplica and Object on the control
-    plane, where anyone who may read them would read it."""
-    templates = [("spec.template.metadata", deployment.pod_metadata)] + [
-        (f"{m.path}.template", m.template) for e in deployment.engines for m in e.members
-    ]
-    for base, template in templates:
-        for where, text in _strings(template, base):
+    """A URL carrying a credential anywhere the deployment copies into its ModelReplicas
+    (a pod template, a selector, the source, autoscaling) is refused, named, never
+    echoed: the copies live in every ModelReplica and Object on the control plane, where
+    anyone who may read them would read it."""
+    for base, node in _copied(deployment):
+        for where, text in _strings(node, base):
             found = url_credentials(text) if ("@" in text or "=" in text) else []
             if not found and _BARE_USERINFO.search(text):
                 found = ["user-info (user:password@host)"]
