@@ -125,18 +125,26 @@ def test_the_tenant_namespace_on_a_member_carries_the_pod_security_labels(box, c
     claims.apply_document(box, _deployment(name))
     try:
 
-        def labelled():
-            found = claims.remote_get(
-                box,
-                SPARE[0],
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-            )
-            assert found is not None, f"no Namespace {NAMESPACE} on {SPARE[0]} yet"
-            labels = found["metadata"].get("labels") or {}
-            assert labels.get("pod-security.kubernetes.io/enforce") == "baseline", labels
-            return labels
+        def placed_on() -> set[str]:
+            xr = claims.get(box, "modeldeployment", name, NAMESPACE) or {}
+            on = {p["cluster"] for p in (xr.get("status") or {}).get("placements") or []}
+            assert on, "not placed yet"
+            return on
 
-        wait_for(f"{NAMESPACE} labelled on {SPARE[0]}", labelled, claims.CONVERGE_SECONDS)
+        # The spare clusters are named for their members (their provider configs).
+        members = wait_for(f"{name} placed", placed_on, claims.CONVERGE_SECONDS)
+
+        def labelled():
+            stub = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+            for member in members:
+                found = claims.remote_get(box, member, stub)
+                assert found is not None, f"no Namespace {NAMESPACE} on {member} yet"
+                labels = found["metadata"].get("labels") or {}
+                assert labels.get("pod-security.kubernetes.io/enforce") == "baseline", labels
+                assert labels.get("pod-security.kubernetes.io/warn") == "baseline", labels
+            return True
+
+        wait_for(f"{NAMESPACE} labelled on {sorted(members)}", labelled, claims.CONVERGE_SECONDS)
     finally:
         claims.delete(box, "modeldeployment", name, NAMESPACE)
 
