@@ -37,7 +37,7 @@ from functions.common.health import (
     health_record_name,
 )
 from functions.runtime.kube.rest import APPLY_PATCH, kube_request
-from functions.runtime.operator.terminal import escape
+from functions.runtime.shared.control_chars import escape
 from functions.runtime.shared.policy import parse_time, rfc3339
 
 ANNOTATION_COUNTED: Final = "modelplane.ai/health-counted"
@@ -57,7 +57,7 @@ _CUT: Final = "…"
 
 def stored_error(text: str) -> str:
     """`text` as lastError stores it: every control character escaped (`\x1b`, `\n`;
-    operator/terminal.py), then cut to LAST_ERROR_MAX bytes of UTF-8 at a character
+    shared/control_chars.py), then cut to LAST_ERROR_MAX bytes of UTF-8 at a character
     boundary, ending in "…" when cut."""
     safe = escape(text)
     raw = safe.encode()
