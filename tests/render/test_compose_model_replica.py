@@ -41,11 +41,13 @@ def _cluster_of(xr: Path) -> Path:
     cluster = yaml.safe_load(CLUSTER.read_text())
     cluster["metadata"]["name"] = spec["name"]
     cluster["spec"]["providerConfigRef"] = spec["providerConfigRef"]
-    with tempfile.NamedTemporaryFile(
-        "w", suffix=".yaml", prefix="modelplane-cluster-", delete=False
-    ) as out:
-        yaml.safe_dump(cluster, out)
-    return Path(out.name)
+    path = Path(_CLUSTERS.name) / f"{xr.stem}.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    return path
+
+
+# Removed when the module's tests are done (at interpreter exit).
+_CLUSTERS = tempfile.TemporaryDirectory(prefix="modelplane-replica-clusters-")
 
 
 def _render(function_servers, xr: Path = XR, observed: Path | None = None):
