@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo render test test-unit test-e2e fleet fleet-down venv tools lint fmt package proto clean
+.PHONY: demo render test test-unit test-e2e fuzz-long fleet fleet-down venv tools lint fmt package proto clean
 
 # The examples rendered as one fleet: a summary, then the YAML stream's file name.
 demo: venv
@@ -27,6 +27,11 @@ test-unit: venv proto
 
 test-e2e: venv proto tools
 	$(PY) -m pytest tests/e2e
+
+# The fuzz tier at 200 examples per test (the CI default is 30): a longer, benchmark-like
+# run that hunts deeper (tests/fuzz/profile.py).
+fuzz-long: venv proto
+	MODELPLANE_FUZZ_EXAMPLES=200 $(PY) -m pytest tests/fuzz/test_functions_fuzz.py tests/fuzz/test_inputs_fuzz.py -p no:randomly
 
 # The local fleet, live: a control plane (Crossplane core, provider-kubernetes, our
 # functions) and two member API servers on loopback, with examples/ applied. It keeps

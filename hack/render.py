@@ -386,13 +386,15 @@ def render_fleet(servers: FunctionServers, workdir: Path, xrs: list[Path] | None
         settled += replicas_of(result)
 
     # 3. The ModelReplicas placement composed.
+    clusters = write("clusters", base)
     for replica in sorted(settled, key=_identity):
         owner = next(
             (o["name"] for o in replica["metadata"].get("ownerReferences", [])), "a deployment"
         )
         xr = write(replica["metadata"]["name"], [replica])
         composed_by = f"ModelReplica {replica['metadata']['name']} (composed by {owner})"
-        renders.append(FleetRender(composed_by, replica, render(servers, xr)))
+        # compose-model-replica reads its InferenceCluster (provider config, pod policy).
+        renders.append(FleetRender(composed_by, replica, render(servers, xr, required=clusters)))
 
     # 4. Clusters, destinations and mappings, each reading the whole fleet.
     fleet = write("fleet", base + settled)

@@ -144,7 +144,9 @@ def _string(value: Any, field: str, pattern: re.Pattern[str], max_length: int, w
         raise _Refusal(field, f"is {len(value)} characters; at most {max_length}")
     if not pattern.fullmatch(value):
         # repr() so a newline or a quote in the refused value cannot forge a message.
-        raise _Refusal(field, f"{value!r} is not {what} ({pattern.pattern})")
+        # Never echoed when it may carry a credential (user:password@host).
+        shown = "the value given" if "@" in value else repr(value)
+        raise _Refusal(field, f"{shown} is not {what} ({pattern.pattern})")
     return value
 
 

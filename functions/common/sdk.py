@@ -225,7 +225,7 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
             keep_observed(
                 rsp, observed, replaced=[k for k in observed if k in rsp.desired.resources]
             )
-        return rsp
+        return redact_messages(rsp)
 
     def stopped(
         self, req: fnv1.RunFunctionRequest, stopped: budget.WorkStopped
@@ -255,6 +255,18 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
             "every resource composed before is kept. Please report this with the input.",
         )
         return rsp
+
+
+def redact_messages(rsp: fnv1.RunFunctionResponse) -> fnv1.RunFunctionResponse:
+    """Every result and condition message with URL credentials redacted: a message that
+    quotes a value a user wrote in the wrong field (a URL with a password where a count
+    goes) must not carry the password into an event or `kubectl describe`."""
+    for result in rsp.results:
+        result.message = redact(result.message)
+    for condition in rsp.conditions:
+        if condition.HasField("message"):
+            condition.message = redact(condition.message)
+    return rsp
 
 
 class ByKind(GuardedRunner):

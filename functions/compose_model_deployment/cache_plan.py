@@ -73,7 +73,15 @@ def _cluster_objects(
     for key, manifest, extra in (
         (
             modelcache.namespace_key(cluster.name),
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cache.namespace}},
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                # The same Pod Security labels as a ModelReplica's Namespace there.
+                "metadata": {
+                    "name": cache.namespace,
+                    "labels": cluster.pod_policy.namespace_labels(),
+                },
+            },
             {"management_policies": modelcache.KEEP_ON_DELETE},
         ),
         (modelcache.volume_key(cluster.name), modelcache.volume_claim(cache), {}),

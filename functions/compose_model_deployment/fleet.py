@@ -42,17 +42,28 @@ def freeze(
     deployment's observed ModelReplicas that could be read, `unreadable_own` the keys of
     those that could not; `listed`: the fleet's ModelReplicas that could be read."""
     unreadable = {name: why for name, why in unreadable_clusters.items() if name}
+    # A cluster that cannot be read down to its name may be any cluster not read: every
+    # replica of ours on a cluster not read is kept as it is while one exists.
+    nameless = next((why for name, why in unreadable_clusters.items() if not name), None)
+    read = {c.name for c in clusters}
     frozen_keys = set(unreadable_own)
     holdings = targets.merge_ownership(own, listed, deployment)
     frozen = [
         h
         for h in targets.own_holdings(holdings, deployment)
-        if h.cluster in unreadable or manifests.replica_key(h.cluster) in frozen_keys
+        if h.cluster in unreadable
+        or manifests.replica_key(h.cluster) in frozen_keys
+        or (nameless is not None and h.cluster not in read)
     ]
     warnings = []
     for h in frozen:
         frozen_keys.add(manifests.replica_key(h.cluster))
-        if h.cluster in unreadable:
+        if h.cluster not in unreadable and nameless is not None and h.cluster not in read:
+            warnings.append(
+                f"keeping {h.replicas} replicas on {h.cluster} as they are: an "
+                f"InferenceCluster that cannot be read down to its name may be it: {nameless}"
+            )
+        elif h.cluster in unreadable:
             warnings.append(
                 f"keeping {h.replicas} replicas on {h.cluster} as they are, placing "
                 f"nothing new there until it can be read: {unreadable[h.cluster]}"

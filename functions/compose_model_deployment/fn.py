@@ -53,6 +53,7 @@ from functions.compose_model_deployment import (
     modelcache,
     ondemand,
     parking,
+    pod_security,
     status,
     targets,
 )
@@ -126,6 +127,20 @@ def _resolve_cache(
         return False
 
 
+def _admitted(
+    rsp: fnv1.RunFunctionResponse, name: str, deployment: Deployment, clusters: list
+) -> bool:
+    """The pod templates under every selected cluster's pod policy (pod_security.py);
+    False after a fatal result, given before anything is placed, so nothing composed
+    before changes."""
+    try:
+        pod_security.check(deployment, clusters)
+    except InputError as err:
+        response.fatal(rsp, f"{name}: {err}")
+        return False
+    return True
+
+
 class FunctionRunner(GuardedRunner):
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         super().__init__()
@@ -183,6 +198,8 @@ class FunctionRunner(GuardedRunner):
             observed_own=observed_own,
         )
         clusters, holdings, frozen = readable.clusters, readable.holdings, readable.frozen
+        if not _admitted(rsp, name, deployment, clusters):
+            return rsp
         own = targets.own_holdings(holdings, deployment)
         previous = xr.get("status") or {}
         activity = self._activity(

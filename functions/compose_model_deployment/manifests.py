@@ -23,6 +23,7 @@ from functions.common.adaptivepolicy import (
     manages_traffic,
 )
 from functions.common.naming import dns_label, label_value, resource_key
+from functions.common.pod_policy import DEFAULT_POLICY
 from functions.compose_model_deployment.model import Cluster, Deployment, Pool
 from functions.compose_model_deployment.targets import Targets
 
@@ -123,6 +124,18 @@ def model_replica(
             "stack": cluster.stack,
             "providerConfigRef": provider,
             **({"tracesEndpoint": cluster.traces_endpoint} if cluster.traces_endpoint else {}),
+            # The tenant Namespace's Pod Security labels (written only when the cluster's
+            # policy is not the default, which a replica without the field reads as).
+            **(
+                {
+                    "podSecurity": {
+                        "level": cluster.pod_policy.level,
+                        "enforce": cluster.pod_policy.enforced_level,
+                    }
+                }
+                if cluster.pod_policy != DEFAULT_POLICY
+                else {}
+            ),
         },
         "nodePool": {
             "name": pool.name,

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
 
-from functions.common import contracts
+from functions.common import contracts, tenancy
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
-from functions.common.naming import cluster_name_problem
+from functions.common.naming import cluster_name_problem, is_object_name
+from functions.common.pod_policy import DEFAULT_POLICY, PodPolicy, read_policy
 from functions.common.quantity import parse_quantity
 from functions.common.reader import InputError
 from functions.common.redact import url_credentials
@@ -200,6 +201,18 @@ def _int(value: Any, path: str, default: int | None = None) -> int:
     return int(value)
 
 
+def _labels(value: Any, path: str) -> dict[str, str]:
+    """A label map (string to string), as a node selector is; it is copied into every
+    ModelReplica placed on the pool, so anything else is refused here."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InputError(path, "must map label keys to label values (strings)")
+    return dict(value)
+
+
 def read_selector(raw: dict | None, path: str) -> LabelSelector:
     raw = raw or {}
     labels = tuple(sorted((str(k), str(v)) for k, v in (raw.get("matchLabels") or {}).items()))
@@ -227,8 +240,10 @@ def system_namespace_rule(what: str) -> str:
 
 
 def refuse_system_namespace(meta: dict, what: str) -> None:
-    if meta.get("namespace") == contracts.SYSTEM_NAMESPACE:
-        raise InputError("metadata.namespace", system_namespace_rule(what))
+    """Every reserved namespace (functions/common/tenancy.py), the suite's own among them."""
+    problem = tenancy.namespace_problem(str(meta.get("namespace") or ""), what)
+    if problem is not None:
+        raise InputError("metadata.namespace", problem)
 
 
 def read_deployment(xr: dict) -> Deployment:
@@ -263,7 +278,10 @@ def read_deployment(xr: dict) -> Deployment:
     )
     raw_parking = spec.get("parking") or {}
     source = spec.get("source") or {}
-    uri = source.get("uri") if isinstance(source, dict) else None
+    if not isinstance(source, dict):
+        # Named, never echoed: it is copied to every ModelReplica (a URL may carry a password).
+        raise InputError("spec.source", "must be an object with a uri")
+    uri = source.get("uri")
     if isinstance(uri, str) and url_credentials(uri):
         # Named, never echoed: the URI is copied to every ModelReplica and its pods.
         raise InputError(
@@ -532,6 +550,8 @@ class Cluster:
     # DeviceClasses its pools name that the member does not have (status.deviceClasses,
     # compose-serving-stack's): a claim on one would stay pending.
     missing_device_classes: frozenset[str] = frozenset()
+    # spec.podSecurity: what tenants' pod templates may do here (functions/common/pod_policy.py).
+    pod_policy: PodPolicy = DEFAULT_POLICY
     pools_by_name: dict = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -642,6 +662,19 @@ def _pool_cpu(raw: dict, path: str) -> tuple[str, str, int, int]:
     return cpu_text, memory_text, milli, size
 
 
+def _provider_config_ref(raw: Any, path: str) -> dict:
+    """{name, kind} as every ModelReplica on the cluster names it; never echoed."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InputError(path, "must be an object")
+    if "name" in raw and not is_object_name(raw["name"]):
+        raise InputError(f"{path}.name", "must be a provider config's name (a DNS subdomain)")
+    if raw.get("kind") not in (None, "ClusterProviderConfig", "ProviderConfig"):
+        raise InputError(f"{path}.kind", "must be ClusterProviderConfig or ProviderConfig")
+    return {k: raw[k] for k in ("name", "kind") if raw.get(k) is not None}
+
+
 def _read_cluster(ic: dict) -> Cluster:
     meta = ic.get("metadata") or {}
     spec = ic.get("spec") or {}
@@ -686,7 +719,7 @@ def _read_cluster(ic: dict) -> Cluster:
             Pool(
                 name=str(raw.get("name", "")),
                 nodes=max(nodes, max_nodes),
-                node_selector=dict(raw.get("nodeSelector") or {}),
+                node_selector=_labels(raw.get("nodeSelector"), f"{path}.nodeSelector"),
                 driver=driver,
                 per_node=1
                 if milli
@@ -727,10 +760,15 @@ def _read_cluster(ic: dict) -> Cluster:
         labels=dict(meta.get("labels") or {}),
         region=str(spec.get("region", "")),
         stack=str(spec.get("stack") or contracts.STACK_STANDARD),
-        provider_config_ref=dict(spec.get("providerConfigRef") or {}),
+        provider_config_ref=_provider_config_ref(
+            spec.get("providerConfigRef"), f"InferenceCluster {name}: spec.providerConfigRef"
+        ),
         pools=tuple(sorted(pools, key=lambda p: p.name)),
         traces_endpoint=_traces_endpoint(ic),
         missing_device_classes=_missing_device_classes(ic),
+        pod_policy=read_policy(
+            spec.get("podSecurity"), f"InferenceCluster {name}: spec.podSecurity"
+        ),
     )
 
 

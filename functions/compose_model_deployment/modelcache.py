@@ -43,7 +43,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import BeforeValidator, Field, PlainValidator, model_validator
 
-from functions.common import contracts
+from functions.common import contracts, tenancy
 from functions.common.conditions import Condition, condition_status
 from functions.common.modelcache import (
     PHASE_DOWNLOADING,
@@ -78,7 +78,6 @@ from functions.compose_model_deployment.model import (
     Holding,
     LabelSelector,
     read_selector,
-    system_namespace_rule,
 )
 from functions.compose_model_deployment.placement import placeable_pool
 
@@ -154,8 +153,13 @@ def read_cache(xr: dict) -> ModelCache:
 
 
 def _not_the_system_namespace(namespace: Any) -> Any:
-    if namespace == contracts.SYSTEM_NAMESPACE:
-        refuse(system_namespace_rule("stage weights"))
+    problem = (
+        tenancy.namespace_problem(namespace, "stage weights")
+        if isinstance(namespace, str)
+        else None
+    )
+    if problem is not None:
+        refuse(problem)
     return namespace
 
 

@@ -56,7 +56,15 @@ def compose(replica: ModelReplica) -> Plan:
         envelope(
             replica,
             "namespace",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": replica.namespace}},
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "name": replica.namespace,
+                    # The cluster's pod policy, enforced by the member's API server too.
+                    "labels": replica.cluster.pod_security.namespace_labels(),
+                },
+            },
             management_policies=KEEP_ON_DELETE,
         ),
         envelope(

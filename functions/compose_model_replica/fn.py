@@ -1,23 +1,34 @@
 """The gRPC shell of compose-model-replica.
 
-Reads the ModelReplica, composes its cluster's Objects (compose.py), reads what the
-cluster shows back through the observed Objects (status.py), and writes desired
-resources, status, conditions and readiness, in that order. Bad input is a fatal result
-naming the field and the rule; Crossplane then applies nothing, so what was composed
-before stays as it was.
+Reads the ModelReplica and its InferenceCluster, composes its cluster's Objects
+(compose.py), reads what the cluster shows back through the observed Objects
+(status.py), and writes desired resources, status, conditions and readiness, in that
+order. Bad input is a fatal result naming the field and the rule; Crossplane then
+applies nothing, so what was composed before stays as it was.
+
+The InferenceCluster is read for what a ModelReplica must not decide for itself (one
+written directly, not by compose-model-deployment, could say anything): the provider
+config its Objects go through is the one the cluster names or composes
+(`spec.cluster.providerConfigRef`, refused otherwise), and the tenant Namespace carries
+the cluster's own pod policy (functions/common/pod_policy.py), whatever the replica says.
+Until Crossplane has fetched the cluster, everything composed before is kept as it is.
 """
 
 from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.common import conditions
+from functions.common import conditions, contracts
 from functions.common.conditions import Condition
 from functions.common.sdk import (
     GuardedRunner,
     describe_composite,
+    keep_observed,
     observed_composite,
+    observed_resources,
+    required,
     set_conditions,
 )
+from functions.compose_model_replica.cluster import REQUIRED_CLUSTER, bind_to_cluster
 from functions.compose_model_replica.compose import HEALTH_KEY, compose
 from functions.compose_model_replica.model import InvalidReplica, parse
 from functions.compose_model_replica.status import observe
@@ -36,6 +47,25 @@ class FunctionRunner(GuardedRunner):
 
         try:
             replica = parse(xr)
+        except InvalidReplica as err:
+            log.info("invalid input", error=str(err))
+            response.fatal(rsp, f"{describe_composite(xr)}: {err}")
+            return rsp
+
+        response.require_resources(
+            rsp,
+            REQUIRED_CLUSTER,
+            contracts.API_GROUP_VERSION,
+            contracts.KIND_INFERENCE_CLUSTER,
+            match_name=replica.cluster.name,
+        )
+        asked = required(req, REQUIRED_CLUSTER)
+        if not asked.fetched:
+            # Asked for; until it arrives, nothing changes (a missing resource is deleted).
+            keep_observed(rsp, observed_resources(req))
+            return rsp
+        try:
+            replica = bind_to_cluster(replica, asked.items[0] if asked.items else None)
         except InvalidReplica as err:
             log.info("invalid input", error=str(err))
             response.fatal(rsp, f"{describe_composite(xr)}: {err}")

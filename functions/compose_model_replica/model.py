@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
+from functions.common import tenancy
 from functions.common.adaptivepolicy import manages_traffic
 from functions.common.contracts import (
     LABEL_DEPLOYMENT,
@@ -32,7 +33,6 @@ from functions.common.contracts import (
     SERVING_UNIFIED,
     STACK_DYNAMO,
     STACK_STANDARD,
-    SYSTEM_NAMESPACE,
 )
 from functions.common.naming import (
     cluster_name_problem,
@@ -40,6 +40,9 @@ from functions.common.naming import (
     is_object_name,
     label_value,
 )
+from functions.common.pod_policy import LABEL_AUDIT as LABEL_PSA_AUDIT
+from functions.common.pod_policy import LABEL_ENFORCE as LABEL_PSA_ENFORCE
+from functions.common.pod_policy import LABEL_WARN as LABEL_PSA_WARN
 from functions.common.quantity import parse_quantity
 from functions.common.reader import InputError, Spec, read
 from functions.common.redact import url_credentials
@@ -75,12 +78,27 @@ class ProviderConfigRef(Spec):
     kind: str = "ClusterProviderConfig"
 
 
+class PodSecurity(Spec):
+    """The tenant Namespace's Pod Security Admission levels (functions/common/pod_policy.py)."""
+
+    level: Literal["baseline", "restricted"] = "baseline"
+    enforce: Literal["baseline", "restricted", "privileged"] = "baseline"
+
+    def namespace_labels(self) -> dict[str, str]:
+        return {
+            LABEL_PSA_ENFORCE: self.enforce,
+            LABEL_PSA_WARN: self.level,
+            LABEL_PSA_AUDIT: self.level,
+        }
+
+
 class Cluster(Spec):
     name: str
     region: str = ""
     stack: str
     provider_config_ref: ProviderConfigRef = Field(alias="providerConfigRef")
     traces_endpoint: str = Field(default="", alias="tracesEndpoint")
+    pod_security: PodSecurity = Field(default_factory=PodSecurity, alias="podSecurity")
 
 
 class NodePool(Spec):
@@ -328,12 +346,9 @@ def parse(xr: dict) -> ModelReplica:
 def _check(replica: ModelReplica) -> None:
     if not replica.name or not replica.namespace:
         raise InvalidReplica("metadata", "a ModelReplica needs a name and a namespace")
-    if replica.namespace == SYSTEM_NAMESPACE:
-        raise InvalidReplica(
-            "metadata.namespace",
-            f"{SYSTEM_NAMESPACE} is the suite's own namespace on every member; a model "
-            "cannot run there (its objects would collide with the runtime's)",
-        )
+    problem = tenancy.namespace_problem(replica.namespace, "run models")
+    if problem is not None:
+        raise InvalidReplica("metadata.namespace", problem)
     if not is_object_name(replica.deployment):
         # It names objects and labels on the member; never echoed (it may be anything).
         raise InvalidReplica(

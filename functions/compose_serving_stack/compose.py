@@ -31,7 +31,7 @@ from functions.common.inventory import (
     parse_fabric_label,
 )
 from functions.common.metricmapping import ResolvedMappings
-from functions.common.naming import cluster_name_problem
+from functions.common.naming import cluster_name_problem, is_object_name
 from functions.common.reader import (
     Flag,
     InputError,
@@ -110,6 +110,10 @@ class _Metadata(Spec):
         return name
 
 
+# The XRD's pattern for a pool's name, checked again.
+_POOL_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 class _Runtime(Spec):
     prometheus_url: Text = Field(default="", alias="prometheusURL")
 
@@ -166,6 +170,12 @@ class _ClusterSpec(Spec):
                     "is reached",
                     path="spec.providerConfigRef.name",
                 )
+            if not is_object_name(name):
+                # Never echoed: it names every composed resource's provider config.
+                refuse(
+                    "must be a provider config's name (a DNS subdomain, at most 253)",
+                    path="spec.providerConfigRef.name",
+                )
             kind = ref.get("kind") or "ClusterProviderConfig"
             if kind not in _PROVIDER_CONFIG_KINDS:
                 refuse(
@@ -180,6 +190,12 @@ class _ClusterSpec(Spec):
         for i, pool in enumerate(pools):
             if isinstance(pool, dict):
                 object_or_refuse(pool.get("nodeSelector"), at=f"[{i}].nodeSelector")
+                if not _POOL_NAME.fullmatch(str(pool.get("name", ""))):
+                    # Never echoed: it reaches the agent's arguments and the cost series.
+                    refuse(
+                        "must be a DNS label (lowercase letters, digits and '-', at most 63)",
+                        at=f"[{i}].name",
+                    )
         _check_fabric_labels(pools)
         _check_prices(pools)
         for i, pool in enumerate(pools):
@@ -226,11 +242,13 @@ def parse_cluster(xr: Mapping[str, Any]) -> Cluster:
 def peer_names(clusters: Iterable[Mapping[str, Any]]) -> list[str]:
     """The fleet's InferenceClusters by name (this one among them), as fetched; one
     without a name is nobody's peer."""
-    return [
-        str((c.get("metadata") or {}).get("name", ""))
-        for c in clusters
-        if (c.get("metadata") or {}).get("name")
-    ]
+    names = []
+    for c in clusters:
+        meta = c.get("metadata") if isinstance(c, Mapping) else None
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if isinstance(name, str) and name:
+            names.append(name)
+    return names
 
 
 def _check_prices(pools: list) -> None:

@@ -24,6 +24,7 @@ from functions.common.limits import TooLarge
 from functions.common.metricmapping import resolve_mappings
 from functions.common.sdk import (
     GuardedRunner,
+    Required,
     describe_composite,
     emit,
     keep_observed,
@@ -34,8 +35,14 @@ from functions.common.sdk import (
     set_conditions,
 )
 from functions.common.telemetrydestination import ENV_SECRET_NAMESPACES, secret_namespaces_from
-from functions.compose_serving_stack import runtime_hosting, status, substrate
-from functions.compose_serving_stack.compose import InvalidCluster, parse_cluster, peer_names, plan
+from functions.compose_serving_stack import access, names, runtime_hosting, status, substrate
+from functions.compose_serving_stack.compose import (
+    Cluster,
+    InvalidCluster,
+    parse_cluster,
+    peer_names,
+    plan,
+)
 from functions.compose_serving_stack.destination import destination_state
 from functions.compose_serving_stack.ledger import cluster_ledger
 
@@ -48,6 +55,43 @@ REQUIRED_REPLICAS: Final = "model-replicas"
 # sets the variable to the tag the function itself runs from.
 ENV_RUNTIME_IMAGE: Final = "MODELPLANE_RUNTIME_IMAGE"
 DEFAULT_RUNTIME_IMAGE: Final = "ghcr.io/modelplaneai/modelplane:v0.1.0"
+
+
+def _asked_provider_configs(req: fnv1.RunFunctionRequest, cluster: Cluster) -> list[Required]:
+    if cluster.kubeconfig is None:
+        return []
+    return [required(req, name) for name, _api, _key in names.PROVIDER_CONFIGS]
+
+
+def _names_refused(
+    rsp: fnv1.RunFunctionResponse, cluster: Cluster, req: fnv1.RunFunctionRequest
+) -> str | None:
+    """Why the cluster would reach what is not its own (names.py), asking for the provider
+    configs of its name; None when it would not (or until they are fetched)."""
+    problem = names.secret_problem(cluster.kubeconfig) or names.reserved_name_problem(
+        cluster.name, cluster.kubeconfig
+    )
+    if problem is not None or cluster.kubeconfig is None:
+        return problem
+    for required_name, api_version, _key in names.PROVIDER_CONFIGS:
+        response.require_resources(
+            rsp,
+            required_name,
+            api_version,
+            access.PROVIDER_CONFIG_KIND,
+            match_name=cluster.name,
+        )
+    asked = _asked_provider_configs(req, cluster)
+    if any(not a.fetched for a in asked):
+        return None
+    return names.takeover_problem(
+        cluster.name,
+        [
+            (key, bool(a.items))
+            for (_n, _api, key), a in zip(names.PROVIDER_CONFIGS, asked, strict=True)
+        ],
+        set(req.observed.resources.keys()),
+    )
 
 
 class FunctionRunner(GuardedRunner):
@@ -85,8 +129,12 @@ class FunctionRunner(GuardedRunner):
             required(req, REQUIRED_CLUSTERS),
             required(req, REQUIRED_REPLICAS),
         )
+        refused = _names_refused(rsp, cluster, req)
+        if refused is not None:
+            response.fatal(rsp, f"{name}: {refused}")
+            return rsp
         observed = observed_resources(req)
-        missing = sorted(not_fetched(*answers))
+        missing = sorted(not_fetched(*answers, *_asked_provider_configs(req, cluster)))
         if missing:
             # Not fetched yet is not "none exist": keep everything as it is and ask.
             keep_observed(rsp, observed)

@@ -15,21 +15,21 @@ carry a password. It checks:
   fatal result still carries everything observed;
 - the planted password never appears anywhere in the response.
 
-A few minutes at most in `make test`; FUZZ_EXAMPLES scales it for a longer local run.
+A few minutes at most in `make test` (30 examples per test); MODELPLANE_FUZZ_EXAMPLES
+scales it: `make fuzz-long` runs 200 per test (tests/fuzz/profile.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from functions.compose_model_deployment import cache_fn
@@ -37,21 +37,16 @@ from functions.compose_model_deployment import fn as deployment_fn
 from functions.compose_model_deployment import main as deployment_main
 from functions.compose_model_deployment.model import InputError, read_cluster
 from functions.compose_model_replica import fn as replica_fn
+from functions.compose_model_replica.cluster import REQUIRED_CLUSTER
 from functions.compose_serving_stack import fn as stack_fn
 from functions.compose_telemetry import main as telemetry_main
+from tests.fuzz import profile
 from tests.ledgers import with_ledgers
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 SECRET = "hunter2-fuzz-password"
-EXAMPLES_PER_TEST = int(os.environ.get("FUZZ_EXAMPLES", "30"))
-FUZZ = settings(
-    max_examples=EXAMPLES_PER_TEST,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    database=None,
-)
+FUZZ = profile.FUZZ
 
 
 def _load(path: Path) -> dict:
@@ -420,24 +415,49 @@ REPLICAS = [
 ]
 
 
+def _replica_cluster(replica: dict) -> dict:
+    """The InferenceCluster a replica names (compose-model-replica reads it): the example
+    cluster under the replica's cluster name, through the provider config it names."""
+    cluster = copy.deepcopy(CLUSTERS[0])
+    named = replica["spec"]["cluster"]
+    cluster["metadata"]["name"] = named["name"]
+    cluster["spec"]["providerConfigRef"] = named["providerConfigRef"]
+    return cluster
+
+
+def _replica_request(xr: dict, cluster: dict) -> fnv1.RunFunctionRequest:
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    req.required_resources[REQUIRED_CLUSTER].items.add().resource.update(cluster)
+    return req
+
+
 @given(data=st.data())
 @FUZZ
-def test_model_replica_answers_a_broken_replica_or_observed_object(data):
+def test_model_replica_answers_a_broken_replica_cluster_or_observed_object(data):
     runner = replica_fn.FunctionRunner()
     base = data.draw(st.sampled_from(REPLICAS))
-    req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.update(base)
-    first = _run(runner, req)
+    cluster = _replica_cluster(base)
+    first = _run(runner, _replica_request(base, cluster))
     assert not _fatal(first)
-    req = fnv1.RunFunctionRequest()
-    if data.draw(st.booleans()) or not first.desired.resources:
+    assert first.desired.resources
+    what = data.draw(st.sampled_from(["replica", "cluster", "observed"]))
+    if what == "replica":
         xr = data.draw(broken(base, keep_identity=True))
         if not _struct_safe(xr):
             return
-        req.observed.composite.resource.update(xr)
+        req = _replica_request(xr, cluster)
+        _observe(req, first)
+    elif what == "cluster":
+        # The platform's object, broken (or renamed away): the replica is refused or
+        # composed, never dropped.
+        broken_cluster = data.draw(broken(cluster))
+        if not _struct_safe(broken_cluster):
+            return
+        req = _replica_request(base, broken_cluster)
         _observe(req, first)
     else:
-        req.observed.composite.resource.update(base)
+        req = _replica_request(base, cluster)
         _observe(req, first)
         key = data.draw(st.sampled_from(sorted(first.desired.resources)))
         observed = resource.struct_to_dict(req.observed.resources[key].resource)

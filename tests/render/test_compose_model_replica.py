@@ -9,6 +9,7 @@ and the ModelReplica is Ready only when its replicas are.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,14 +24,34 @@ from functions.runtime.activator import core as activator_core
 
 TESTDATA = render.REPO / "tests" / "render" / "testdata"
 XR = TESTDATA / "modelreplica.yaml"
+# Its InferenceCluster, which compose-model-replica reads (the provider config, the pod policy).
+CLUSTER = render.REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml"
 OBSERVED = TESTDATA / "model_replica"
 # Every serving shape, as the unit goldens compose them.
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 SHAPES = sorted((render.REPO / "tests/unit/testdata/model_replica/inputs").glob("*.yaml"))
 
 
+def _cluster_of(xr: Path) -> Path:
+    """The InferenceCluster a replica names: the example's for XR; for a shape's input, one
+    of its name reaching its members through the provider config the replica names."""
+    if xr == XR:
+        return CLUSTER
+    spec = yaml.safe_load(xr.read_text())["spec"]["cluster"]
+    cluster = yaml.safe_load(CLUSTER.read_text())
+    cluster["metadata"]["name"] = spec["name"]
+    cluster["spec"]["providerConfigRef"] = spec["providerConfigRef"]
+    path = Path(_CLUSTERS.name) / f"{xr.stem}.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    return path
+
+
+# Removed when the module's tests are done (at interpreter exit).
+_CLUSTERS = tempfile.TemporaryDirectory(prefix="modelplane-replica-clusters-")
+
+
 def _render(function_servers, xr: Path = XR, observed: Path | None = None):
-    result = render.render(function_servers, xr, observed=observed)
+    result = render.render(function_servers, xr, observed=observed, required=_cluster_of(xr))
     assert result.returncode == 0, result.stderr
     composite = result.documents[0]
     composed = [d for d in result.documents[1:] if d["kind"] != "Result"]
@@ -143,7 +164,7 @@ def test_bad_input_is_fatal_and_names_the_field(function_servers, tmp_path, chan
     change(xr["spec"])
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(xr))
-    result = render.render(function_servers, bad)
+    result = render.render(function_servers, bad, required=CLUSTER)
     assert result.returncode != 0
     assert named in result.stderr
 
@@ -162,7 +183,9 @@ def test_every_shape_renders_what_the_planner_composes(function_servers, xr_path
 
 
 def test_removing_a_composed_object_is_said_not_silent(function_servers):
-    result = render.render(function_servers, XR, observed=OBSERVED / "observed-was-parked.yaml")
+    result = render.render(
+        function_servers, XR, observed=OBSERVED / "observed-was-parked.yaml", required=CLUSTER
+    )
     assert result.returncode == 0, result.stderr
     names = [d["metadata"]["name"] for d in result.documents[1:] if d["kind"] != "Result"]
     assert "llama-3-1-8b-us-east-1-route-unavailable" not in names

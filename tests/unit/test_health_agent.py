@@ -210,3 +210,36 @@ def test_pods_are_grouped_by_model_replica_and_the_newest_pod_names_the_definiti
     b = pod("b", definition="new", created="2026-12-02T10:00:00Z")
     assert current_definition([a, b]) == "new"
     assert list(group_by_replica([a, b])) == [("ml-team", "llm-us-east-1")]
+
+
+# The largest hostile termination message tried: the kubelet's own cap (4 KiB) of
+# terminal escapes, repeated across a poll and an agent restart.
+HOSTILE_MESSAGE = (
+    "\x1b]52;c;cm0gLXJmIH4=\x07"  # OSC 52: write the clipboard
+    "\x1b[2J\x1b[H"  # clear the screen, cursor home
+    "\x1b]0;pwned\x07"  # window title
+    "\r\u202eevil\u2066"  # carriage return, bidi override and isolate
+    "\x9b31m"  # C1 CSI
+) * 200
+
+
+def test_a_termination_message_is_stored_escaped_and_bounded():
+    crash = {"exitCode": 1, "reason": "Error", "message": HOSTILE_MESSAGE[:4096] + "é" * 2000}
+    first = tally([pod(restarts=1, last_terminated=crash)])
+    stored = first.record.last_error
+    assert stored.startswith("container engine exited 1 (Error) before ready: \\x1b]52;c;")
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in stored)
+    assert "\u202e" not in stored
+    assert "\u2066" not in stored
+    assert len(stored.encode()) <= 1024
+    assert stored.endswith("…")
+    # Read back (the next poll, a restarted agent) it is stored the same: escaping is
+    # idempotent and the bound holds.
+    again = tally([pod(restarts=1, last_terminated=crash)], first.record, Counted())
+    assert again.record.last_error == stored
+
+
+def test_a_short_message_is_kept_whole_with_its_escapes_visible():
+    crash = {"exitCode": 1, "reason": "Error", "message": "bad\tweights\x1b[31m"}
+    stored = tally([pod(restarts=1, last_terminated=crash)]).record.last_error
+    assert stored == "container engine exited 1 (Error) before ready: bad\\tweights\\x1b[31m"

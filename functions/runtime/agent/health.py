@@ -37,6 +37,7 @@ from functions.common.health import (
     health_record_name,
 )
 from functions.runtime.kube.rest import APPLY_PATCH, kube_request
+from functions.runtime.shared.control_chars import escape
 from functions.runtime.shared.policy import parse_time, rfc3339
 
 ANNOTATION_COUNTED: Final = "modelplane.ai/health-counted"
@@ -46,7 +47,24 @@ UNSCHEDULABLE_AFTER_SECONDS: Final = 900.0
 # runtime error, e.g. a version compared with a string, as SchedulerError, and retries
 # forever).
 _NOT_SCHEDULED: Final = frozenset({"Unschedulable", "SchedulerError"})
+# lastError is at most 1 KiB of UTF-8, control characters escaped: a container's
+# termination message is the container's own text (up to 4 KiB, any bytes), and it is
+# printed by `modelplane status`/`explain` and `kubectl describe` on an operator's
+# terminal.
 LAST_ERROR_MAX: Final = 1024
+_CUT: Final = "…"
+
+
+def stored_error(text: str) -> str:
+    """`text` as lastError stores it: every control character escaped (`\x1b`, `\n`;
+    shared/control_chars.py), then cut to LAST_ERROR_MAX bytes of UTF-8 at a character
+    boundary, ending in "…" when cut."""
+    safe = escape(text)
+    raw = safe.encode()
+    if len(raw) <= LAST_ERROR_MAX:
+        return safe
+    return raw[: LAST_ERROR_MAX - len(_CUT.encode())].decode(errors="ignore") + _CUT
+
 
 _PULL_FAILURES: Final = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -218,7 +236,7 @@ def count_start_failures(
             for p in pods
         }
     )
-    record = HealthRecord(definition_hash, failures, last_error[:LAST_ERROR_MAX], rfc3339(now))
+    record = HealthRecord(definition_hash, failures, stored_error(last_error), rfc3339(now))
     return Tally(record, counted, 0 if any_ready else new)
 
 
