@@ -519,7 +519,8 @@ def runtime() -> DashboardSpec:
                         " holds their first request while a replica starts.",
                         (
                             _q(
-                                _sum(health_by, f"{model_health.DESIRED_REPLICAS} == 0"),
+                                f"count by ({', '.join(health_by)}) "
+                                f"({model_health.DESIRED_REPLICAS} == 0)",
                                 health_by,
                             ),
                         ),

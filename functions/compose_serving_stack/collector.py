@@ -1133,7 +1133,9 @@ def pod_logs_receiver() -> dict[str, Any]:
         "include": [f"{POD_LOGS_DIR}/*/*/*.log"],
         "exclude": [f"{POD_LOGS_DIR}/{contracts.SYSTEM_NAMESPACE}_*/*/*.log"],
         "start_at": "end",
-        "include_file_path": False,
+        # The container parser reads the pod from the file's path (log.file.path): without
+        # it every line fails to parse ("add_metadata_from_filepath enabled, but ...").
+        "include_file_path": True,
         "include_file_name": False,
         # Detects the runtime's line format (containerd, CRI-O, Docker) and sets
         # k8s.namespace.name, k8s.pod.name, k8s.pod.uid and k8s.container.name from the path.
