@@ -68,6 +68,11 @@ class MetricRename:
     # which is how releases that changed a counter's meaning under one name are kept
     # apart (vLLM's prefix-cache counters counted blocks, then tokens).
     help_contains: str | None = None
+    # The source is a histogram and the target a counter of its running sum (the `_sum`
+    # series of the exposition): an engine whose only count of something is a
+    # per-request histogram of it (Triton's TensorRT-LLM backend counts tokens only as
+    # nv_llm_input_token_len / nv_llm_output_token_len).
+    histogram_sum: bool = False
 
     @property
     def scale_literal(self) -> str:
@@ -214,7 +219,7 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
 
     metrics: list[MetricRename] = []
     seen_targets: dict[str, int] = {}
-    seen_sources: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    seen_sources: dict[tuple[str, tuple[tuple[str, str], ...], bool], int] = {}
     selects: list[tuple[str, tuple[tuple[str, str], ...]]] = []
     entries = _list(spec.get("metrics"), "spec.metrics")
     if not entries:
@@ -234,6 +239,7 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
         if select:
             selects.append((f"{at}.select", select))
         help_contains = _help(entry.get("help"), f"{at}.help")
+        histogram_sum = _histogram_sum(entry.get("histogramSum"), f"{at}.histogramSum", target)
         sources = _list(entry.get("from"), f"{at}.from")
         if not sources:
             raise _Refusal(f"{at}.from", "must name at least one source metric")
@@ -251,14 +257,16 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
                     f"{at}.from[{j}]",
                     f"{name!r} is already a vocabulary name; sources are the engine's own names",
                 )
-            # One source may feed several targets, each selecting its own label values.
-            if (name, select) in seen_sources:
+            # One source may feed several targets, each selecting its own label values
+            # (and a histogram both a histogram target and a counter of its sum).
+            key = (name, select, histogram_sum)
+            if key in seen_sources:
                 raise _Refusal(
                     f"{at}.from[{j}]",
-                    f"{name!r} is already mapped by spec.metrics[{seen_sources[(name, select)]}]"
+                    f"{name!r} is already mapped by spec.metrics[{seen_sources[key]}]"
                     + (" with the same select" if select else ""),
                 )
-            seen_sources[(name, select)] = i
+            seen_sources[key] = i
             parsed_sources.append(name)
         metrics.append(
             MetricRename(
@@ -268,6 +276,7 @@ def parse_mapping(resource: Mapping[str, Any]) -> MetricMapping:
                 custom=custom,
                 select=select,
                 help_contains=help_contains,
+                histogram_sum=histogram_sum,
             )
         )
 
@@ -364,6 +373,22 @@ def _select(value: Any, field: str) -> tuple[tuple[str, str], ...]:
             )
         )
     return tuple(sorted(pairs))
+
+
+def _histogram_sum(value: Any, field: str, target: str) -> bool:
+    """histogramSum: only a counter can be a histogram's running sum (a gauge or a
+    histogram target would take a sum of observations for something else)."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _Refusal(field, "must be true or false")
+    known = vocabulary.VOCABULARY_BY_NAME.get(target)
+    if value and known is not None and known.type is not vocabulary.MetricType.COUNTER:
+        raise _Refusal(
+            field,
+            f"{target!r} is a {known.type}; only a counter can be a histogram's running sum",
+        )
+    return value
 
 
 def _help(value: Any, field: str) -> str | None:

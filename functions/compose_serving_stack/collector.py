@@ -278,6 +278,11 @@ class CollectorDestination:
     cluster_state: bool = False
 
 
+# The name extract_sum_metric gives a histogram's sum: the source's name with the
+# Prometheus exposition's own suffix for it.
+HISTOGRAM_SUM_SUFFIX: Final = "_sum"
+
+
 def _ottl_string(value: str) -> str:
     """A double-quoted OTTL string literal of a checked name."""
     if not _OTTL_SAFE.fullmatch(value):
@@ -317,8 +322,9 @@ def _present_marker(target: str, index: int) -> str:
 
 
 def _is_table_rename(rename: MetricRename) -> bool:
-    """A rename the sources table does alone: no scale to apply, no label to select by."""
-    return not rename.select and rename.scale == 1.0
+    """A rename the sources table does alone: no scale to apply, no label to select by,
+    no histogram's sum to take."""
+    return not rename.select and rename.scale == 1.0 and not rename.histogram_sum
 
 
 def _sources_lookup(table: str) -> str:
@@ -440,6 +446,26 @@ def mapping_statements(mapping: MetricMapping) -> tuple[list[str], dict[str, Any
                 )
             earlier_absent = [f"{_present_marker(rename.target, j)} == nil" for j in range(index)]
             where = " and ".join([name_is, *earlier_absent])
+            if rename.histogram_sum:
+                # The histogram's running sum as a monotonic counter, appended under the
+                # source's name with the exposition's `_sum` suffix (so the statements
+                # below see it when the pass reaches it) and renamed to the target there;
+                # the histogram itself passes on under its own name. filter/select then
+                # keeps the selected points of the target, as for a copy.
+                summed = _ottl_string(source + HISTOGRAM_SUM_SUFFIX)
+                metric_statements.append(
+                    f"extract_sum_metric(true, {_ottl_string(HISTOGRAM_SUM_SUFFIX)}) where {where}"
+                )
+                metric_statements.append(
+                    f"set(metric.name, {target}) where metric.name == {summed}"
+                )
+                if rename.scale != 1.0:
+                    unit_argument = f", {_ottl_unit(unit)}" if unit is not None else ""
+                    metric_statements.append(
+                        f"scale_metric({rename.scale_literal}{unit_argument}) "
+                        f"where metric.name == {target}"
+                    )
+                continue
             if rename.select:
                 # One source split by a label feeds several targets: each takes a copy
                 # (appended, so the statements below see it under the target's name),
@@ -1107,7 +1133,9 @@ def pod_logs_receiver() -> dict[str, Any]:
         "include": [f"{POD_LOGS_DIR}/*/*/*.log"],
         "exclude": [f"{POD_LOGS_DIR}/{contracts.SYSTEM_NAMESPACE}_*/*/*.log"],
         "start_at": "end",
-        "include_file_path": False,
+        # The container parser reads the pod from the file's path (log.file.path): without
+        # it every line fails to parse ("add_metadata_from_filepath enabled, but ...").
+        "include_file_path": True,
         "include_file_name": False,
         # Detects the runtime's line format (containerd, CRI-O, Docker) and sets
         # k8s.namespace.name, k8s.pod.name, k8s.pod.uid and k8s.container.name from the path.

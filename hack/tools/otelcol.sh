@@ -62,8 +62,9 @@ _otelcol_builder() {
   mv "$dir.partial" "$dir"
 }
 
-# _otelcol_stubs DIR: for each `- MODULE => ./stubs/NAME` line under the manifest's
-# replaces, write an empty module MODULE with one empty package NAME at DIR/stubs/NAME.
+# _otelcol_stubs DIR [MANIFEST]: for each `- MODULE => ./stubs/NAME` line under the
+# manifest's replaces (OTELCOL_MANIFEST by default), write an empty module MODULE with one
+# empty package NAME at DIR/stubs/NAME.
 # Such modules are only imported by components' integration tests, which `go mod tidy`
 # still resolves, and the module proxy does not serve them.
 _otelcol_stubs() {
@@ -74,7 +75,7 @@ _otelcol_stubs() {
     printf '// Package %s is an empty stand-in; see hack/tools/otelcol/manifest.yaml.\npackage %s\n' \
       "$name" "$name" >"$1/stubs/$name/stub.go"
   done < <(sed -nE 's#^[[:space:]]*-[[:space:]]*([^[:space:]]+)[[:space:]]*=>[[:space:]]*\./stubs/([A-Za-z0-9_]+)[[:space:]]*$#\1 \2#p' \
-    "$OTELCOL_MANIFEST")
+    "${2:-$OTELCOL_MANIFEST}")
 }
 
 version_otelcol() {

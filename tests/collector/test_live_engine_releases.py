@@ -119,18 +119,33 @@ def test_ratios_are_ratios_for_every_release(arrived):
         ), (engine, release)
 
 
+TRITON_RELEASES = ("23.12", "24.08", "main")
+
+
 def test_triton_gauges_split_by_a_label_take_only_their_own_series(arrived):
-    for release in ("23.12", "24.08"):
+    for release in TRITON_RELEASES:
         points = _of(arrived, "triton-trtllm", release)
         assert _last(points, "modelplane_requests_waiting").value == 3
-        assert _last(points, "modelplane_requests_running").value == 5
+        # The backend's waiting requests are active - scheduled: running is "scheduled"
+        # (2), not "active" (5, which counts the 3 waiting again).
+        assert _last(points, "modelplane_requests_running").value == 2
         assert _last(points, "modelplane_kv_cache_usage").value == pytest.approx(0.4875)
         # The backend model's requests, not every ensemble step's (4 x 42).
         assert _last(points, "modelplane_requests_total").value == 42
 
 
+def test_triton_token_counters_are_the_sums_of_its_token_histograms(arrived):
+    points = _of(arrived, "triton-trtllm", "main")
+    prompt = _last(points, "modelplane_prompt_tokens_total")
+    generated = _last(points, "modelplane_generation_tokens_total")
+    assert (prompt.value, generated.value) == (860, 144)
+    assert prompt.kind == generated.kind == "sum"
+    # The histograms themselves pass on under their own names.
+    assert {"nv_llm_input_token_len", "nv_llm_output_token_len"} <= {p.metric for p in points}
+
+
 def test_triton_model_label_never_stands_in_for_the_served_model(arrived):
-    for release in ("23.12", "24.08"):
+    for release in TRITON_RELEASES:
         for p in _of(arrived, "triton-trtllm", release):
             if p.metric.startswith("modelplane_"):
                 assert "model" not in p.attributes, p
@@ -152,7 +167,7 @@ def test_vllm_block_counts_are_never_added_to_token_counts(arrived):
     assert "modelplane_prefix_cache_hits_total" not in names
     # They arrive under the engine's own (made-safe) names, unmapped.
     assert {"vllm_gpu_prefix_cache_hits_total", "vllm_gpu_prefix_cache_queries_total"} <= names
-    for release in ("0.8", "0.11"):
+    for release in ("0.8", "0.11", "0.32"):
         points = _of(arrived, "vllm", release)
         assert _last(points, "modelplane_prefix_cache_hits_total").value == 300
         assert _last(points, "modelplane_prefix_cache_queries_total").value == 900
@@ -174,7 +189,7 @@ def test_trtllm_prometheus_text_is_read_where_trtllm_serve_serves_it(arrived):
 
 
 def test_sglang_model_label_of_either_release_becomes_model(arrived):
-    for release in ("older", "newer"):
+    for release in ("older", "newer", "0.5.23"):
         running = _last(_of(arrived, "sglang", release), "modelplane_requests_running")
         assert running.attributes == {vocabulary.MODEL_LABEL: releases.SGLANG_MODEL}
         assert running.value == 6

@@ -31,7 +31,7 @@ EXPORTS = 40  # one per second
 
 
 def _pods() -> list[engines.Pod]:
-    page = engines.vllm_page(RUNNING_PER_POD, 0.5, 10, [0] * 13)
+    page = engines.vllm_page(RUNNING_PER_POD, 0.5, 10, [0] * 13, release="0.32")
     pods = [
         engines.Pod(
             f"llama-8b-{index}",

@@ -16,8 +16,16 @@ from on this host (in a cluster, the pod's own address); listen addresses are lo
 ports; the cluster collector trusts the gateway's self-signed test certificate. The
 prometheus pipeline is left out (tests/collector/test_live_pipeline.py runs it).
 
-Engine logs (node tier: filelog, k8s_attributes, filter) are not run live here: filelog
-is not in the test collector's build (hack/tools/otelcol/manifest.yaml).
+The node tier runs too, with its own collector build (hack/tools/otelcol-node, a release
+of its own: see its manifest): `render_node_collector_config` as rendered, with
+`hostmetrics` reading this host and `filelog` tailing a folder laid out as the kubelet
+lays out /var/log/pods (`<namespace>_<pod>_<uid>/<container>/0.log`, CRI lines), through
+`k8s_attributes` (the same API server) and the engine-logs filter to the same gateway.
+Its test substitutions: `kubeletstats` is left out of the pipeline (there is no kubelet
+to read: it stays rendered, and `otelcol validate` checks it), `hostmetrics` reads `/`
+rather than the host's filesystem mounted at `/hostfs`, and the log folder is the test's.
+`k8s_cluster` (the cluster collector's cluster state) needs a controller manager's
+workloads to report and is not run.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from fleetbox.process import Process
@@ -394,3 +403,131 @@ def test_an_engine_trace_arrives_with_the_model_and_cluster(pipeline):
     assert {k: attributes.get(k) for k in MODEL_ATTRIBUTES} == MODEL_ATTRIBUTES
     assert attributes["k8s.pod.name"] == ENGINE_POD
     assert attributes["service.name"] == "vllm"
+
+
+# --- the node tier --------------------------------------------------------------------------
+
+
+@dataclass
+class NodeTier:
+    process: Process
+    engine_log: Path
+    other_log: Path
+
+
+def node_collector_config(pipeline: Pipeline, gateway_port: int, token: Path, ca: Path) -> dict:
+    config = collector.render_node_collector_config(
+        collector.CollectorCluster(CLUSTER),
+        collector.CollectorDestination(f"127.0.0.1:{gateway_port}", token_file=str(token)),
+        interval_seconds=2,
+    )
+    _common(config, ca)
+    metrics = config["service"]["pipelines"]["metrics"]
+    # test substitution: no kubelet here; kubeletstats stays rendered, but not run.
+    metrics["receivers"].remove("kubeletstats")
+    del config["receivers"]["kubeletstats"]
+    # test substitution: this host's own filesystem, not the node's mounted at /hostfs.
+    config["receivers"]["hostmetrics"]["root_path"] = "/"
+    # test substitution: the test's /var/log/pods.
+    logs = config["receivers"][collector.LOGS_RECEIVER]
+    logs["include"] = [f"{pipeline.logs_dir}/*/*/*.log"]
+    logs["exclude"] = [f"{pipeline.logs_dir}/{contracts.SYSTEM_NAMESPACE}_*/*/*.log"]
+    return config
+
+
+def _pod_log(pipeline: Pipeline, pod: str, uid: str) -> Path:
+    """Where the kubelet writes a container's log: /var/log/pods/<ns>_<pod>_<uid>/<c>/0.log."""
+    folder = pipeline.logs_dir / f"{NAMESPACE}_{pod}_{uid}" / "engine"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "0.log"
+    path.touch()
+    return path
+
+
+def _cri_line(path: Path, message: str) -> None:
+    """One line as containerd writes it: time, stream, full-line tag, message."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000000000Z"
+    with path.open("a") as log:
+        log.write(f"{stamp} stdout F {message}\n")
+
+
+@pytest.fixture(scope="module")
+def node_tier(pipeline) -> Iterator[NodeTier]:
+    otelcol_node = require_tool("otelcol-node", "otelcol_node")
+    workdir = pipeline.workdir
+    gateway_config = yaml.safe_load((workdir / "gateway.yaml").read_text())
+    gateway_port = int(
+        gateway_config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].rsplit(":", 1)[1]
+    )
+    config = node_collector_config(
+        pipeline, gateway_port, workdir / "token", workdir / "gateway.crt"
+    )
+    engine_log = _pod_log(pipeline, ENGINE_POD, pipeline.engine_uid)
+    other_log = _pod_log(pipeline, OTHER_POD, pipeline.other_uid)
+    cluster_env = next(p for p in pipeline.processes if p.name == "cluster-collector").env
+    process = Process(
+        "node-collector",
+        [str(otelcol_node), f"--config={write_yaml(workdir / 'node.yaml', config)}"],
+        workdir / "node.log",
+        env={**(cluster_env or {}), "K8S_NODE_NAME": NODE},
+    )
+    pipeline.processes.append(process)
+    process.start()
+    port = int(config["extensions"][collector.HEALTH_CHECK]["endpoint"].split(":")[1])
+    wait_for(
+        "the node collector to be healthy",
+        lambda: http_ok(f"http://127.0.0.1:{port}/"),
+        60,
+        pipeline.logs,
+    )
+    try:
+        yield NodeTier(process, engine_log, other_log)
+    finally:
+        process.stop(grace=STOP_GRACE_SECONDS)
+        pipeline.processes.remove(process)
+
+
+def arrived_log(pipeline: Pipeline, text: str) -> dict | None:
+    found = [
+        attributes
+        for attributes, records in resources_of(pipeline, "resourceLogs", "logRecords")
+        if any(text in str(r.get("body", {}).get("stringValue", "")) for r in records)
+    ]
+    attributed = [a for a in found if a.get(contracts.RESOURCE_ATTR_DEPLOYMENT)]
+    return (attributed or found or [None])[0]
+
+
+def test_an_engine_log_line_arrives_with_its_pod_and_model(pipeline, node_tier):
+    line = "INFO 12-06 06:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 42.0"
+    attributes = _wait_attributed(
+        pipeline,
+        "the engine's log line",
+        lambda: arrived_log(pipeline, line),
+        lambda: (_cri_line(node_tier.engine_log, line), _cri_line(node_tier.other_log, line)),
+    )
+    assert {k: attributes.get(k) for k in MODEL_ATTRIBUTES} == MODEL_ATTRIBUTES
+    assert attributes["k8s.pod.name"] == ENGINE_POD
+    assert attributes["k8s.pod.uid"] == pipeline.engine_uid
+    assert attributes["k8s.container.name"] == "engine"
+    # The other pod's identical lines are dropped on the node: every arrival is the engine's.
+    for found, records in resources_of(pipeline, "resourceLogs", "logRecords"):
+        if any(line in str(r.get("body", {}).get("stringValue", "")) for r in records):
+            assert found.get("k8s.pod.name") != OTHER_POD, found
+
+
+def test_host_metrics_arrive_with_the_cluster(pipeline, node_tier):
+    def host_metrics() -> set[str]:
+        return {
+            metric["name"]
+            for attributes, metrics in resources_of(pipeline, "resourceMetrics", "metrics")
+            if attributes.get(contracts.RESOURCE_ATTRIBUTE_CLUSTER) == CLUSTER
+            for metric in metrics
+            if metric["name"].startswith("system.")
+        }
+
+    wait_for(
+        "the host's metrics at the destination",
+        lambda: {"system.cpu.time", "system.memory.usage"} <= host_metrics(),
+        ARRIVAL_SECONDS,
+        pipeline.logs,
+    )

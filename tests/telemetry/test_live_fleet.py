@@ -127,7 +127,50 @@ class FakeEngine:
         kv_cache = prometheus_client.Gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage", labels, registry=registry
         )
+        # The rest of what vLLM 0.32 serves that the dashboards read (names and HELP from
+        # its vllm/v1/metrics/loggers.py; the prefix-cache HELP says tokens, which the
+        # built-in mapping's guard requires).
+        waiting = prometheus_client.Gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            labels,
+            registry=registry,
+        )
+        prompt = prometheus_client.Counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=registry
+        )
+        finished = prometheus_client.Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*labels, "finished_reason"],
+            registry=registry,
+        )
+        e2e = prometheus_client.Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            labels,
+            buckets=(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0),
+            registry=registry,
+        )
+        prefix_queries = prometheus_client.Counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            labels,
+            registry=registry,
+        )
+        prefix_hits = prometheus_client.Counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            labels,
+            registry=registry,
+        )
         with self._lock:
+            self.waiting = waiting.labels(MODEL)
+            self.prompt = prompt.labels(MODEL)
+            self.finished = finished
+            self.e2e = e2e.labels(MODEL)
+            self.prefix_queries = prefix_queries.labels(MODEL)
+            self.prefix_hits = prefix_hits.labels(MODEL)
             self.registry = registry
             self.running = running.labels(MODEL)
             self.ttft = ttft.labels(MODEL)
@@ -284,7 +327,11 @@ def cluster_collector_config(
     listen: gateway.Listen,
     token: Path,
     ca: Path,
+    *,
+    agent_target: dict | None = None,
 ) -> dict:
+    """`agent_target`: a static target for the rendered agent job (what discovery would
+    offer for the member's agent pod), scraped beside the engines."""
     pods = engine if isinstance(engine, list) else [engine]
     vllm = yaml.safe_load((REPO / "functions/common/builtin_mappings/vllm.yaml").read_text())
     config = render_cluster_collector_config(
@@ -318,22 +365,53 @@ def cluster_collector_config(
             "metric_relabel_configs": rendered["metric_relabel_configs"],
         }
     ]
-    # test substitution: the attributes k8s_attributes would lift from the pod.
+    pod_attributes = (
+        (contracts.RESOURCE_ATTR_ENGINE, "vllm"),
+        (contracts.RESOURCE_ATTR_DEPLOYMENT, MODEL),
+        (contracts.RESOURCE_ATTR_SERVING, f"{MODEL}-{name}"),
+        (contracts.RESOURCE_ATTR_NAMESPACE, "ml-team"),
+        ("k8s.pod.name", f"{MODEL}-{name}-0"),
+    )
     processors = config["service"]["pipelines"]["metrics"]["processors"]
-    processors[processors.index("k8s_attributes")] = "resource/pod"
     del config["processors"]["k8s_attributes"]
-    config["processors"]["resource/pod"] = {
-        "attributes": [
-            {"key": key, "value": value, "action": "upsert"}
-            for key, value in (
-                (contracts.RESOURCE_ATTR_ENGINE, "vllm"),
-                (contracts.RESOURCE_ATTR_DEPLOYMENT, MODEL),
-                (contracts.RESOURCE_ATTR_SERVING, f"{MODEL}-{name}"),
-                (contracts.RESOURCE_ATTR_NAMESPACE, "ml-team"),
-                ("k8s.pod.name", f"{MODEL}-{name}-0"),
-            )
+    if agent_target is None:
+        # test substitution: the attributes k8s_attributes would lift from the pod.
+        processors[processors.index("k8s_attributes")] = "resource/pod"
+        config["processors"]["resource/pod"] = {
+            "attributes": [
+                {"key": key, "value": value, "action": "upsert"} for key, value in pod_attributes
+            ]
+        }
+    else:
+        # test substitution: the agent's pod as discovery would offer it (the rendered
+        # relabel rules still pick it), and the engine pod's attributes on the engines'
+        # series only (k8s_attributes finds nothing to lift on the agent, not a model pod).
+        (agent_job,) = [
+            job
+            for job in render_cluster_collector_config(
+                CollectorCluster(name),
+                (),
+                CollectorDestination(endpoint="127.0.0.1:4317", traces_and_logs=False),
+                scrape_interval_seconds=2,
+            )["receivers"]["prometheus"]["config"]["scrape_configs"]
+            if job["job_name"] == contracts.AGENT_SERVICE_NAME
         ]
-    }
+        del agent_job["kubernetes_sd_configs"]
+        agent_job["static_configs"] = [agent_target]
+        agent_job["scrape_interval"] = agent_job["scrape_timeout"] = "2s"
+        config["receivers"]["prometheus"]["config"]["scrape_configs"].append(agent_job)
+        processors[processors.index("k8s_attributes")] = "transform/pod"
+        engines_job = f'resource.attributes["service.name"] == "{ENGINES_JOB}"'
+        config["processors"]["transform/pod"] = {
+            "metric_statements": [
+                {
+                    "statements": [
+                        f'set(resource.attributes["{key}"], "{value}") where {engines_job}'
+                        for key, value in pod_attributes
+                    ]
+                }
+            ]
+        }
     # test substitution: trust the test's self-signed gateway certificate (in a fleet the
     # endpoint presents a certificate the cluster already trusts).
     config["exporters"]["otlp_grpc/gateway"]["tls"] = {"ca_file": str(ca)}

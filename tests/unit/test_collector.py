@@ -150,9 +150,13 @@ def test_each_engines_renames_are_its_own_table_and_every_group_tests_its_engine
         f'delete_key({sources}, "vllm:gpu_cache_usage_perc") where resource.attributes'
         f'["{collector.PRESENT_MARKER}.modelplane_kv_cache_usage.0"] != nil'
     ) in after[-1]["statements"]
-    # Triton's copies stay statements, gated on Triton, before the rename pass.
+    # Triton's copies and its histograms' sums stay statements, gated on Triton, before
+    # the rename pass.
     (triton,) = [g for g in groups if g["conditions"] == [engine_is["triton-trtllm"]]]
-    assert all(s.startswith(("copy_metric(", "scale_metric(")) for s in triton["statements"])
+    assert all(
+        s.startswith(("copy_metric(", "scale_metric(", "extract_sum_metric(", "set(metric.name"))
+        for s in triton["statements"]
+    )
     # No built-in mapping needs a mark (only a scaled or selected target with several
     # names would), and label renames are the receiver's relabel rules, not passes here.
     assert not [g for g in groups if "conditions" not in g]
@@ -191,6 +195,62 @@ def test_a_scaled_or_selected_target_with_several_names_is_marked_and_gated():
     # The unscaled target is the table's, and the statements never rename it.
     assert '{"running": "modelplane_requests_running"}' in groups[0]["statements"][0]
     assert not [s for s in scaled["statements"] if '"running"' in s]
+
+
+def test_a_histogram_sum_target_is_the_histograms_running_sum_under_the_target_name():
+    parsed = _parse(
+        {
+            "engine": "triton",
+            "metrics": [
+                {
+                    "to": "modelplane_prompt_tokens_total",
+                    "from": ["input_len"],
+                    "histogramSum": True,
+                    "select": {"model": "tensorrt_llm"},
+                },
+                # The same histogram may also feed a histogram target of its own.
+                {"to": "modelplane_request_duration", "from": ["input_len"]},
+            ],
+        }
+    )
+    (summed,) = [m for m in parsed.metrics if m.histogram_sum]
+    assert summed.target == "modelplane_prompt_tokens_total"
+    config = collector.render_cluster_collector_config(
+        collector.CollectorCluster("c"), [parsed], DESTINATION
+    )
+    groups = config["processors"]["transform/normalize"]["metric_statements"]
+    engine = 'resource.attributes["modelplane.engine"] == "triton"'
+    (group,) = [
+        g
+        for g in groups
+        if g.get("conditions") == [engine]
+        and "statements" in g
+        and any("extract_sum_metric" in s for s in g["statements"])
+    ]
+    assert group["statements"] == [
+        'extract_sum_metric(true, "_sum") where metric.name == "input_len"',
+        'set(metric.name, "modelplane_prompt_tokens_total") where metric.name == "input_len_sum"',
+    ]
+    # The histogram target is still a plain table rename, and the select applies to the sum.
+    assert '"input_len": "modelplane_request_duration"' in str(groups)
+    (select,) = config["processors"]["filter/select"]["metrics"]["datapoint"]
+    assert 'metric.name == "modelplane_prompt_tokens_total"' in select
+    assert 'datapoint.attributes["model"] == "tensorrt_llm"' in select
+
+
+@pytest.mark.parametrize(
+    ("target", "value", "rule"),
+    [
+        ("modelplane_requests_running", True, "only a counter"),
+        ("modelplane_time_to_first_token", True, "only a counter"),
+        ("modelplane_prompt_tokens_total", "yes", "must be true or false"),
+    ],
+)
+def test_histogram_sum_is_refused_for_anything_but_a_counter(target, value, rule):
+    with pytest.raises(mappings._Refusal) as refused:
+        _parse({"engine": "e", "metrics": [{"to": target, "from": ["h"], "histogramSum": value}]})
+    assert refused.value.field == "spec.metrics[0].histogramSum"
+    assert rule in refused.value.rule
 
 
 def _parse(spec: dict) -> mappings.MetricMapping:
