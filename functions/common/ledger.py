@@ -18,7 +18,17 @@ instead of every ModelReplica in the fleet (docs/placement.md, "The capacity led
 A holder is one line, `<creationTimestamp> <namespace> <name> <deployment> <replicas>
 <gangs>/<pods>`: the footprint of one replica as whole nodes per multi-node engine and
 devices per single-node pod (comma-separated, largest first), `-` for a ModelReplica
-without a creationTimestamp. One line rather than an object keeps a pool's entry small:
+without a creationTimestamp. A CPU replica (members asking for `cpu` and `memory`, not
+devices) adds a seventh field, each pod's request as `<millicores>x<bytes>`, largest
+first, a Leader's workers included:
+
+    2026-11-01T00:00:00Z team-a qwen-eu qwen 2 /2,1 cpu:8000x17179869184,4000x8589934592
+
+and its `<pods>` are then those requests in slots of its own smallest request (so `/2,1`
+above; placement re-counts them in each CPU deployment's slots, cpu_slots.py). A line
+without the seventh field holds devices, as every line did before CPU pools.
+
+One line rather than an object keeps a pool's entry small:
 a ledger grows with the devices a cluster has (each holder holds at least one), never
 with the models in the fleet. A ModelReplica at 0 replicas holds nothing and is counted
 in `replicas` only.
@@ -36,10 +46,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from functions.common import contracts
+from functions.common.cpu_slots import Request, bytes_of, millicores, pod_slots
 from functions.common.reader import InputError
 
 NO_TIMESTAMP: Final = "-"
 FIELDS: Final = 6
+CPU_PREFIX: Final = "cpu:"
 
 
 class LedgerError(InputError):
@@ -58,6 +70,9 @@ class Entry:
     replicas: int
     gangs: tuple[int, ...]  # whole nodes per multi-node engine, largest first
     pods: tuple[int, ...]  # devices per single-node pod, largest first
+    # A CPU replica: each pod's (millicores, bytes), largest first; `pods` are then the
+    # pods' slots in their own smallest request and `gangs` is empty.
+    requests: tuple[Request, ...] = ()
 
     @property
     def order(self) -> tuple[str, str, str]:
@@ -75,8 +90,26 @@ def encode(entry: Entry) -> str:
             entry.deployment,
             str(entry.replicas),
             footprint,
+            *([_encode_requests(entry.requests)] if entry.requests else []),
         )
     )
+
+
+def _encode_requests(requests: tuple[Request, ...]) -> str:
+    return CPU_PREFIX + ",".join(f"{m}x{b}" for m, b in requests)
+
+
+def _decode_requests(text: str, path: str) -> tuple[Request, ...]:
+    rule = f"{text!r}: want '{CPU_PREFIX}<millicores>x<bytes>,...', each more than 0"
+    if not text.startswith(CPU_PREFIX):
+        raise LedgerError(path, rule)
+    requests = []
+    for part in text[len(CPU_PREFIX) :].split(","):
+        milli, x, size = part.partition("x")
+        if not (x and milli.isdigit() and size.isdigit() and int(milli) and int(size)):
+            raise LedgerError(path, rule)
+        requests.append((int(milli), int(size)))
+    return tuple(sorted(requests, reverse=True))
 
 
 def _numbers(text: str, path: str) -> tuple[int, ...]:
@@ -94,18 +127,24 @@ def decode(pool: str, line: Any, path: str) -> Entry:
     if not isinstance(line, str):
         raise LedgerError(path, "want a string")
     parts = line.split(" ")
-    if len(parts) != FIELDS or not all(parts):
+    if len(parts) not in (FIELDS, FIELDS + 1) or not all(parts):
         raise LedgerError(
             path,
             f"{line!r}: want '<creationTimestamp> <namespace> <name> <deployment> "
-            "<replicas> <gangs>/<pods>'",
+            f"<replicas> <gangs>/<pods>', then '{CPU_PREFIX}<millicores>x<bytes>,...' "
+            "for a CPU replica",
         )
-    created, namespace, name, deployment, replicas, footprint = parts
+    created, namespace, name, deployment, replicas, footprint = parts[:FIELDS]
+    requests = _decode_requests(parts[FIELDS], path) if len(parts) > FIELDS else ()
     if not replicas.isdigit():
         raise LedgerError(path, f"{line!r}: replicas {replicas!r} is not a whole number")
     gangs, slash, pods = footprint.partition("/")
     if not slash:
         raise LedgerError(path, f"{line!r}: footprint {footprint!r} has no '/'")
+    if requests and (gangs or len(_numbers(pods, path)) != len(requests)):
+        raise LedgerError(
+            path, f"{line!r}: a CPU replica's footprint is '/<pods>', one per request"
+        )
     return Entry(
         created="" if created == NO_TIMESTAMP else created,
         namespace=namespace,
@@ -115,6 +154,7 @@ def decode(pool: str, line: Any, path: str) -> Entry:
         replicas=int(replicas),
         gangs=_numbers(gangs, path),
         pods=_numbers(pods, path),
+        requests=requests,
     )
 
 
@@ -197,7 +237,8 @@ def _read_entry(mr: dict) -> tuple[str, Entry]:
     spec = mr.get("spec") or {}
     gangs: list[int] = []
     pods: list[int] = []
-    for engine in spec.get("engines") or []:
+    requests = _requests(spec)
+    for engine in [] if requests else spec.get("engines") or []:
         members = engine.get("members") or []
         leader = next((m for m in members if m.get("role") == contracts.ROLE_LEADER), None)
         if leader is not None:
@@ -219,6 +260,40 @@ def _read_entry(mr: dict) -> tuple[str, Entry]:
         pool=str((spec.get("nodePool") or {}).get("name", "")),
         replicas=_count(spec.get("replicas"), "spec.replicas"),
         gangs=tuple(sorted(gangs, reverse=True)),
-        pods=tuple(sorted(pods, reverse=True)),
+        pods=pod_slots(requests) if requests else tuple(sorted(pods, reverse=True)),
+        requests=requests,
     )
     return str((spec.get("cluster") or {}).get("name", "")), entry
+
+
+def _quantity(value: Any, path: str, convert: Any) -> int:
+    """A positive resource quantity, converted (as placement reads one)."""
+    text = str(value)
+    try:
+        amount = convert(text)
+    except ValueError:
+        raise LedgerError(path, f"{text[:40]!r} is not a resource quantity") from None
+    if amount <= 0:
+        raise LedgerError(path, f"must be more than 0, got {text[:40]!r}")
+    return amount
+
+
+def _requests(spec: dict) -> tuple[Request, ...]:
+    """A CPU ModelReplica's pods as (millicores, bytes), largest first; () for one whose
+    members ask for devices. A Worker member runs its Leader's workerNodes pods (as
+    compose_model_deployment's model._holding_requests reads them)."""
+    requests: list[Request] = []
+    for engine in spec.get("engines") or []:
+        members = engine.get("members") or []
+        leader = next((m for m in members if m.get("role") == contracts.ROLE_LEADER), None)
+        workers = _count(leader.get("workerNodes"), "spec.engines[].workerNodes") if leader else 0
+        for m in members:
+            if "cpu" not in m:
+                return ()
+            path = "spec.engines[].members[]"
+            request = (
+                _quantity(m.get("cpu"), f"{path}.cpu", millicores),
+                _quantity(m.get("memory"), f"{path}.memory", bytes_of),
+            )
+            requests += [request] * (workers if m.get("role") == contracts.ROLE_WORKER else 1)
+    return tuple(sorted(requests, reverse=True))

@@ -11,6 +11,10 @@ holder by holder, with its own replicas in place. Placement from the ledger is t
 placement from the full list: the same rooms, the same holders where order matters
 (tests/unit/test_ledger.py checks it on random fleets).
 
+A CPU-only pool has no room to memoize: each CPU deployment counts it in its own slots
+(cpu.py), so its holders (each line's CPU requests) are always listed, holder by holder,
+and translated with the rest of the deployment's holdings.
+
 A cluster whose ledger cannot be read is not read at all (fleet.py freezes this
 deployment's replicas there). A cluster without a ledger yet (compose-serving-stack
 has not summarized it) offers its pools as nothing holds them: if something does, the
@@ -47,7 +51,7 @@ class LedgerView:
     cluster: Cluster
     holders: dict[str, tuple[Holding, ...]]  # by pool, oldest first
     owners: dict[tuple[str, str], frozenset[str]]  # (namespace, deployment) -> pools
-    rooms: dict[str, PoolRoom]  # by pool: the room left after every holder
+    rooms: dict[str, PoolRoom]  # by pool: the room left after every holder (not CPU-only)
 
 
 def replay(pool_room: PoolRoom, holders: Iterable[Holding]) -> PoolRoom:
@@ -79,7 +83,7 @@ def read_view(ic: dict) -> LedgerView:
                 cluster=cluster.name,
                 pool=e.pool,
                 replicas=e.replicas,
-                footprint=Footprint(e.gangs, e.pods),
+                footprint=Footprint(e.gangs, e.pods, e.requests),
                 order=e.order,
             )
         )
@@ -88,7 +92,7 @@ def read_view(ic: dict) -> LedgerView:
     rooms = {}
     for pool_name, held in holders.items():
         pool = cluster.pool(pool_name)
-        if pool is not None:
+        if pool is not None and not pool.cpu_only:
             rooms[pool_name] = replay(PoolRoom(pool), held)
     return LedgerView(cluster, holders, {k: frozenset(v) for k, v in owners.items()}, rooms)
 
@@ -104,7 +108,8 @@ class Counted:
 def counted(
     views: Iterable[LedgerView], own: Iterable[Holding], namespace: str, deployment: str
 ) -> Counted:
-    """The holders of the pools this deployment holds in, and the rooms of the rest."""
+    """The holders of the pools this deployment holds in and of every CPU-only pool, and
+    the rooms of the rest."""
     touched = {(h.cluster, h.pool) for h in own}
     listed: list[Holding] = []
     rooms: dict[tuple[str, str], PoolRoom] = {}
@@ -116,4 +121,6 @@ def counted(
                 listed.extend(held)
             elif pool in view.rooms:
                 rooms[(name, pool)] = view.rooms[pool]
+            elif (found := view.cluster.pool(pool)) is not None and found.cpu_only:
+                listed.extend(held)
     return Counted(listed, rooms)

@@ -2,8 +2,9 @@
 status.ledger, what compose-model-deployment reads back from it, and the claim that
 placing from the ledgers is placing from the full list of ModelReplicas.
 
-Property tests on random fleets (clusters with fabrics, holders of single-node pods and
-multi-node gangs, over-committed pools, this deployment's own replicas among them):
+Property tests on random fleets (clusters with fabrics and CPU-only pools, holders of
+single-node pods, multi-node gangs and CPU pods, over-committed pools, this deployment's
+own replicas among them, the deployment itself asking for devices or for CPU):
 
 - the ledger is the sum of the holdings it summarizes: every holder, line for line,
   and the replicas per pool;
@@ -49,10 +50,24 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 # --- Fleets -------------------------------------------------------------------------------
 
 
+CPU_POOL = "c7i"  # a CPU-only pool in these fleets: product "CPU", perNode is its CPU
+
+
 def cluster_body(name: str, pools: list[tuple[str, str, int, int, int]]) -> dict:
-    """pools: (name, product, nodes, perNode, fabric nodes: 0 for none)."""
+    """pools: (name, product, nodes, perNode, fabric nodes: 0 for none); product "CPU"
+    for a CPU-only pool of perNode CPUs and twice as many Gi of memory per node."""
     node_pools = []
     for pool_name, product, nodes, per_node, fabric in pools:
+        if product == "CPU":
+            node_pools.append(
+                {
+                    "name": pool_name,
+                    "nodes": nodes,
+                    "cpu": str(per_node),
+                    "memory": f"{2 * per_node}Gi",
+                }
+            )
+            continue
         raw = {
             "name": pool_name,
             "nodes": nodes,
@@ -86,8 +101,18 @@ def replica_body(
     devices: int = 1,
     workers: int = 0,
     created: str = "2026-01-01T00:00:00Z",
+    cpu: tuple[str, str] | None = None,
 ) -> dict:
-    if workers:
+    """cpu: (cpu, memory) per pod for a CPU replica (a Leader's Worker asks for half)."""
+    if cpu:
+        half = (f"{int(cpu[0][:-1]) // 2 or 1}m", cpu[1])
+        members = [
+            {"role": "Standalone", "cpu": cpu[0], "memory": cpu[1], "devices": []}
+            if not workers
+            else {"role": "Leader", "workerNodes": workers, "cpu": cpu[0], "memory": cpu[1]},
+            *([{"role": "Worker", "cpu": half[0], "memory": half[1]}] if workers else []),
+        ]
+    elif workers:
         members = [{"role": "Leader", "workerNodes": workers, "devices": [{"count": devices}]}]
     else:
         members = [{"role": "Standalone", "devices": [{"count": devices}]}]
@@ -109,23 +134,35 @@ def replica_body(
     }
 
 
-def deployment_of(name: str, replicas: int, *, devices: int = 1, workers: int = 0):
+def deployment_of(
+    name: str,
+    replicas: int,
+    *,
+    devices: int = 1,
+    workers: int = 0,
+    cpu: tuple[str, str] | None = None,
+):
+    """cpu: (cpu, memory) per pod for a CPU deployment (its Workers ask for half, as
+    replica_body's)."""
     request = {"name": "gpu", "count": devices, "selectors": [{"cel": H100}]}
+    selector: dict = {"devices": [request]}
+    worker_selector = selector
+    if cpu:
+        selector = {"cpu": cpu[0], "memory": cpu[1]}
+        worker_selector = {"cpu": f"{int(cpu[0][:-1]) // 2 or 1}m", "memory": cpu[1]}
     template = {"spec": {"containers": [{"name": "engine", "image": "e"}]}}
     if workers:
         members = [
             {
                 "role": "Leader",
                 "worker": {"nodes": workers},
-                "nodeSelector": {"devices": [request]},
+                "nodeSelector": selector,
                 "template": template,
             },
-            {"role": "Worker", "nodeSelector": {"devices": [request]}, "template": template},
+            {"role": "Worker", "nodeSelector": worker_selector, "template": template},
         ]
     else:
-        members = [
-            {"role": "Standalone", "nodeSelector": {"devices": [request]}, "template": template}
-        ]
+        members = [{"role": "Standalone", "nodeSelector": selector, "template": template}]
     return read_deployment(
         {
             "metadata": {"name": name, "namespace": "ns"},
@@ -143,7 +180,9 @@ def deployment_of(name: str, replicas: int, *, devices: int = 1, workers: int = 
     )
 
 
-POOL_NAMES = ("a100", "h100", "l40s")
+POOL_NAMES = ("a100", "h100", "l40s", CPU_POOL)
+# (cpu, memory) per pod of a CPU replica, in millicores so a Worker can ask for half.
+CPU_REQUESTS = [(c, m) for c in ("500m", "1000m", "3000m", "4000m") for m in ("1Gi", "3Gi", "8Gi")]
 TIMES = [f"2026-01-0{d}T00:00:00Z" for d in range(1, 6)]
 
 
@@ -155,11 +194,18 @@ def fleets(draw):
         pools = []
         for p in draw(st.lists(st.sampled_from(POOL_NAMES), min_size=1, max_size=3, unique=True)):
             nodes = draw(st.integers(1, 4))
+            if p == CPU_POOL:
+                pools.append((p, "CPU", nodes, draw(st.sampled_from((4, 8, 16))), 0))
+                continue
             per_node = draw(st.sampled_from((2, 4, 8)))
             fabric = draw(st.integers(0, nodes))
             product = draw(st.sampled_from(("H100", "H100", "A100")))
             pools.append((p, product, nodes, per_node, fabric))
         clusters.append(cluster_body(f"c{c}", pools))
+    # `me` asks for devices or for CPU; its own replicas are of its kind, the others' of
+    # their pool's kind.
+    me_cpu = draw(st.sampled_from([None, None, *CPU_REQUESTS]))
+    me_workers = draw(st.sampled_from((0, 0, 1)))
     replicas = []
     names = [f"d{i}" for i in range(draw(st.integers(0, 8)))] + ["me"]
     for deployment, cluster in itertools.product(names, clusters):
@@ -170,6 +216,10 @@ def fleets(draw):
         if draw(st.integers(0, 9)) == 0:
             pool = "gone"  # a pool the cluster no longer has
         workers = draw(st.sampled_from((0, 0, 0, 1)))
+        if deployment == "me":
+            request = me_cpu
+        else:
+            request = draw(st.sampled_from(CPU_REQUESTS)) if pool == CPU_POOL else None
         replicas.append(
             replica_body(
                 "ns",
@@ -180,13 +230,15 @@ def fleets(draw):
                 devices=draw(st.sampled_from((1, 2, 4))),
                 workers=workers,
                 created=draw(st.sampled_from([*TIMES, ""])),
+                cpu=request,
             )
         )
     me = deployment_of(
         "me",
         draw(st.integers(0, 8)),
         devices=draw(st.sampled_from((1, 2, 4))),
-        workers=draw(st.sampled_from((0, 0, 1))),
+        workers=me_workers,
+        cpu=me_cpu,
     )
     return clusters, replicas, me
 
@@ -211,8 +263,8 @@ def test_the_ledger_is_the_sum_of_the_holdings_it_summarizes(fleet):
             assert [(e.order, e.deployment, e.replicas) for e in read] == [
                 (h.order, h.deployment, h.replicas) for h in held
             ]
-            assert [(e.gangs, e.pods) for e in read] == [
-                (h.footprint.gangs, h.footprint.pods) for h in held
+            assert [(e.gangs, e.pods, e.requests) for e in read] == [
+                (h.footprint.gangs, h.footprint.pods, h.footprint.requests) for h in held
             ]
         assert {p["name"] for p in ledger["pools"]} == {h.pool for h in holding}
 
@@ -266,12 +318,65 @@ def test_the_ledger_and_placement_read_any_model_replica_alike(replicas, count, 
     )
 
 
+QUANTITIES = st.one_of(
+    VALUES,
+    st.sampled_from(("500m", "2", "0", "-1", "1.5", "3Gi", "8e9", "1Ki", "x", "")),
+)
+
+
+@SETTINGS
+@given(
+    replicas=VALUES,
+    workers=VALUES,
+    leader=st.tuples(QUANTITIES, QUANTITIES),
+    worker=st.tuples(QUANTITIES, QUANTITIES),
+)
+def test_the_ledger_and_placement_read_any_cpu_model_replica_alike(
+    replicas, workers, leader, worker
+):
+    body = replica_body("ns", "d", "c0", CPU_POOL, 1, workers=1, cpu=("2000m", "4Gi"))
+    body["spec"]["replicas"] = replicas
+    lead, work = body["spec"]["engines"][0]["members"]
+    lead.update(workerNodes=workers, cpu=leader[0], memory=leader[1])
+    work.update(cpu=worker[0], memory=worker[1])
+    try:
+        h = read_holding(body)
+    except InputError as err:
+        with pytest.raises(LedgerError) as refused:
+            read_entry(body)
+        assert refused.value.path == err.path  # noqa: PT017 (both readers refuse alike)
+        return
+    cluster, entry = read_entry(body)
+    assert entry.requests  # a CPU replica, read as one
+    assert (cluster, entry.replicas, entry.gangs, entry.pods, entry.requests, entry.order) == (
+        h.cluster,
+        h.replicas,
+        h.footprint.gangs,
+        h.footprint.pods,
+        h.footprint.requests,
+        h.order,
+    )
+    # ... and its ledger line reads back the same.
+    assert decode(entry.pool, encode(entry), "x") == entry
+
+
 def test_a_ledger_line_round_trips_and_a_bad_one_names_its_field():
     entry = Entry("", "ns", "m-c0", "m", "h100", 3, (2,), (4, 1))
     assert encode(entry) == "- ns m-c0 m 3 2/4,1"
     assert decode("h100", encode(entry), "x") == entry
     with pytest.raises(LedgerError, match=r"status.ledger.pools\[0\].holders\[0\]"):
         read_ledger({"pools": [{"name": "h100", "holders": ["- ns m-c0 m 3 2;4"]}]})
+    # A CPU replica's line carries each pod's request; a line without them holds devices.
+    gi = 2**30
+    cpu = Entry("t", "ns", "q-c0", "q", "c7i", 2, (), (2, 1), ((8000, 16 * gi), (4000, 8 * gi)))
+    assert encode(cpu) == "t ns q-c0 q 2 /2,1 cpu:8000x17179869184,4000x8589934592"
+    assert decode("c7i", encode(cpu), "x") == cpu
+    assert decode("h100", "t ns m-c0 m 3 /4", "x").requests == ()
+    for bad in ("cpu:", "cpu:8000", "cpu:0x1", "mem:1x1", "cpu:1x1,2"):
+        with pytest.raises(LedgerError, match="millicores"):
+            decode("c7i", f"t ns q-c0 q 2 /1 {bad}", "x")
+    with pytest.raises(LedgerError, match="one per request"):
+        decode("c7i", "t ns q-c0 q 2 1/1 cpu:1x1", "x")
     # A ModelReplica at 0 holds nothing: counted, not listed.
     idle = Entry("", "ns", "m-c0", "m", "h100", 0, (), (1,))
     assert ledger_status([idle], 1) == {"replicas": 1, "pools": []}
