@@ -146,9 +146,9 @@ def test_every_container_reports_its_last_log_lines_when_it_fails(xr_path):
     FallbackToLogsOnError."""
     for pod in workload_pods(yaml.safe_load(xr_path.read_text())):
         for container in pod["spec"]["containers"]:
-            assert container["terminationMessagePolicy"] == "FallbackToLogsOnError", (
-                container["name"]
-            )
+            assert container["terminationMessagePolicy"] == "FallbackToLogsOnError", container[
+                "name"
+            ]
 
 
 def test_a_termination_message_policy_the_user_set_is_kept():
