@@ -136,6 +136,14 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TERMINATION_MESSAGE_MAX_BYTES = 4096
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
+# Pod status fields other components write, kept as they are when the runner writes its
+# own (the resourceclaim controller names each pod's generated ResourceClaims).
+STATUS_KEPT = (
+    "qosClass",
+    "nominatedNodeName",
+    "resourceClaimStatuses",
+    "extendedResourceClaimStatus",
+)
 # How often the sync thread looks at timers when nothing wakes it.
 IDLE_WAKE_SECONDS = 1.0
 # How long a volume that cannot be set up waits before the next try.
@@ -1213,7 +1221,8 @@ class PodRunner:
             merged.append(condition)
         merged.extend(existing.values())  # PodScheduled, DisruptionTarget, gates: not ours
         status = {
-            **{k: v for k, v in current.items() if k in ("qosClass", "nominatedNodeName")},
+            # Not the kubelet's: the scheduler's and the resourceclaim controller's.
+            **{k: v for k, v in current.items() if k in STATUS_KEPT},
             "phase": phase,
             "conditions": merged,
             "hostIP": self._addresses(run).host_ips[0],

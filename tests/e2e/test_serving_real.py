@@ -100,19 +100,28 @@ def leader_worker(name: str) -> dict:
     return _real(document)
 
 
-def _pods(box, name: str, check, what: str, timeout: float = SERVE_SECONDS):
+def _pods(box, name: str, check, what: str, timeout: float = SERVE_SECONDS, *, terminating=False):
+    """`check` on the deployment's pods on the member (without those being deleted,
+    unless `terminating`), until it answers."""
     api = box.api(MEMBER)
     try:
         return watch_until(
             what,
             client.CoreV1Api(api).list_namespaced_pod,
-            lambda pods: check([p for p in pods if not p["metadata"].get("deletionTimestamp")]),
+            lambda pods: check(
+                [p for p in pods if terminating or not p["metadata"].get("deletionTimestamp")]
+            ),
             timeout,
             NAMESPACE,
             label_selector=f"{LABEL_DEPLOYMENT}={name}",
         )
     finally:
         api.close()
+
+
+def _gone(box, name: str, timeout: float) -> None:
+    """Until the deployment's pods are removed (not only being deleted)."""
+    _pods(box, name, lambda pods: not pods or None, f"{name} removed", timeout, terminating=True)
 
 
 def _deployment(box, name: str, check, what: str, timeout: float):
@@ -138,12 +147,18 @@ def _ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def _scheduled_on_a_gpu_node(pod: dict) -> None:
+def _scheduled_on_a_gpu_node(box, pod: dict) -> None:
     assert pod["spec"].get("nodeName"), pod["metadata"]["name"]
     conditions = pod["status"].get("conditions") or []
     assert any(c["type"] == "PodScheduled" and c["status"] == "True" for c in conditions)
     # The real scheduler allocated the pod's GPU claim (DRA) on that node.
-    assert pod["status"].get("resourceClaimStatuses"), pod["status"]
+    (claim,) = pod["status"].get("resourceClaimStatuses") or [None]
+    assert claim, pod["status"]
+    allocated = claims.get(
+        box, "resourceclaim", claim["resourceClaimName"], NAMESPACE, cluster=MEMBER
+    )
+    (result,) = allocated["status"]["allocation"]["devices"]["results"]
+    assert result["driver"] == "gpu.nvidia.com", result
 
 
 def _http_address(pod: dict) -> str:
@@ -174,7 +189,7 @@ def _answers_for_its_name_only(address: str, name: str) -> None:
 
 def _delete_and_wait_gone(box, runner, name: str) -> None:
     claims.delete(box, "modeldeployment", name, NAMESPACE)
-    _pods(box, name, lambda pods: not pods or None, f"{name}'s pods gone", GONE_SECONDS)
+    _gone(box, name, GONE_SECONDS)
     # The runner stops a deleted pod's processes before it confirms the deletion.
     assert not [k for k in runner.pids(NAMESPACE) if f"/{name}" in k], runner.pids(NAMESPACE)
 
@@ -188,7 +203,7 @@ def test_a_standalone_vllm_replica_serves_the_name_a_client_sends(box, runner):
             box, name, lambda pods: len(pods) == 1 and _ready(pods[0]) and pods, f"{name} Ready"
         )
         measured("apply → real Standalone pod Ready", time.monotonic() - began)
-        _scheduled_on_a_gpu_node(pod)
+        _scheduled_on_a_gpu_node(box, pod)
         # Started from the pod spec the member holds: our rendered arguments, the model
         # the deployment's source names, by its id, first after `vllm serve`.
         (pid,) = runner.pids(NAMESPACE, pod["metadata"]["name"]).values()
@@ -233,7 +248,7 @@ def test_a_leader_and_a_headless_worker_serve_with_tensor_parallel_2(box, runner
         assert sorted(by_index) == ["0", "1"]
         leader, worker = by_index["0"], by_index["1"]
         for pod in (leader, worker):
-            _scheduled_on_a_gpu_node(pod)
+            _scheduled_on_a_gpu_node(box, pod)
             # Made by the real controller: its labels, and its env on every container.
             assert pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"] == name
             env = {e["name"] for e in pod["spec"]["containers"][0].get("env") or []}
@@ -284,7 +299,7 @@ def test_a_launch_with_a_wrong_flag_is_parked_from_real_exits(box, runtime, runn
         assert "container engine exited 2 (Error) before ready" in status["lastError"], status
         assert "--no-such-flag" in status["lastError"], status
         # Parked: nothing runs any more.
-        _pods(box, name, lambda pods: not pods or None, f"{name}'s pods gone", PARK_SECONDS)
+        _gone(box, name, PARK_SECONDS)
         assert not [k for k in runner.pids(NAMESPACE) if f"/{name}" in k]
     finally:
         _delete_and_wait_gone(box, runner, name)
