@@ -80,6 +80,7 @@ class FleetBox(Clusters):
         root: Path | None = None,
         gpu: Iterable[str] = (),
         real: Iterable[str] = (),
+        provider_watches: bool = True,
     ) -> None:
         """`gpu`: members that schedule and run pods on KWOK GPU nodes (gpu.py). `real`:
         GPU members that also run the LeaderWorkerSet controller and start the pods
@@ -87,6 +88,7 @@ class FleetBox(Clusters):
         bin_dir = tools_bin()
         self.gpu = tuple(gpu)
         self.real = tuple(real)
+        self.provider_watches = provider_watches
         if set(self.real) - set(self.gpu):
             raise FleetBoxError(
                 f"real={sorted(set(self.real) - set(self.gpu))}: only GPU members (gpu=...) "
@@ -129,7 +131,7 @@ class FleetBox(Clusters):
             self.package_refs = control_plane.start_crossplane(
                 self, self.certs, self.core_client_certs, self.functions
             )
-            control_plane.start_provider_kubernetes(self, self.certs)
+            control_plane.start_provider_kubernetes(self, self.certs, self.provider_watches)
             control_plane.connect_members(self, self.certs)
             control_plane.install_apis(self)
             for name in self.real:

@@ -125,18 +125,29 @@ def one_run(box: FleetBox, name: str) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--no-watches",
+        action="store_true",
+        help="provider-kubernetes without --enable-watches (status at its 30 s poll)",
+    )
     args = parser.parse_args()
     missing = missing_tools(gpu=True, real=True)
     if missing:
         print(f"missing tools {missing}: run 'bash hack/tools.sh'", file=sys.stderr)
         return 1
-    box = FleetBox(members=DEFAULT_MEMBERS, gpu=DEFAULT_MEMBERS, real=(scenario.MEMBER,))
+    box = FleetBox(
+        members=DEFAULT_MEMBERS,
+        gpu=DEFAULT_MEMBERS,
+        real=(scenario.MEMBER,),
+        provider_watches=not args.no_watches,
+    )
     try:
         box.start()
         real = box.timings[f"real_{scenario.MEMBER}"]
         print(
             f"fleet box: control plane + 2 GPU members started in {box.timings['start']:.1f} s, "
-            f"of which {real:.1f} s real serving on {scenario.MEMBER}"
+            f"of which {real:.1f} s real serving on {scenario.MEMBER}; provider-kubernetes "
+            + ("without watches" if args.no_watches else "with --enable-watches")
         )
         box.apply(CONTROL_PLANE, sorted((claims.EXAMPLES / "inferenceclusters").glob("*.yaml")))
         api = box.api()

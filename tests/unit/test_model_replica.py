@@ -151,6 +151,16 @@ def test_every_container_reports_its_last_log_lines_when_it_fails(xr_path):
             ]
 
 
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_what_gates_serving_is_watched_not_polled(xr_path):
+    """The workloads (their readiness is the replica's) and the health record (start
+    failures park the model) ask provider-kubernetes to watch them; nothing else does,
+    since every watched kind is one more informer in the provider."""
+    for composed in compose(parse(yaml.safe_load(xr_path.read_text()))).composed:
+        watched = composed.key.startswith("workload") or composed.key == HEALTH_KEY
+        assert composed.object["spec"].get("watch", False) is watched, composed.key
+
+
 def test_a_termination_message_policy_the_user_set_is_kept():
     xr = load("standalone")
     member = xr["spec"]["engines"][0]["members"][0]
