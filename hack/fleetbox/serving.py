@@ -37,9 +37,11 @@ import hashlib
 import os
 from pathlib import Path
 
+from kubernetes import client
+
 from fleetbox.clusters import Clusters
 from fleetbox.kubelet_rules import Image
-from fleetbox.lws import LwsController
+from fleetbox.lws import GROUP, PLURAL, VERSION, LwsController
 from fleetbox.podrunner import PodRunner
 from fleetbox.process import Process
 from functions.compose_model_replica.engines import CHECKED_IMAGES
@@ -62,6 +64,7 @@ VLLM_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
+DEFAULTED_ANNOTATION = "fleetbox.modelplane.ai/lws-defaulted"
 LAUNCHER = """#!/bin/sh
 # The pod's address is the container's only interface's: vLLM's host address.
 export VLLM_HOST_IP="${VLLM_HOST_IP:-$PODRUNNER_POD_IP}"
@@ -111,6 +114,25 @@ def images(bin_dir: Path, root: Path) -> dict[str, Image]:
     }
 
 
+def default_existing(api) -> None:
+    """LeaderWorkerSets created before the controller's webhooks (the examples, on a box
+    that turns real serving on later) lack the defaults its mutating webhook sets (the
+    rollout strategy), and the controller panics on them. An update goes through the
+    webhook (it mutates on UPDATE too): one annotation, as an upgrade would default
+    them."""
+    custom = client.CustomObjectsApi(api)
+    for found in custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]:
+        metadata = found["metadata"]
+        custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            metadata["namespace"],
+            PLURAL,
+            metadata["name"],
+            {"metadata": {"annotations": {DEFAULTED_ANNOTATION: "true"}}},
+        )
+
+
 def serve_for_real(box: Clusters, member: str, certs) -> PodRunner:
     """Start `member`'s LeaderWorkerSet controller (installed, ready for a
     LeaderWorkerSet) and its pod runner; the runner, which the caller stops."""
@@ -124,6 +146,7 @@ def serve_for_real(box: Clusters, member: str, certs) -> PodRunner:
         lws.install(api)
         process = box.start_process(Process(f"lws-controller-{member}", lws.command(), lws.log))
         lws.wait_ready(api, alive=process.running)
+        default_existing(api)
     finally:
         api.close()
     root = box.root / "real"
