@@ -10,7 +10,9 @@ provider-kubernetes, the member's real kube-scheduler binding the pod to a KWOK 
 with a DRA GPU (the engine runs on the CPU; the claim is what placement asked for).
 
 - A Standalone replica serves `/v1/chat/completions` for the deployment's name (the
-  name a client sends) and refuses another name; its readiness reaches the
+  name a client sends) and refuses another name; the rendered cluster collector scrapes
+  its real `/metrics` and every vocabulary name vLLM exposes arrives in base units, and
+  a burst of real requests moves the request counter; its readiness reaches the
   ModelDeployment's status.
 - A Leader + headless Worker replica (a LeaderWorkerSet made into pods by the real
   controller) serves with tensor parallel 2 across its two pods.
@@ -33,8 +35,13 @@ from kubernetes import client
 from fleetbox.podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE
 from fleetbox.serving import REQUIRED_TOOLS as REAL_TOOLS
 from fleetbox.serving import TINY_MODEL_REPO, TINY_MODEL_URI, engine_rss
-from functions.common.contracts import LABEL_DEPLOYMENT, PORT_NAME_HTTP
+from functions.common import builtin_mappings, contracts, vocabulary
+from functions.common import metricmapping as mappings
+from functions.common.contracts import LABEL_DEPLOYMENT, LABEL_SERVING, PORT_NAME_HTTP
 from functions.compose_model_deployment.parking import DEFAULT_MAX_CONSECUTIVE_FAILURES
+from functions.compose_serving_stack import collector
+from tests.collector import harness, releases
+from tests.collector.engines import Pod
 from tests.conftest import require_tool
 from tests.e2e import claims
 from tests.e2e.conftest import measured
@@ -52,6 +59,12 @@ ENGINE_ARGS = ["--max-model-len", "512", "--enforce-eager"]
 SERVE_SECONDS = 420.0
 PARK_SECONDS = 420.0
 GONE_SECONDS = 120.0
+# How an OTLP export names each vocabulary type.
+KIND = {
+    vocabulary.MetricType.GAUGE: "gauge",
+    vocabulary.MetricType.COUNTER: "sum",
+    vocabulary.MetricType.HISTOGRAM: "histogram",
+}
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +200,68 @@ def _answers_for_its_name_only(address: str, name: str) -> None:
         _chat(address, "another-model")
 
 
+def _collector_reads_the_real_engine(pod: dict, name: str, folder) -> None:
+    """The cluster collector, rendered for the built-in mappings, scrapes the real
+    engine's /metrics (discovery and pod attributes stood in for as
+    tests/collector/harness.py says): every vocabulary name vLLM exposes arrives in the
+    vocabulary's unit and type, and a burst of real requests moves the request counter
+    the signals are computed from."""
+    otelcol = require_tool("otelcol")
+    labels = pod["metadata"]["labels"]
+    target = Pod(
+        name=pod["metadata"]["name"],
+        uid=pod["metadata"]["uid"],
+        namespace=NAMESPACE,
+        engine="vllm",
+        deployment=name,
+        serving=labels[LABEL_SERVING],
+        page="",
+        port=int(_http_address(pod).rsplit(":", 1)[1]),
+        ip=pod["status"]["podIP"],
+    )
+    resolved = mappings.resolve_mappings([], builtin_mappings.builtin_mapping_resources())
+    config = collector.render_cluster_collector_config(
+        collector.CollectorCluster(MEMBER),
+        resolved.accepted,
+        collector.CollectorDestination("gateway.invalid:4317"),
+        scrape_interval_seconds=1,
+    )
+    expected = releases.EXPECTED[("vllm", "0.11")]
+    expected |= {m.name for m in vocabulary.VOCABULARY if m.derived_from in expected}
+    with harness.OtlpJsonSink() as sink:
+        live = harness.live_overlay(config, [target], folder, sink.endpoint)
+        with harness.running_collector(otelcol, live, folder) as log:
+
+            def requests_total() -> float:
+                found = [p for p in harness.points(sink.exports)
+                         if p.metric == "modelplane_requests_total"]  # fmt: skip
+                latest = max((p.time for p in found), default=None)
+                return sum(p.value for p in found if p.time == latest)
+
+            harness.wait_for(
+                lambda: expected <= {p.metric for p in harness.points(sink.exports)},
+                60,
+                "every vocabulary name vLLM exposes",
+                log,
+            )
+            before = requests_total()
+            burst = 4
+            for _ in range(burst):
+                _chat(_http_address(pod), name)
+            harness.wait_for(
+                lambda: requests_total() >= before + burst, 60, "the burst counted", log
+            )
+    points = harness.points(sink.exports)
+    for metric in expected:
+        definition = vocabulary.VOCABULARY_BY_NAME[metric]
+        arrived = [p for p in points if p.metric == metric]
+        assert {p.unit for p in arrived} == {definition.unit}, metric
+        assert {p.kind for p in arrived} == {KIND[definition.type]}, metric
+        for p in arrived:
+            assert p.resource.get(contracts.RESOURCE_ATTR_DEPLOYMENT) == name, p
+            assert p.attributes.get(vocabulary.MODEL_LABEL, name) == name, p
+
+
 def _delete_and_wait_gone(box, runner, name: str) -> None:
     claims.delete(box, "modeldeployment", name, NAMESPACE)
     _gone(box, name, GONE_SECONDS)
@@ -194,7 +269,7 @@ def _delete_and_wait_gone(box, runner, name: str) -> None:
     assert not [k for k in runner.pids(NAMESPACE) if f"/{name}" in k], runner.pids(NAMESPACE)
 
 
-def test_a_standalone_vllm_replica_serves_the_name_a_client_sends(box, runner):
+def test_a_standalone_vllm_replica_serves_the_name_a_client_sends(box, runner, tmp_path):
     name = "e2e-real-standalone"
     began = time.monotonic()
     claims.apply_document(box, standalone(name))
@@ -217,6 +292,7 @@ def test_a_standalone_vllm_replica_serves_the_name_a_client_sends(box, runner):
         measured("RSS of one real vLLM process tree (GiB)", engine_rss([pid]) / 2**30)
 
         _answers_for_its_name_only(_http_address(pod), name)
+        _collector_reads_the_real_engine(pod, name, tmp_path)
 
         # The pod's readiness reaches the ModelDeployment's status on the control plane.
         _deployment(
