@@ -5,8 +5,9 @@ fleet box, with the engine's own start shown apart from the rest.
 
 The box (control plane + the examples' two GPU members; us-east-1 serves for real:
 hack/fleetbox/serving.py) starts once, the example InferenceClusters are applied and
-waited for; then each run applies a one-replica Standalone vLLM deployment of the tiny
-model (tests/e2e/test_serving_real.py's), waits for the ModelDeployment's status to
+waited for until composed (their stacks never become Ready: no Helm here); then each
+run applies a one-replica Standalone vLLM deployment of the tiny model
+(tests/e2e/test_serving_real.py's), waits for the ModelDeployment's status to
 count a ready replica (what gates serving), streams one chat completion from the
 engine and deletes the deployment. Printed per run and as the median:
 
@@ -153,17 +154,17 @@ def main() -> int:
         api = box.api()
         custom = client.CustomObjectsApi(api)
 
-        def clusters_ready():
+        def clusters_composed():
             found = custom.list_cluster_custom_object(
                 "modelplane.ai", "v1alpha1", "inferenceclusters"
             )["items"]
             assert len(found) == len(DEFAULT_MEMBERS), len(found)
-            assert all(is_true(c, "Ready") for c in found), [
+            assert all(is_true(c, "Composed") for c in found), [
                 json.dumps(c.get("status", {}).get("conditions")) for c in found
             ]
             return True
 
-        wait_for("the example InferenceClusters Ready", clusters_ready, 600)
+        wait_for("the example InferenceClusters composed", clusters_composed, 600)
         api.close()
         results = [one_run(box, f"bench-first-token-{run}") for run in range(args.runs)]
         for what in results[0]:

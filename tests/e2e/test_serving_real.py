@@ -16,6 +16,7 @@ with a DRA GPU (the engine runs on the CPU; the claim is what placement asked fo
   ModelDeployment's status.
 - A Leader + headless Worker replica (a LeaderWorkerSet made into pods by the real
   controller) serves with tensor parallel 2 across its two pods.
+- The example LeaderWorkerSet, applied before the controller ran, gets its (KWOK) pods.
 - A launch with a flag vLLM does not know exits for real, is counted as start failures
   by the member's health agent and parks the model, with the engine's own error.
 
@@ -356,6 +357,25 @@ def test_a_leader_and_a_headless_worker_serve_with_tensor_parallel_2(box, runner
         _answers_for_its_name_only(_http_address(leader), name)
     finally:
         _delete_and_wait_gone(box, runner, name)
+
+
+def test_the_examples_leader_worker_set_made_before_the_controller_gets_kwok_pods(box, runner):
+    """deepseek-v3 (examples/) was applied before real serving was turned on, so before
+    the controller's defaulting webhook: the box defaults it through the webhook, and the
+    controller makes its leader and worker; without the real-run label they are KWOK's
+    pods, Ready at once, and the runner leaves them alone."""
+    example = "deepseek-v3"
+    pods = _pods(
+        box,
+        example,
+        lambda pods: len(pods) == 2 and all(map(_ready, pods)) and pods,
+        f"{example}'s leader and worker Ready",
+        claims.CONVERGE_SECONDS,
+    )
+    for pod in pods:
+        assert pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"] == example
+        assert REAL_RUN_LABEL not in pod["metadata"]["labels"]
+        assert not runner.pids(NAMESPACE, pod["metadata"]["name"])
 
 
 def test_a_launch_with_a_wrong_flag_is_parked_from_real_exits(box, runtime, runner):
