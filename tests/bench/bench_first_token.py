@@ -148,7 +148,8 @@ def main() -> int:
         print(
             f"fleet box: control plane + 2 GPU members started in {box.timings['start']:.1f} s, "
             f"of which {real:.1f} s real serving on {scenario.MEMBER}; provider-kubernetes "
-            + ("without watches" if args.no_watches else "with --enable-watches")
+            + ("without watches" if args.no_watches else "with --enable-watches"),
+            flush=True,
         )
         box.apply(CONTROL_PLANE, sorted((claims.EXAMPLES / "inferenceclusters").glob("*.yaml")))
         api = box.api()
@@ -166,7 +167,11 @@ def main() -> int:
 
         wait_for("the example InferenceClusters composed", clusters_composed, 600)
         api.close()
-        results = [one_run(box, f"bench-first-token-{run}") for run in range(args.runs)]
+        results = []
+        for run in range(args.runs):
+            results.append(one_run(box, f"bench-first-token-{run}"))
+            parts = ", ".join(f"{what} {seconds:.1f}" for what, seconds in results[-1].items())
+            print(f"run {run + 1}: {parts} (s)", flush=True)
         for what in results[0]:
             values = [r[what] for r in results]
             figures = ", ".join(f"{v:.1f}" for v in values)
