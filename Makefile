@@ -35,10 +35,12 @@ fuzz-long: venv proto
 
 # The local fleet, live: a control plane (Crossplane core, provider-kubernetes, our
 # functions) and two member API servers on loopback, with examples/ applied. It keeps
-# running until `make fleet-down`.
+# running until `make fleet-down`. `make fleet FLEET_REAL=us-east-1` also serves for real
+# there: the LeaderWorkerSet controller, and real vLLM processes for pods labelled
+# modelplane.test/run=real (installs the LWS controller and vLLM's CPU build first).
 fleet: venv proto
-	@bash hack/tools.sh crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok schemas keda
-	@$(PY) hack/fleetbox up
+	@bash hack/tools.sh crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok schemas keda $(if $(FLEET_REAL),lws vllm)
+	@MODELPLANE_FLEET_REAL=$(FLEET_REAL) $(PY) hack/fleetbox up
 
 fleet-down: venv
 	@$(PY) hack/fleetbox down

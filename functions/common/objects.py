@@ -22,11 +22,15 @@ def provider_object(
     derive_readiness: bool = False,
     references: Sequence[dict[str, Any]] | None = None,
     management_policies: Sequence[str] = (),
+    watch: bool = False,
 ) -> dict[str, Any]:
     """A namespaced `Object` carrying `manifest` to the cluster the provider config reaches.
 
     Readiness: a CEL query over the remote object when given, else (when asked) derived
     from the remote object's own conditions, else provider-kubernetes' default.
+    `watch`: provider-kubernetes watches the remote object and reconciles the Object as
+    it changes, instead of at its next poll (`spec.watch`; honoured when the provider
+    runs with `--enable-watches`, ignored otherwise).
     """
     spec: dict[str, Any] = {
         "forProvider": {"manifest": manifest},
@@ -40,6 +44,8 @@ def provider_object(
         spec["readiness"] = {"policy": "DeriveFromObject"}
     if references:
         spec["references"] = list(references)
+    if watch:
+        spec["watch"] = True
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels is not None:
         metadata["labels"] = dict(labels)

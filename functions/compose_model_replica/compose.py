@@ -79,6 +79,8 @@ def compose(replica: ModelReplica) -> Plan:
                 },
             },
             management_policies=OBSERVE_ONLY,
+            # Start failures park a model: read as the agent writes them, not a poll later.
+            watch=True,
         ),
     ]
     for engine in replica.engines:
@@ -94,7 +96,16 @@ def compose(replica: ModelReplica) -> Plan:
     built = workloads(replica)
     for workload in built:
         composed.append(
-            envelope(replica, workload.key, workload.manifest, ready_cel=ready_query(workload))
+            # The workload's readiness gates serving (the replica's status, the
+            # deployment's readyReplicas, an on-demand model's first request): it
+            # travels as it changes, not at provider-kubernetes' next poll.
+            envelope(
+                replica,
+                workload.key,
+                workload.manifest,
+                ready_cel=ready_query(workload),
+                watch=True,
+            )
         )
 
     composed.append(envelope(replica, "service", serving.service(replica)))

@@ -42,6 +42,7 @@ def envelope(
     *,
     ready_cel: str = "",
     management_policies: tuple[str, ...] = (),
+    watch: bool = False,
 ) -> Composed:
     key = resource_key(key)
     return Composed(
@@ -61,5 +62,6 @@ def envelope(
             },
             ready_cel=ready_cel,
             management_policies=management_policies,
+            watch=watch,
         ),
     )

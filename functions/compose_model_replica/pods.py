@@ -4,8 +4,9 @@ Backends decide how many pods and which controller runs them; this module decide
 is inside one pod, so every shape carries the same contracts: the four modelplane.ai
 labels, the engine container's port named `http` (and no other container's), the
 engine's model on every process, probes sized for the model, a memory-backed /dev/shm,
-a DRA claim per member pinned to the chosen node pool, and the user's own labels, env,
-args, probes and volumes kept as written.
+a DRA claim per member pinned to the chosen node pool, a termination message that
+falls back to the container's last log lines (`TERMINATION_MESSAGE_POLICY`), and the
+user's own labels, env, args, probes and volumes kept as written.
 
 Two sizes are decided here:
 - The startup probe's budget. With a ModelCache the weights are on a volume of known
@@ -72,6 +73,12 @@ from functions.compose_model_replica.model import (
 # it its budget (see the module docstring) before the kubelet restarts it; only then do
 # liveness checks begin.
 HEALTH_PATH = "/health"
+# An engine that exits on a bad flag or a bad model says why on its output, never in the
+# termination-message file: with this policy the kubelet puts the output's last lines in
+# the container's terminated state, where the member's health agent reads the start
+# failure's reason (and the parked model's status and 503 show it). A user's own policy
+# wins.
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
 STARTUP_PERIOD_SECONDS = 10
 STARTUP_FAILURE_THRESHOLD = 180  # 30 minutes: the budget when the model's size is unknown
 STARTUP_BASE_SECONDS = 600
@@ -375,6 +382,8 @@ def pod_template(
             claims = [c for c in resources.get("claims") or [] if c.get("name") != claim]
             resources["claims"] = [{"name": claim}, *claims]
     containers.extend(copy.deepcopy(list(wiring.sidecars)))
+    for container in containers:
+        container.setdefault("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY)
     _add_cache_volume(spec, replica.model_cache)
 
     if member.devices:

@@ -44,6 +44,9 @@ from fleetbox.members import (
     start_api_servers,
     start_controller_managers,
 )
+from fleetbox.podrunner import PodRunner
+from fleetbox.serving import REQUIRED_TOOLS as REAL_TOOLS
+from fleetbox.serving import serve_for_real
 from fleetbox.wait import FleetBoxError
 from render import tools_bin
 from tests.runtime.cluster import Member
@@ -61,9 +64,10 @@ REQUIRED_TOOLS = (
 STATE_FILE = "fleetbox.json"
 
 
-def missing_tools(gpu: bool = False) -> list[str]:
-    """The tools a box needs that are not installed (with a GPU member's, if `gpu`)."""
-    wanted = (*REQUIRED_TOOLS, *GPU_TOOLS) if gpu else REQUIRED_TOOLS
+def missing_tools(gpu: bool = False, real: bool = False) -> list[str]:
+    """The tools a box needs that are not installed (with a GPU member's, if `gpu`, and
+    a member's that serves for real, if `real`)."""
+    wanted = (*REQUIRED_TOOLS, *(GPU_TOOLS if gpu or real else ()), *(REAL_TOOLS if real else ()))
     return [name for name in wanted if not (tools_bin() / name).exists()]
 
 
@@ -75,11 +79,22 @@ class FleetBox(Clusters):
         members: Iterable[str] = DEFAULT_MEMBERS,
         root: Path | None = None,
         gpu: Iterable[str] = (),
+        real: Iterable[str] = (),
+        provider_watches: bool = True,
     ) -> None:
-        """`gpu`: members that schedule and run pods on KWOK GPU nodes (gpu.py)."""
+        """`gpu`: members that schedule and run pods on KWOK GPU nodes (gpu.py). `real`:
+        GPU members that also run the LeaderWorkerSet controller and start the pods
+        labelled to run for real as local processes (serving.py)."""
         bin_dir = tools_bin()
         self.gpu = tuple(gpu)
-        missing = missing_tools(gpu=bool(self.gpu))
+        self.real = tuple(real)
+        self.provider_watches = provider_watches
+        if set(self.real) - set(self.gpu):
+            raise FleetBoxError(
+                f"real={sorted(set(self.real) - set(self.gpu))}: only GPU members (gpu=...) "
+                "schedule pods to run for real"
+            )
+        missing = missing_tools(gpu=bool(self.gpu), real=bool(self.real))
         if missing:
             raise FleetBoxError(
                 f"missing tools {', '.join(missing)} in {bin_dir}: run 'bash hack/tools.sh'"
@@ -95,6 +110,7 @@ class FleetBox(Clusters):
         )
         self.functions: dict[str, FunctionServer] = {}
         self.timings: dict[str, float] = {}
+        self.runners: dict[str, PodRunner] = {}
 
     def start(self) -> FleetBox:
         began = time.monotonic()
@@ -115,14 +131,33 @@ class FleetBox(Clusters):
             self.package_refs = control_plane.start_crossplane(
                 self, self.certs, self.core_client_certs, self.functions
             )
-            control_plane.start_provider_kubernetes(self, self.certs)
+            control_plane.start_provider_kubernetes(self, self.certs, self.provider_watches)
             control_plane.connect_members(self, self.certs)
             control_plane.install_apis(self)
+            for name in self.real:
+                self.serve_for_real(name)
         except BaseException:
             self.close()
             raise
         self.timings["start"] = time.monotonic() - began
         return self
+
+    def serve_for_real(self, member: str) -> PodRunner:
+        """Run `member`'s LeaderWorkerSet controller and pod runner (serving.py), on a
+        started box too: a test that needs real engines turns them on for itself."""
+        if member not in self.gpu:
+            raise FleetBoxError(f"{member} is not a GPU member: it cannot serve for real")
+        if member not in self.runners:
+            missing = [t for t in REAL_TOOLS if not (self.bin / t).exists()]
+            if missing:
+                raise FleetBoxError(
+                    f"missing tools {', '.join(missing)} in {self.bin}: run "
+                    "'bash hack/tools.sh lws vllm'"
+                )
+            began = time.monotonic()
+            self.runners[member] = serve_for_real(self, member, self.certs)
+            self.timings[f"real_{member}"] = time.monotonic() - began
+        return self.runners[member]
 
     def wait_function(self, server: FunctionServer) -> None:
         """Until a function (restarted, say) listens again."""
@@ -189,6 +224,9 @@ class FleetBox(Clusters):
         )
 
     def close(self) -> None:
+        for runner in self.runners.values():
+            with contextlib.suppress(Exception):
+                runner.stop()
         for process in reversed(list(self.processes.values())):
             with contextlib.suppress(Exception):
                 process.stop(grace=5)

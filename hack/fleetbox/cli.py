@@ -43,6 +43,7 @@ PID_FILE = STATE / "supervisor.pid"
 READY_FILE = STATE / STATE_FILE  # saved once the box and its runtime are up
 LOG_FILE = STATE / "supervisor.log"
 START_TIMEOUT = 600.0
+REAL_ENV = "MODELPLANE_FLEET_REAL"
 SETTLE_TIMEOUT = 180.0
 
 XR_KINDS = (
@@ -60,7 +61,7 @@ def serve() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    box = FleetBox(root=STATE / "box", gpu=DEFAULT_MEMBERS)
+    box = FleetBox(root=STATE / "box", gpu=DEFAULT_MEMBERS, real=real_members())
     runtime = None
     try:
         box.start()
@@ -91,8 +92,15 @@ def _running_pid() -> int | None:
     return pid
 
 
+def real_members() -> tuple[str, ...]:
+    """The members that serve for real (`make fleet FLEET_REAL=us-east-1`): the
+    LeaderWorkerSet controller runs there, and pods labelled `modelplane.test/run: real`
+    run as local processes (hack/fleetbox/serving.py)."""
+    return tuple(m for m in os.environ.get(REAL_ENV, "").split(",") if m)
+
+
 def up() -> int:
-    missing = missing_tools(gpu=True)
+    missing = missing_tools(gpu=True, real=bool(real_members()))
     if missing:
         print(f"missing tools: {', '.join(missing)}: run 'bash hack/tools.sh'", file=sys.stderr)
         return 1

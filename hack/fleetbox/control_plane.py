@@ -295,7 +295,11 @@ def point_functions(box: Clusters, functions: dict[str, FunctionServer]) -> None
     wait_for("FunctionRevisions still pointed at our functions", pointed)
 
 
-def start_provider_kubernetes(box: Clusters, certs: Certificates) -> None:
+def start_provider_kubernetes(box: Clusters, certs: Certificates, watches: bool = True) -> None:
+    """provider-kubernetes, polling every 30 s; with `watches`, an Object that asks for
+    it (`spec.watch`: our workloads and health records) is reconciled as its remote
+    object changes (its --enable-watches; off, the field is ignored: what a provider
+    without the flag does, for comparing)."""
     webhook = certs.pair("provider-kubernetes-webhook", "127.0.0.1", "serverAuth")
     box.start_process(
         Process(
@@ -304,6 +308,7 @@ def start_provider_kubernetes(box: Clusters, certs: Certificates) -> None:
                 str(box.bin / "provider-kubernetes"),
                 "--poll=30s",
                 "--sync=5m",
+                *(["--enable-watches"] if watches else []),
                 f"--webhook-port={free_port()}",
                 f"--metrics-bind-address=127.0.0.1:{free_port()}",
                 f"--health-probe-bind-addr=127.0.0.1:{free_port()}",

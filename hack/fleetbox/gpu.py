@@ -38,8 +38,10 @@ fails to start like a broken model is the pod annotation `FAIL_ANNOTATION`
   Pending), as when an image does not exist.
 A deleted pod is removed at once (no grace period to wait out: there is no process).
 
-Nothing here creates the pods of LeaderWorkerSets or Grove PodCliqueSets: their
-controllers do not run in the box (see the README: which example pods exist).
+Nothing here creates the pods of LeaderWorkerSets or Grove PodCliqueSets. On a member
+that serves for real (serving.py) the LeaderWorkerSet controller runs and makes them;
+Grove's operator cannot be fetched here (see the README: which example pods exist).
+KWOK's Stages skip pods labelled to run for real (`podrunner.skip_real_pods`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import yaml
 
 from fleetbox import REPO
 from fleetbox.clusters import Clusters, component_flags
+from fleetbox.podrunner import skip_real_pods
 from fleetbox.process import Process
 from functions.compose_serving_stack.device_classes import needed
 from tests.ports import free_port
@@ -71,6 +74,11 @@ CONTROLLERS = (
     # A pod bound to a node that is gone is marked (DisruptionTarget) and deleted, as in a
     # cluster; its workload replaces it (the parking scenario's node loss).
     "pod-garbage-collector-controller",
+    # A LeaderWorkerSet's leaders and workers are StatefulSets (serving.py runs its
+    # controller on members that serve for real), and a pod's projected service-account
+    # token volume needs its namespace's kube-root-ca.crt.
+    "statefulset-controller",
+    "root-ca-certificate-publisher-controller",
 )
 # What KWOK manages: only the nodes the box made (a node annotated so).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -534,7 +542,8 @@ def equip(box: Clusters, member: str) -> None:
     cluster = box.members[member]
     kubeconfig = box.kubeconfigs[member]
     stages = cluster.workdir / "kwok-stages.yaml"
-    stages.write_text(yaml.safe_dump_all(STAGES, sort_keys=False))
+    # Pods labelled to run for real are a pod runner's (serving.py), never KWOK's.
+    stages.write_text(yaml.safe_dump_all(skip_real_pods(STAGES), sort_keys=False))
     scheduler = Process(
         f"kube-scheduler-{member}",
         [

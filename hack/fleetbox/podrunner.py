@@ -136,6 +136,14 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TERMINATION_MESSAGE_MAX_BYTES = 4096
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
+# Pod status fields other components write, kept as they are when the runner writes its
+# own (the resourceclaim controller names each pod's generated ResourceClaims).
+STATUS_KEPT = (
+    "qosClass",
+    "nominatedNodeName",
+    "resourceClaimStatuses",
+    "extendedResourceClaimStatus",
+)
 # How often the sync thread looks at timers when nothing wakes it.
 IDLE_WAKE_SECONDS = 1.0
 # How long a volume that cannot be set up waits before the next try.
@@ -322,6 +330,7 @@ class ContainerRun:
     process: subprocess.Popen | None = None
     generation: int = 0
     argv0: str = ""
+    argv: list[str] = field(default_factory=list)  # what it was last started with
     state: dict = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
     last_state: dict = field(default_factory=dict)
     started_at: str = ""
@@ -580,6 +589,30 @@ class PodRunner:
             if run.key == f"{namespace}/{name}":
                 return run.ip
         return None
+
+    def pids(self, namespace: str | None = None, name: str | None = None) -> dict[str, int]:
+        """The running containers' process ids ("namespace/pod/container" → pid), of one
+        pod, of one namespace, or of every pod this runner runs."""
+        found = {}
+        for run in list(self._runs.values()):
+            pod_namespace, pod_name = run.key.split("/", 1)
+            if namespace not in (None, pod_namespace) or name not in (None, pod_name):
+                continue
+            for c in run.containers:
+                process = c.process
+                if process is not None and process.poll() is None:
+                    found[f"{run.key}/{c.name}"] = process.pid
+        return found
+
+    def argv(self, namespace: str, name: str, container: str) -> list[str]:
+        """The command line a container was last started with (after `$(VAR)`
+        expansion, the image's entrypoint in front), or [] before it first starts."""
+        for run in list(self._runs.values()):
+            if run.key == f"{namespace}/{name}":
+                for c in run.containers:
+                    if c.name == container:
+                        return list(c.argv)
+        return []
 
     def logs(self, namespace: str, name: str, container: str, previous: bool = False) -> str:
         """A container's output (of its previous run with `previous`), like kubectl logs."""
@@ -871,6 +904,7 @@ class PodRunner:
             )
             return
         c.argv0 = executable
+        c.argv = list(argv)
         try:
             with c.log_path.open("ab") as output:
                 c.process = subprocess.Popen(
@@ -1187,7 +1221,8 @@ class PodRunner:
             merged.append(condition)
         merged.extend(existing.values())  # PodScheduled, DisruptionTarget, gates: not ours
         status = {
-            **{k: v for k, v in current.items() if k in ("qosClass", "nominatedNodeName")},
+            # Not the kubelet's: the scheduler's and the resourceclaim controller's.
+            **{k: v for k, v in current.items() if k in STATUS_KEPT},
             "phase": phase,
             "conditions": merged,
             "hostIP": self._addresses(run).host_ips[0],

@@ -15,7 +15,7 @@ from fleetbox.clusters import CONTROL_PLANE, Clusters
 
 @pytest.fixture
 def saved(tmp_path, monkeypatch):
-    monkeypatch.setattr(fleetbox.box, "missing_tools", lambda gpu=False: [])
+    monkeypatch.setattr(fleetbox.box, "missing_tools", lambda gpu=False, real=False: [])
     monkeypatch.setattr(fleetbox.box, "tools_bin", lambda: tmp_path / "bin")
     box = FleetBox(members=("us-east-1", "eu-west-1"), root=tmp_path / "box")
     for cluster in box.all_clusters:

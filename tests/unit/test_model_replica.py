@@ -144,6 +144,36 @@ def test_user_labels_env_args_and_volumes_are_kept():
     assert engine["volumeMounts"][0] == {"name": "cache", "mountPath": "/root/.cache"}
 
 
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_every_container_reports_its_last_log_lines_when_it_fails(xr_path):
+    """A failing engine's reason (a bad flag, a bad model) is on its output: the kubelet
+    puts it in the terminated state, where the health agent reads it, only with
+    FallbackToLogsOnError."""
+    for pod in workload_pods(yaml.safe_load(xr_path.read_text())):
+        for container in pod["spec"]["containers"]:
+            assert container["terminationMessagePolicy"] == "FallbackToLogsOnError", container[
+                "name"
+            ]
+
+
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_what_gates_serving_is_watched_not_polled(xr_path):
+    """The workloads (their readiness is the replica's) and the health record (start
+    failures park the model) ask provider-kubernetes to watch them; nothing else does,
+    since every watched kind is one more informer in the provider."""
+    for composed in compose(parse(yaml.safe_load(xr_path.read_text()))).composed:
+        watched = composed.key.startswith("workload") or composed.key == HEALTH_KEY
+        assert composed.object["spec"].get("watch", False) is watched, composed.key
+
+
+def test_a_termination_message_policy_the_user_set_is_kept():
+    xr = load("standalone")
+    member = xr["spec"]["engines"][0]["members"][0]
+    member["template"]["spec"]["containers"][0]["terminationMessagePolicy"] = "File"
+    (pod,) = workload_pods(xr)
+    assert pod["spec"]["containers"][0]["terminationMessagePolicy"] == "File"
+
+
 def test_a_flag_the_user_set_is_not_added_again():
     xr = load("standalone")
     container = xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
