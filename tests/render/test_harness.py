@@ -45,7 +45,10 @@ def test_renders_an_xr_outside_the_repo_named_relative_to_where_you_stand(
 ):
     outside = tmp_path / "mine.yaml"
     outside.write_text((render.REPO / "tests/render/testdata/modelreplica.yaml").read_text())
+    # compose-model-replica reads the InferenceCluster the replica names, as `-e` gives it.
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text((render.REPO / "examples/inferenceclusters/us-east-h100.yaml").read_text())
     monkeypatch.chdir(tmp_path)
-    result = render.render(function_servers, Path("mine.yaml"))
+    result = render.render(function_servers, Path("mine.yaml"), required=Path("cluster.yaml"))
     assert result.returncode == 0, result.stderr
     assert result.documents[0]["kind"] == "ModelReplica"
