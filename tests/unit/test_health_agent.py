@@ -232,11 +232,22 @@ def test_a_termination_message_is_stored_escaped_and_bounded():
     assert "\u202e" not in stored
     assert "\u2066" not in stored
     assert len(stored.encode()) <= 1024
-    assert stored.endswith("…")
+    assert "…" in stored
+    assert stored.endswith("é")  # the message's end is kept
     # Read back (the next poll, a restarted agent) it is stored the same: escaping is
     # idempotent and the bound holds.
     again = tally([pod(restarts=1, last_terminated=crash)], first.record, Counted())
     assert again.record.last_error == stored
+
+
+def test_a_long_log_tail_keeps_the_engines_last_words():
+    # FallbackToLogsOnError: the message is the log's last lines; the reason is at the end.
+    log = "INFO loading weights\n" * 200 + "vllm: error: unrecognized arguments: --no-such-flag"
+    crash = {"exitCode": 2, "reason": "Error", "message": log}
+    stored = tally([pod(restarts=1, last_terminated=crash)]).record.last_error
+    assert stored.startswith("container engine exited 2 (Error) before ready: INFO")
+    assert stored.endswith("unrecognized arguments: --no-such-flag")
+    assert len(stored.encode()) <= 1024
 
 
 def test_a_short_message_is_kept_whole_with_its_escapes_visible():

@@ -53,17 +53,22 @@ _NOT_SCHEDULED: Final = frozenset({"Unschedulable", "SchedulerError"})
 # terminal.
 LAST_ERROR_MAX: Final = 1024
 _CUT: Final = "…"
+# A long message keeps its head (which container, which exit) and its tail: with
+# terminationMessagePolicy FallbackToLogsOnError the message is the log's last lines, and
+# an engine says why it stopped at the very end.
+_HEAD: Final = 256
 
 
 def stored_error(text: str) -> str:
     """`text` as lastError stores it: every control character escaped (`\x1b`, `\n`;
-    shared/control_chars.py), then cut to LAST_ERROR_MAX bytes of UTF-8 at a character
-    boundary, ending in "…" when cut."""
+    shared/control_chars.py), then cut to LAST_ERROR_MAX bytes of UTF-8 at character
+    boundaries: its first _HEAD bytes, "…", and as much of its end as fits."""
     safe = escape(text)
     raw = safe.encode()
     if len(raw) <= LAST_ERROR_MAX:
         return safe
-    return raw[: LAST_ERROR_MAX - len(_CUT.encode())].decode(errors="ignore") + _CUT
+    tail = LAST_ERROR_MAX - _HEAD - len(_CUT.encode())
+    return raw[:_HEAD].decode(errors="ignore") + _CUT + raw[-tail:].decode(errors="ignore")
 
 
 _PULL_FAILURES: Final = frozenset(
