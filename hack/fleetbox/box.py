@@ -39,7 +39,7 @@ from fleetbox.control_plane import FunctionServer
 from fleetbox.gpu import REQUIRED_TOOLS as GPU_TOOLS
 from fleetbox.gpu import equip, install_drivers
 from fleetbox.members import (
-    DEFAULT_MEMBERS,
+    EXAMPLE_MEMBERS,
     install_substrate,
     start_api_servers,
     start_controller_managers,
@@ -76,7 +76,7 @@ class FleetBox(Clusters):
 
     def __init__(
         self,
-        members: Iterable[str] = DEFAULT_MEMBERS,
+        members: Iterable[str] = EXAMPLE_MEMBERS,
         root: Path | None = None,
         gpu: Iterable[str] = (),
         real: Iterable[str] = (),

@@ -30,7 +30,7 @@ from pathlib import Path
 from fleetbox.box import STATE_FILE, FleetBox, missing_tools
 from fleetbox.clusters import CONTROL_PLANE, Clusters
 from fleetbox.control_plane import example_paths
-from fleetbox.members import DEFAULT_MEMBERS
+from fleetbox.members import EXAMPLE_MEMBERS
 from fleetbox.runtime import Runtime
 from fleetbox.wait import conditions, is_true
 
@@ -61,7 +61,7 @@ def serve() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    box = FleetBox(root=STATE / "box", gpu=DEFAULT_MEMBERS, real=real_members())
+    box = FleetBox(root=STATE / "box", gpu=EXAMPLE_MEMBERS, real=real_members())
     runtime = None
     try:
         box.start()

@@ -274,7 +274,9 @@ def pool_nodes(cluster: dict, pool: dict, prefix: str = "") -> list[FakeNode]:
                     )
                     for extra in pool.get("additionalDevices") or []
                 ),
-                resources=dict(NODE_CAPACITY),
+                resources=dict(NODE_CAPACITY)
+                if "cpu" not in pool
+                else {**NODE_CAPACITY, "cpu": str(pool["cpu"]), "memory": str(pool["memory"])},
             )
         )
     return nodes

@@ -22,8 +22,11 @@ from fleetbox.certificates import Certificates
 from fleetbox.clusters import Clusters, component_flags
 from fleetbox.process import Process
 
-# The members of examples/inferenceclusters.
+# The members of examples/inferenceclusters: the two GPU members (the runtime scenarios'
+# pair) and the CPU-only one (KWOK nodes with CPU and memory, no devices).
 DEFAULT_MEMBERS = ("us-east-1", "eu-west-1")
+CPU_MEMBERS = ("eu-central-1",)
+EXAMPLE_MEMBERS = (*DEFAULT_MEMBERS, *CPU_MEMBERS)
 FRONT_PROXY_CLIENT = "front-proxy-client"
 # The cluster inventory API's ClusterProfile, which compose-serving-stack writes one of
 # per peer on every member. Its CRD is a prerequisite the platform installs (no chart of
@@ -129,7 +132,9 @@ def install_substrate(box: Clusters) -> None:
 
 __all__ = [
     "CLUSTER_PROFILE_CRD",
+    "CPU_MEMBERS",
     "DEFAULT_MEMBERS",
+    "EXAMPLE_MEMBERS",
     "aggregation_args",
     "install_substrate",
     "start_api_servers",

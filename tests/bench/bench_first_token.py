@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
 import openai  # noqa: E402
+import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from fleetbox.box import FleetBox, missing_tools  # noqa: E402
@@ -151,7 +152,16 @@ def main() -> int:
             + ("without watches" if args.no_watches else "with --enable-watches"),
             flush=True,
         )
-        box.apply(CONTROL_PLANE, sorted((claims.EXAMPLES / "inferenceclusters").glob("*.yaml")))
+        # The GPU examples' clusters (the box has no CPU member here).
+        box.apply(
+            CONTROL_PLANE,
+            [
+                p
+                for p in sorted((claims.EXAMPLES / "inferenceclusters").glob("*.yaml"))
+                if yaml.safe_load(p.read_text())["spec"]["providerConfigRef"]["name"]
+                in DEFAULT_MEMBERS
+            ],
+        )
         api = box.api()
         custom = client.CustomObjectsApi(api)
 

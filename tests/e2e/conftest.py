@@ -2,7 +2,8 @@
 
 A real control plane (kube-apiserver, kube-controller-manager, Crossplane core,
 provider-kubernetes, our four functions over mTLS) and member API servers; the examples'
-two members are GPU members (kube-scheduler, KWOK nodes, DRA devices: fleetbox/gpu.py). The
+members schedule pods (kube-scheduler, KWOK nodes: fleetbox/gpu.py), the two GPU members'
+nodes with DRA devices, the CPU-only member's with CPU and memory only. The
 examples are applied once, as a user applies them, by the session fixture; tests that
 change things apply their own claims (named for the test) and delete them, so tests do
 not see each other's state. Every process is stopped at the end of the run.
@@ -17,7 +18,7 @@ import pytest
 
 from fleetbox.box import REQUIRED_TOOLS, FleetBox
 from fleetbox.gpu import REQUIRED_TOOLS as GPU_TOOLS
-from fleetbox.members import DEFAULT_MEMBERS
+from fleetbox.members import DEFAULT_MEMBERS, EXAMPLE_MEMBERS
 from fleetbox.runtime import PROCESS_KINDS, RUNTIME_TOOLS, Runtime
 from tests.conftest import require_tool
 
@@ -34,16 +35,19 @@ def measured(what: str, seconds: float) -> float:
 def box():
     for tool in (*REQUIRED_TOOLS, *GPU_TOOLS):
         require_tool(tool)
-    # The examples' two members, and two spare ones the change tests put their own
-    # clusters on (so they never move the examples' replicas). The examples' members
-    # are GPU members: the real kube-scheduler binds their pods (test_scheduling.py).
-    fleet = FleetBox(members=(*DEFAULT_MEMBERS, "e2e-a", "e2e-b"), gpu=DEFAULT_MEMBERS)
+    # The examples' three members, and two spare ones the change tests put their own
+    # clusters on (so they never move the examples' replicas). The real kube-scheduler
+    # binds the examples' pods (test_scheduling.py).
+    fleet = FleetBox(members=(*EXAMPLE_MEMBERS, "e2e-a", "e2e-b"), gpu=EXAMPLE_MEMBERS)
     try:
         fleet.start()
     except BaseException:
         print(fleet.logs() if fleet.processes else "")
         raise
-    measured("fleet box start (3 API servers, core, provider, 4 functions)", fleet.timings["start"])
+    measured(
+        "fleet box start (control plane, 5 members, core, provider, 4 functions)",
+        fleet.timings["start"],
+    )
     began = time.monotonic()
     fleet.apply_examples()
     fleet.example_applied_at = began
