@@ -789,9 +789,31 @@ def test_a_request_no_route_vouches_for_makes_no_series_of_its_own(engine, meter
         assert _settles(
             lambda: _value(reader, names.REQUESTS_TOTAL, outcome=core.REASON_BAD_ROUTE) == 1
         )
-        for points in _points(reader).values():
-            for point in points:
-                assert "deployment" not in point.attributes, point
+        # The model the routes vouch for is on the held gauge at 0 from the first read
+        # of the routes; no identity a client made up is on anything.
+        assert _settles(
+            lambda: _value(reader, names.REQUESTS_HELD, namespace="team-a", deployment="llm") == 0
+        )
+        models = {
+            (p.attributes.get("namespace"), p.attributes.get("deployment"))
+            for points in _points(reader).values()
+            for p in points
+        }
+        assert models == {(None, None), ("team-a", "llm")}
         assert plane.reads == {}
     finally:
         served.shutdown()
+
+
+def test_the_held_gauge_follows_the_routes_and_keeps_a_model_while_it_holds(metered):
+    from functions.runtime.activator import metrics as names  # noqa: PLC0415
+
+    reader, metrics = metered
+    metrics.routed([("team-a", "llm"), ("team-b", "other")])
+    metrics.hold("team-b", "other")
+    metrics.routed([("team-a", "llm")])  # team-b's route went away mid-activation
+    assert _value(reader, names.REQUESTS_HELD, namespace="team-b", deployment="other") == 1
+    metrics.release("team-b", "other")
+    metrics.routed([("team-a", "llm")])
+    held = {(p.attributes["namespace"], p.value) for p in _points(reader)[names.REQUESTS_HELD]}
+    assert held == {("team-a", 0)}

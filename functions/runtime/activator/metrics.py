@@ -5,8 +5,9 @@ Names and labels are the operations guide's table. Per-model series carry `names
 and `deployment` and exist only for identities the member's routes vouch for (a
 request is counted against a model only once `RouteIndex` vouched for it), so a client
 cannot create series by sending made-up identities: everything refused before that is
-counted without a model. The held gauge is observable and reports every model that
-has been held since the process started (0 once released), so it never freezes.
+counted without a model. The held gauge is observable and reports every model the
+routes vouch for (0 when none is held), from the first read of the routes, so an alert
+on it needs no `absent()`; a model whose route goes away leaves it once nothing is held.
 """
 
 from __future__ import annotations
@@ -97,6 +98,14 @@ class ActivatorMetrics:
         ]
 
     # --- what the server calls (on its event loop) --------------------------------------
+
+    def routed(self, models: Iterable[tuple[str, str]]) -> None:
+        """The models the member's routes vouch for now (at each read of the routes)."""
+        routed = set(models)
+        for key in [k for k, held in self._held.items() if not held and k not in routed]:
+            del self._held[key]
+        for key in routed:
+            self._held.setdefault(key, 0)
 
     def hold(self, namespace: str, name: str) -> None:
         key = (namespace, name)

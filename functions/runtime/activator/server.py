@@ -542,6 +542,11 @@ class Activator:
             metrics=self.metrics,
         )
 
+    def _on_loop(self, call: Callable[..., Any], *args: Any) -> None:
+        """Run `call` on the event loop (from a kube thread): metrics change there only."""
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(call, *args)
+
     def _blocking(self, call: Callable[[], Any]) -> asyncio.Future:
         assert self.loop is not None
         return self.loop.run_in_executor(self.kube, call)
@@ -759,6 +764,7 @@ class Activator:
 
     def _route_index(self) -> core.RouteIndex:
         index = core.route_index(self.member_routes.list())
+        self._on_loop(self.metrics.routed, index.served)
         for namespace, name in sorted(index.contested):
             log.warning("a route outside %s claims %s/%s: refused", namespace, namespace, name)
         return index
