@@ -533,6 +533,7 @@ def model_health(*, kubeconfig, metrics_port):
     show_default=True,
     help="Seconds to connect and to read, per call to the control plane or the member.",
 )
+@metrics_option
 def activator(
     *,
     cluster,
@@ -548,8 +549,11 @@ def activator(
     max_in_flight,
     max_per_model,
     control_plane_timeout,
+    metrics_port,
 ):
     from functions.runtime.activator import server as activator_shell  # noqa: PLC0415
+    from functions.runtime.activator.metrics import ActivatorMetrics  # noqa: PLC0415
+    from functions.runtime.shared.metrics import METER_NAME, serve_prometheus  # noqa: PLC0415
 
     limits = activator_shell.Limits(
         max_body_bytes=max_body_bytes,
@@ -558,6 +562,8 @@ def activator(
         max_per_model=min(max_per_model, max_in_flight),
         control_plane_seconds=control_plane_timeout,
     )
+    exporter = serve_prometheus(metrics_port) if metrics_port else None
+    metrics = ActivatorMetrics(exporter.provider.get_meter(METER_NAME)) if exporter else None
     server = activator_shell.serve(
         activator_shell.ControlPlane(client_for(control_plane), control_plane_timeout),
         activator_shell.MemberRoutes(client_for(member_api), control_plane_timeout),
@@ -567,10 +573,13 @@ def activator(
         health_listen=health_listen or None,
         limits=limits,
         attempt_timeout=attempt_timeout,
+        metrics=metrics,
     )
     log.info("activator for %s listening on :%d", cluster, server.port)
     wait_for_shutdown()
     server.shutdown()
+    if exporter is not None:
+        exporter.shutdown()
 
 
 if __name__ == "__main__":

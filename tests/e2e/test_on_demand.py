@@ -106,6 +106,7 @@ def activator(box):
         [
             *ENTRYPOINT, "activator", f"--cluster={MEMBER}", f"--control-plane={kubeconfig}",
             f"--member-api={box.kubeconfigs[MEMBER]}", "--health-listen=127.0.0.1:0",
+            "--metrics-port=0",
             f"--listen=127.0.0.1:{port}", f"--upstream={upstream}",
         ],
         workdir / "activator.log",

@@ -218,6 +218,7 @@ def _activator(box):
         [
             *ENTRYPOINT, "activator", f"--cluster={MEMBER}", f"--control-plane={kubeconfig}",
             f"--member-api={box.kubeconfigs[MEMBER]}", "--health-listen=127.0.0.1:0",
+            "--metrics-port=0",
             f"--listen=127.0.0.1:{port}", "--upstream=http://127.0.0.1:9",
         ],
         workdir / "activator.log",

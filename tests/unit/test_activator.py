@@ -691,3 +691,129 @@ def test_a_served_identity_is_vouched_for_by_a_route_of_its_own_namespace(routes
             and contracts.LABEL_SERVING in ((route.get("metadata") or {}).get("labels") or {})
             for route in routes
         ), (namespace, name)
+
+
+# --- The activator's own metrics (issue #35, item 4) -------------------------------------
+
+
+def _points(reader) -> dict[str, list]:
+    """Each metric's data points, by name."""
+    found: dict[str, list] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                found.setdefault(metric.name, []).extend(metric.data.data_points)
+    return found
+
+
+def _value(reader, name: str, **attributes) -> float | None:
+    """The value (a histogram: its count) of the one point with exactly `attributes`."""
+    for point in _points(reader).get(name, []):
+        if dict(point.attributes) == attributes:
+            return getattr(point, "count", None) or getattr(point, "value", None) or 0
+    return None
+
+
+@pytest.fixture
+def metered():
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
+
+    from functions.runtime.activator.metrics import ActivatorMetrics  # noqa: PLC0415
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    yield reader, ActivatorMetrics(provider.get_meter("test"))
+    provider.shutdown()
+
+
+def test_a_held_request_moves_the_held_gauge_and_the_time_to_first_byte(engine, metered):
+    from functions.runtime.activator import metrics as names  # noqa: PLC0415
+
+    reader, metrics = metered
+    ready = threading.Event()
+
+    class ReadyWhenLetGo(Plane):
+        def get(self, namespace, name):
+            deployment = super().get(namespace, name)
+            if not ready.is_set():
+                deployment["status"].pop("placements", None)
+            return deployment
+
+    served = start(
+        ReadyWhenLetGo(), Routes([composed_route("team-a", "llm")]), engine, metrics=metrics
+    )
+    model = {"namespace": "team-a", "deployment": "llm"}
+    try:
+        answers: list = []
+        client = threading.Thread(target=lambda: answers.append(post(served.port, "team-a/llm")))
+        client.start()
+        assert _settles(lambda: _value(reader, names.REQUESTS_HELD, **model) == 1, 5)
+        assert _value(reader, names.TIME_TO_FIRST_BYTE, **model, held="true") is None
+        ready.set()
+        client.join(10)
+        assert answers, "the held request got no answer"
+        assert answers[0][0] == 200, answers
+        assert _value(reader, names.REQUESTS_HELD, **model) == 0
+        assert _value(reader, names.TIME_TO_FIRST_BYTE, **model, held="true") == 1
+        assert _settles(lambda: _value(reader, names.REQUESTS_TOTAL, **model, outcome="Proxied"))
+        ttfb = next(
+            p for p in _points(reader)[names.TIME_TO_FIRST_BYTE] if p.attributes["held"] == "true"
+        )
+        assert ttfb.sum > 0
+        assert _value(reader, names.REQUESTS_TOTAL, **model, outcome="Proxied") == 1
+        assert _value(reader, names.ACTIVATIONS_TOTAL, **model, result="Ready") == 1
+        # Now ready: the next request is proxied at once, not held.
+        assert post(served.port, "team-a/llm")[0] == 200
+        assert _value(reader, names.TIME_TO_FIRST_BYTE, **model, held="false") == 1
+        assert _value(reader, names.ACTIVATIONS_TOTAL, **model, result="Ready") == 1
+    finally:
+        served.shutdown()
+
+
+def test_a_request_no_route_vouches_for_makes_no_series_of_its_own(engine, metered):
+    from functions.runtime.activator import metrics as names  # noqa: PLC0415
+
+    reader, metrics = metered
+    plane = Plane()
+    served = start(plane, Routes([composed_route("team-a", "llm")]), engine, metrics=metrics)
+    try:
+        for identity in ("team-c/made-up", "team-b/llm", "kube-system/coredns"):
+            assert post(served.port, identity)[0] == 404
+        assert post(served.port, None)[0] == 400
+        # Counted just after the answer is written.
+        assert _settles(
+            lambda: _value(reader, names.REQUESTS_TOTAL, outcome=core.REASON_NOT_ROUTED) == 3
+        )
+        assert _settles(
+            lambda: _value(reader, names.REQUESTS_TOTAL, outcome=core.REASON_BAD_ROUTE) == 1
+        )
+        # The model the routes vouch for is on the held gauge at 0 from the first read
+        # of the routes; no identity a client made up is on anything.
+        assert _settles(
+            lambda: _value(reader, names.REQUESTS_HELD, namespace="team-a", deployment="llm") == 0
+        )
+        models = {
+            (p.attributes.get("namespace"), p.attributes.get("deployment"))
+            for points in _points(reader).values()
+            for p in points
+        }
+        assert models == {(None, None), ("team-a", "llm")}
+        assert plane.reads == {}
+    finally:
+        served.shutdown()
+
+
+def test_the_held_gauge_follows_the_routes_and_keeps_a_model_while_it_holds(metered):
+    from functions.runtime.activator import metrics as names  # noqa: PLC0415
+
+    reader, metrics = metered
+    metrics.routed([("team-a", "llm"), ("team-b", "other")])
+    metrics.hold("team-b", "other")
+    metrics.routed([("team-a", "llm")])  # team-b's route went away mid-activation
+    assert _value(reader, names.REQUESTS_HELD, namespace="team-b", deployment="other") == 1
+    metrics.release("team-b", "other")
+    metrics.routed([("team-a", "llm")])
+    held = {(p.attributes["namespace"], p.value) for p in _points(reader)[names.REQUESTS_HELD]}
+    assert held == {("team-a", 0)}

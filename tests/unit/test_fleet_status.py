@@ -1,6 +1,7 @@
 """The fleet summary behind `modelplane status`, from recorded control-plane objects."""
 
 import json
+from datetime import UTC, datetime
 
 import jsonschema
 import pytest
@@ -526,3 +527,110 @@ def test_a_cpu_pool_is_listed_by_its_cpu_and_memory_and_counts_no_devices():
         "  room on eu-central (as of 2026-01-01T00:00:00Z): CPU-only pools c7i=2x(31 CPU, "
         "60Gi) (CPU use not reported)"
     ]
+
+
+# --- `modelplane explain` for an on-demand model (issue #35, item 4) ----------------------
+
+NOW = datetime(2026, 12, 1, 0, 4, 0, tzinfo=UTC)
+
+
+def _serving_on(name, cluster_name, activated_at, attempt=None):
+    status = {
+        "desiredReplicas": 1,
+        "placedReplicas": 1,
+        "readyReplicas": 1,
+        "placements": [
+            {"cluster": cluster_name, "nodePool": "h100", "replicas": 1, "readyReplicas": 1}
+        ],
+        "onDemand": {"state": "Active", "activatedAt": activated_at},
+    }
+    if attempt:
+        status["onDemand"]["attempt"] = attempt
+    return on_demand(name, status)
+
+
+def _member(name, idle=()):
+    """An InferenceCluster whose inventory names (deployment, idleSeconds) idle."""
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "inventory": {
+                "observedAt": "2026-12-01T00:04:00Z",
+                "idleReplicas": [
+                    {"namespace": "ml", "name": f"{d}-x", "deployment": d, "idleSeconds": s}
+                    for d, s in idle
+                ],
+            }
+        },
+    }
+
+
+def test_explain_says_an_idle_on_demand_model_starts_on_its_first_request():
+    text = fleet_status.explain(IDLE_AT_ZERO, [], now=NOW)
+    assert "on demand: idle, scaled to zero (no pod, no GPU held)" in text
+    assert "the first request through the inference Gateway activates it" in text
+    # activationTimeout is not set: its default, 5m.
+    assert "at most activationTimeout, 5m" in text
+    assert "never activated yet" in text
+    assert "Next: Nothing to do: it starts when it is asked for." in text
+
+
+def test_explain_gives_an_idle_model_its_last_activation_and_attempt():
+    obj = on_demand(
+        "was-used",
+        {
+            "desiredReplicas": 0,
+            "onDemand": {
+                "state": "Idle",
+                "activatedAt": "2026-11-30T22:00:00Z",
+                "attempt": {
+                    "id": "us-east/abc",
+                    "result": "Placed",
+                    "reason": "",
+                    "at": "2026-11-30T22:00:00Z",
+                },
+            },
+        },
+    )
+    obj["spec"]["onDemand"]["activationTimeout"] = "90s"
+    text = fleet_status.explain(obj, [], now=NOW)
+    assert "at most activationTimeout, 1m30s" in text
+    assert "last placement attempt us-east/abc at 2026-11-30T22:00:00Z: Placed\n" in text
+    assert "last activated at 2026-11-30T22:00:00Z" in text
+    assert "never activated" not in text
+
+
+def test_explain_says_when_an_active_model_can_go_back_to_idle():
+    # Activated 4 minutes ago, idle after 10m: 6 minutes at the earliest.
+    recent = _serving_on("hot", "us-east", "2026-12-01T00:00:00Z")
+    text = fleet_status.explain(recent, [], [_member("us-east", [("hot", 240)])], now=NOW)
+    assert "on demand: active since 2026-12-01T00:00:00Z" in text
+    assert "idle in 6m at the earliest if no request comes" in text
+    # Activated long ago but idle only 2 minutes on its cluster: 8 more.
+    old = _serving_on("warm", "us-east", "2026-11-30T00:00:00Z")
+    text = fleet_status.explain(old, [], [_member("us-east", [("warm", 120)])], now=NOW)
+    assert "idle in 8m at the earliest" in text
+    # Not idle at all where it is ready: no time can be given.
+    text = fleet_status.explain(old, [], [_member("us-east")], now=NOW)
+    assert "still asked for on us-east" in text
+    # Idle long enough everywhere and activated long ago: the next reconcile parks it.
+    text = fleet_status.explain(old, [], [_member("us-east", [("warm", 900)])], now=NOW)
+    assert "due now: the next reconcile scales it to zero" in text
+
+
+def test_explain_gives_an_active_models_refused_attempt_with_why():
+    text = fleet_status.explain(ASKED_FITS_NOWHERE, [], now=NOW)
+    assert "on demand: active since 2026-12-01T00:00:00Z" in text
+    assert "no H200 anywhere" in text
+    refused = _serving_on(
+        "refused",
+        "us-east",
+        "2026-12-01T00:00:00Z",
+        attempt={"id": "a/1", "result": "Unplaceable", "reason": "no H200", "at": "t"},
+    )
+    text = fleet_status.explain(refused, [], now=NOW)
+    assert "last placement attempt a/1 at t: Unplaceable: no H200" in text
+
+
+def test_explain_says_nothing_of_demand_for_a_model_that_always_runs():
+    assert "on demand" not in fleet_status.explain(PLACED, [], now=NOW)

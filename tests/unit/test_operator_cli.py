@@ -408,3 +408,25 @@ def test_a_server_that_never_answers_is_one_line_after_the_read_timeout(
         f"Error: listing inferenceclusters: the API server at {server} took the connection "
         "but did not answer within 0.5s"
     ]
+
+
+def test_explain_of_an_on_demand_model_says_how_it_starts_and_escapes_the_attempt(monkeypatch):
+    idle = {
+        "metadata": {"name": "sometimes", "namespace": "ml-team"},
+        "spec": {"onDemand": {"idleAfter": "30m"}},
+        "status": {
+            "desiredReplicas": 0,
+            "onDemand": {
+                "state": "Idle",
+                "activatedAt": "2026-01-01T00:00:00Z",
+                "attempt": {"id": "m/1", "result": "Parked", "reason": HOSTILE, "at": "t"},
+            },
+        },
+    }
+    monkeypatch.setattr(cli, "_plane", lambda ctx: StandInPlane(idle))
+    done = run("explain", "ml-team/sometimes")
+    assert done.exit_code == 0, done.output
+    assert "on demand: idle, scaled to zero" in done.output
+    assert "the first request through the inference Gateway activates it" in done.output
+    assert "last placement attempt m/1 at t: Parked: boom" in done.output
+    assert not any(c in done.output for c in RAW_CONTROLS)

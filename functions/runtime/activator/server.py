@@ -46,10 +46,17 @@ from typing import Any, Final, NoReturn
 import h11
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from opentelemetry.metrics import NoOpMeter
 
 from functions.common import contracts
 from functions.common.naming import service_name
 from functions.runtime.activator import core
+from functions.runtime.activator.metrics import (
+    OUTCOME_CLIENT_GONE,
+    OUTCOME_PROXIED,
+    RESULT_READY,
+    ActivatorMetrics,
+)
 
 log = logging.getLogger("modelplane.activator")
 
@@ -258,7 +265,9 @@ class Activations:
         attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
         poll: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        metrics: ActivatorMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or ActivatorMetrics(NoOpMeter("activator"))
         self.plane = plane
         self.reads = reads
         self.run_blocking = run
@@ -277,15 +286,20 @@ class Activations:
         return task
 
     async def _guarded(self, namespace: str, name: str) -> core.Step:
+        started = self.clock()
+        step: core.Step
         try:
-            return await self._activate(namespace, name)
+            step = await self._activate(namespace, name)
         except Unavailable as err:
-            return err.refusal
+            step = err.refusal
         except Exception as err:  # an API error is an answer too, not a hung request
             log.warning("activation of %s/%s failed: %s", namespace, name, type(err).__name__)
-            return core.Refuse(
+            step = core.Refuse(
                 core.STATUS_UNAVAILABLE, core.REASON_ACTIVATION_FAILED, type(err).__name__
             )
+        result = step.reason if isinstance(step, core.Refuse) else RESULT_READY
+        self.metrics.activation(namespace, name, result, self.clock() - started)
+        return step
 
     async def _read(self, namespace: str, name: str) -> dict | None:
         return await self.reads.get(
@@ -372,6 +386,7 @@ class _Request:
     body: bytes
     namespace: str
     name: str
+    started: float  # monotonic, when its head was parsed
 
 
 class _Closed(Exception):
@@ -388,6 +403,10 @@ class _Connection:
         self.writer = writer
         self.limits = limits
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
+        # How the request being served was answered (the refusal's reason, or
+        # OUTCOME_PROXIED; None until it is) and, once a route vouched for it, its model.
+        self.outcome: str | None = None
+        self.model: tuple[str, str] | None = None
 
     async def send(self, *events: Any) -> None:
         data = b"".join(self.h11.send(event) or b"" for event in events)
@@ -399,6 +418,7 @@ class _Connection:
 
     async def answer(self, refusal: core.Refuse, model: str = "", *, close: bool = False):
         """Answer with the route's JSON error shape (and `Connection: close`)."""
+        self.outcome = refusal.reason
         body = core.error_body(refusal.status, refusal.reason, model, refusal.message)
         headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
         if refusal.retry_after:
@@ -472,7 +492,9 @@ class Activator:
         limits: Limits = Limits(),
         attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
         upstream_ssl: ssl.SSLContext | None = None,
+        metrics: ActivatorMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or ActivatorMetrics(NoOpMeter("activator"))
         self.plane = plane
         self.member_routes = routes
         self.cluster = cluster
@@ -517,7 +539,13 @@ class Activator:
             cluster,
             attempt_timeout=attempt_timeout,
             poll=limits.read_interval,
+            metrics=self.metrics,
         )
+
+    def _on_loop(self, call: Callable[..., Any], *args: Any) -> None:
+        """Run `call` on the event loop (from a kube thread): metrics change there only."""
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(call, *args)
 
     def _blocking(self, call: Callable[[], Any]) -> asyncio.Future:
         assert self.loop is not None
@@ -599,6 +627,7 @@ class Activator:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.drain(), 1)
             writer.close()
+            self.metrics.request(core.REASON_OVERLOADED)
             return
         self.connections += 1
         connection = _Connection(reader, writer, self.limits)
@@ -615,6 +644,18 @@ class Activator:
 
     async def _one_request(self, connection: _Connection) -> bool:
         """Serve one request on `connection`; False when the connection must close."""
+        connection.outcome, connection.model = None, None
+        try:
+            return await self._one_request_counted(connection)
+        finally:
+            # Counted once it was answered or vouched for (a probe or a client that
+            # sent nothing is not a request); against its model only if vouched for.
+            if connection.outcome is not None or connection.model is not None:
+                self.metrics.request(
+                    connection.outcome or OUTCOME_CLIENT_GONE, *(connection.model or ("", ""))
+                )
+
+    async def _one_request_counted(self, connection: _Connection) -> bool:
         try:
             event = await connection.next_event(
                 None, _timeout("headers", self.limits.header_seconds)
@@ -633,6 +674,7 @@ class Activator:
         if status == 408:
             reason = core.REASON_REQUEST_TIMEOUT
         refusal = core.Refuse(status, reason, f"malformed request: {err}"[:200])
+        connection.outcome = reason
         body = core.error_body(refusal.status, refusal.reason, "", refusal.message)
         # h11 is in its error state: the answer is written as bytes.
         connection.writer.write(
@@ -643,6 +685,7 @@ class Activator:
             await asyncio.wait_for(connection.writer.drain(), 1)
 
     async def _serve(self, connection: _Connection, request: h11.Request) -> None:
+        started = time.monotonic()
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("latin-1")
         headers = [
@@ -676,7 +719,7 @@ class Activator:
             await connection.refuse(err.refusal, name)
         if not vouched:
             await connection.refuse(core.not_routed())
-        key = (namespace, name)
+        key = connection.model = (namespace, name)
         if self.in_flight >= self.limits.max_in_flight:
             await connection.refuse(
                 core.Refuse(
@@ -701,7 +744,7 @@ class Activator:
         self.per_model[key] = self.per_model.get(key, 0) + 1
         try:
             body = await self._read_body(connection)
-            admitted = _Request(method, target, headers, body, namespace, name)
+            admitted = _Request(method, target, headers, body, namespace, name, started)
             await self._answer(connection, admitted)
         finally:
             self.in_flight -= 1
@@ -721,6 +764,7 @@ class Activator:
 
     def _route_index(self) -> core.RouteIndex:
         index = core.route_index(self.member_routes.list())
+        self._on_loop(self.metrics.routed, index.served)
         for namespace, name in sorted(index.contested):
             log.warning("a route outside %s claims %s/%s: refused", namespace, namespace, name)
         return index
@@ -761,13 +805,19 @@ class Activator:
 
     async def _answer(self, connection: _Connection, request: _Request) -> None:
         namespace, name = request.namespace, request.name
+        held = False
         try:
             deployment = await self.reads.get(
                 (namespace, name), lambda: self.plane.get(namespace, name)
             )
             step = core.first_step(deployment, self.cluster)
-            if isinstance(step, core.Activate):
-                step = await self._held(connection, self.activations.run(namespace, name))
+            held = isinstance(step, core.Activate)
+            if held:
+                self.metrics.hold(namespace, name)
+                try:
+                    step = await self._held(connection, self.activations.run(namespace, name))
+                finally:
+                    self.metrics.release(namespace, name)
         except Unavailable as err:
             step = err.refusal
         if isinstance(step, core.Refuse):
@@ -785,7 +835,7 @@ class Activator:
                 name,
             )
             return
-        await self._proxy(connection, url, request)
+        await self._proxy(connection, url, request, held=held)
 
     async def _held(self, connection: _Connection, activation: asyncio.Task) -> core.Step:
         """The activation's answer, or _Closed as soon as the client hangs up (its slot
@@ -806,7 +856,9 @@ class Activator:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await watch
 
-    async def _proxy(self, connection: _Connection, base: str, request: _Request) -> None:
+    async def _proxy(
+        self, connection: _Connection, base: str, request: _Request, *, held: bool
+    ) -> None:
         method, target, headers, body = (
             request.method,
             request.target,
@@ -872,6 +924,13 @@ class Activator:
                     # completion's first token is not held back until the last.
                     await connection.send(h11.Response(status_code=event.status_code, headers=kept))
                     started = True
+                    connection.outcome = OUTCOME_PROXIED
+                    self.metrics.first_byte(
+                        request.namespace,
+                        request.name,
+                        time.monotonic() - request.started,
+                        held=held,
+                    )
                 elif isinstance(event, h11.Data):
                     await connection.send(h11.Data(data=bytes(event.data)))
                 elif isinstance(event, h11.EndOfMessage):

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
-from functions.common import conditions
+from functions.common import conditions, contracts
+from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord, count_failures
 from functions.common.inventory import IDLE_AFTER_SECONDS, device_class
 from functions.runtime.operator.terminal import escaped
@@ -757,6 +759,8 @@ def next_step(model: ModelSummary) -> str:
         return "Its status is not written yet: compose-model-deployment has not reconciled it."
     if model.state == STATE_SHORT:
         return "Replicas are placed but not ready yet; a start failure shows under FAILURES."
+    if model.on_demand and model.on_demand != "Active":
+        return "Nothing to do: it starts when it is asked for."
     return "Nothing to do."
 
 
@@ -792,13 +796,121 @@ def room_lines(clusters: Iterable[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+# spec.onDemand's defaults (compose-model-deployment's ondemand.py applies them).
+ON_DEMAND_IDLE_AFTER_SECONDS: Final = 600.0
+ON_DEMAND_ACTIVATION_TIMEOUT_SECONDS: Final = contracts.DEFAULT_ACTIVATION_TIMEOUT_SECONDS
+
+
+def _seconds(raw: Any, default: float) -> float:
+    try:
+        return parse_duration(raw) if raw else default
+    except (ValueError, TypeError):
+        return default
+
+
+def _timestamp(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return None
+
+
+def on_demand_lines(
+    deployment: Mapping[str, Any],
+    model: ModelSummary,
+    clusters: Iterable[Mapping[str, Any]],
+    now: datetime,
+) -> list[str]:
+    """What an on-demand model does now and next: idle at zero (the first request
+    activates it) or active (and when it can go back to idle), and the last attempt.
+    ondemand.py decides; this says it in the same terms from the same fields."""
+    spec = (deployment.get("spec") or {}).get("onDemand") or {}
+    state = (deployment.get("status") or {}).get("onDemand") or {}
+    idle_after = _seconds(spec.get("idleAfter"), ON_DEMAND_IDLE_AFTER_SECONDS)
+    timeout = _seconds(spec.get("activationTimeout"), ON_DEMAND_ACTIVATION_TIMEOUT_SECONDS)
+    activation = (
+        f"the first request through the inference Gateway activates it: the member's "
+        f"activator asks for one placement attempt and holds the request until a replica "
+        f"is ready (at most activationTimeout, {duration(int(timeout))}; how long it "
+        f"takes: modelplane_activator_activation_duration_seconds)"
+    )
+    lines = []
+    activated_at = str(state.get("activatedAt", ""))
+    if model.on_demand != "Active":
+        where = "scaled to zero (no pod, no GPU held)" if not model.ready else "scaling to zero"
+        lines += [f"  on demand: idle, {where}", f"  {activation}"]
+    else:
+        lines.append(f"  on demand: active since {activated_at or 'an unrecorded time'}")
+        lines.append(f"  {_until_idle(model, activated_at, idle_after, clusters, now)}")
+    attempt = state.get("attempt") or {}
+    if attempt.get("id"):
+        reason = f": {attempt['reason']}" if attempt.get("reason") else ""
+        lines.append(
+            f"  last placement attempt {attempt['id']} at {attempt.get('at', '?')}: "
+            f"{attempt.get('result', '?')}{reason}"
+        )
+    elif model.on_demand != "Active" and not activated_at:
+        lines.append("  never activated yet")
+    if model.on_demand != "Active" and activated_at:
+        lines.append(f"  last activated at {activated_at}")
+    return lines
+
+
+def _until_idle(
+    model: ModelSummary,
+    activated_at: str,
+    idle_after: float,
+    clusters: Iterable[Mapping[str, Any]],
+    now: datetime,
+) -> str:
+    """When an active model can go back to idle: idleAfter past its last activation, and
+    idleAfter without requests on every cluster where it is ready."""
+    rule = f"back to idle (zero) after idleAfter ({duration(int(idle_after))}) without requests"
+    since = _timestamp(activated_at)
+    waits = []
+    if since is not None:
+        waits.append(idle_after - (now - since).total_seconds())
+    idle = _idle_seconds(clusters, model.namespace, model.name)
+    serving = [p.cluster for p in model.placements if p.ready_replicas > 0]
+    busy = [c for c in serving if c not in idle]
+    waits += [idle_after - idle[c] for c in serving if c in idle]
+    if busy:
+        return f"{rule}; still asked for on {', '.join(sorted(busy))}"
+    left = max(waits, default=0.0)
+    if left > 0:
+        return f"{rule}; idle in {duration(int(left))} at the earliest if no request comes"
+    return f"{rule}; due now: the next reconcile scales it to zero"
+
+
+def _idle_seconds(
+    clusters: Iterable[Mapping[str, Any]], namespace: str, deployment: str
+) -> dict[str, int]:
+    """Per cluster, how long the model's replicas there have been idle (its least idle
+    one), as its inventory last said; absent: not idle there."""
+    out: dict[str, int] = {}
+    for cluster in clusters:
+        name = _key(cluster)[1]
+        inventory = (cluster.get("status") or {}).get("inventory") or {}
+        for entry in inventory.get("idleReplicas") or []:
+            if not isinstance(entry, Mapping):
+                continue
+            if (entry.get("namespace"), entry.get("deployment")) != (namespace, deployment):
+                continue
+            seconds = _int(entry.get("idleSeconds"))
+            out[name] = min(out.get(name, seconds), seconds)
+    return out
+
+
 def explain(
     deployment: Mapping[str, Any],
     replicas: Iterable[Mapping[str, Any]],
     clusters: Iterable[Mapping[str, Any]] = (),
+    *,
+    now: datetime | None = None,
 ) -> str:
     """Why a model is where it is, from its status and its ModelReplicas', and for a model
-    that is short, what room each member reports."""
+    that is short, what room each member reports; for an on-demand model, whether it is
+    idle or active and what its next request or its idleness does."""
     deployment, replicas, clusters = escaped((deployment, list(replicas), list(clusters)))
     replicas = sorted(replicas, key=_key)
     model = read_model(deployment, replicas)
@@ -840,6 +952,8 @@ def explain(
                 f"start failures (definition {health.get('definitionHash', '?')}, "
                 f"{health.get('observedAt', '?')}): {health.get('lastError', '')}"
             )
+    if model.on_demand:
+        lines += on_demand_lines(deployment, model, clusters, now or datetime.now(UTC))
     if model.state in (STATE_UNPLACEABLE, STATE_SHORT):
         lines += room_lines(clusters)
     lines.append(f"Next: {next_step(model)}")
