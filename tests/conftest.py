@@ -52,3 +52,17 @@ def function_servers(crossplane):
 def fleet(function_servers, tmp_path_factory) -> render.Fleet:
     """The examples rendered as one fleet, as `make demo` and `make render` render them."""
     return render.render_fleet(function_servers, tmp_path_factory.mktemp("fleet"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs two pytest-xdist workers with `--dist loadgroup`: a module's tests
+    stay on one worker (its module-scoped fixtures — a fleet box, a collector, a live
+    fleet — start once), and the end-to-end tier stays whole on one worker, since its
+    fleet box is package-scoped and started once for the tier. The tier goes first, so
+    the longest group starts at once and the other worker fills in around it."""
+    e2e = REPO / "tests" / "e2e"
+    for item in items:
+        path = Path(str(item.path))
+        group = "e2e" if path.is_relative_to(e2e) else str(path.relative_to(REPO))
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: not Path(str(item.path)).is_relative_to(e2e))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
 import threading
@@ -23,15 +24,33 @@ def _ephemeral_low() -> int:
     return 32768
 
 
+def xdist_worker() -> tuple[int, int]:
+    """(this test process's index, how many there are): pytest-xdist's workers (`make
+    test` runs two) each get their own share of ports and pod addresses."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if name.startswith("gw") and name[2:].isdigit() and count.isdigit() and int(count) > 0:
+        return int(name[2:]) % int(count), int(count)
+    return 0, 1
+
+
+def _share(low: int, high: int) -> tuple[int, int]:
+    index, count = xdist_worker()
+    span = (high - low) // count
+    return low + index * span, low + (index + 1) * span
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port on `host` that nothing listens on now and no other caller of this function
     has been given. A port picked by binding port 0 is in the ephemeral range: until the
     process we start binds it, an outgoing connection or another pick may take it, and
-    the process exits (a flake). So pick below that range, and remember what we gave."""
-    high = _ephemeral_low()
+    the process exits (a flake). So pick below that range, and remember what we gave.
+    Under pytest-xdist each worker picks from its own part of the range, so two workers
+    never pick the same port between the check and the bind."""
+    low, high = _share(_PORTS_LOW, _ephemeral_low())
     with _PORTS_LOCK:
-        for _ in range(200) if high - _PORTS_LOW > 1000 else ():
-            port = random.randrange(_PORTS_LOW, high)
+        for _ in range(200) if high - low > 1000 else ():
+            port = random.randrange(low, high)
             if port in _HANDED_OUT:
                 continue
             with socket.socket() as sock, contextlib.suppress(OSError):

@@ -104,6 +104,7 @@ from fleetbox.kubelet_rules import (
     referenced_objects,
     resource_field_value,
 )
+from tests.ports import xdist_worker
 from tests.runtime.cluster import _die_with_parent
 
 log = logging.getLogger("podrunner")
@@ -216,8 +217,17 @@ class LoopbackAddresses:
                 del self._owners[address]
 
 
+def _pod_address_range() -> tuple[str, str]:
+    """127.0.0.100..250, or under pytest-xdist a /24 of loopback per worker
+    (127.0.<1 + worker>.100..250), so two test processes' pods never share an address."""
+    index, count = xdist_worker()
+    if count == 1:
+        return "127.0.0.100", "127.0.0.250"
+    return f"127.0.{1 + index}.100", f"127.0.{1 + index}.250"
+
+
 # Shared by every runner in this process: two members' pods never share an address.
-POD_ADDRESSES = LoopbackAddresses()
+POD_ADDRESSES = LoopbackAddresses(*_pod_address_range())
 
 
 @dataclass(frozen=True)
