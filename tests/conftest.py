@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
@@ -54,15 +55,28 @@ def fleet(function_servers, tmp_path_factory) -> render.Fleet:
     return render.render_fleet(function_servers, tmp_path_factory.mktemp("fleet"))
 
 
+def _scope(nodeid: str) -> str:
+    """What one pytest-xdist worker runs whole: the end-to-end tier (its fleet box is
+    package-scoped, started once for the tier), else a module (its module-scoped fixtures
+    — a fleet box, a collector, a live fleet — start once)."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/e2e" if path.startswith("tests/e2e/") else path
+
+
+class TierScheduling(LoadScopeScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+        return _scope(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs two workers: one takes the end-to-end tier, which mostly waits on
+    its fleet box, the other the rest, module by module. (xdist's own `loadgroup` cannot
+    do it here: it renames node ids, which pytest 9 no longer lets a plugin do.)"""
+    return TierScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """`make test` runs two pytest-xdist workers with `--dist loadgroup`: a module's tests
-    stay on one worker (its module-scoped fixtures — a fleet box, a collector, a live
-    fleet — start once), and the end-to-end tier stays whole on one worker, since its
-    fleet box is package-scoped and started once for the tier. The tier goes first, so
-    the longest group starts at once and the other worker fills in around it."""
-    e2e = REPO / "tests" / "e2e"
-    for item in items:
-        path = Path(str(item.path))
-        group = "e2e" if path.is_relative_to(e2e) else str(path.relative_to(REPO))
-        item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: not Path(str(item.path)).is_relative_to(e2e))
+    """The end-to-end tier first: under `make test` the longest scope starts at once and
+    the other worker fills in around it."""
+    items.sort(key=lambda item: not _scope(item.nodeid).startswith("tests/e2e"))
