@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from xdist.scheduler import LoadScopeScheduling
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,6 +19,13 @@ sys.path.insert(0, str(REPO / "hack"))
 import render  # noqa: E402  (hack/render.py: the harness the demo uses too)
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# No per-example deadline and no too-slow health check: `make test` runs two workers on
+# two cores beside API servers and engines, and a wall-clock deadline there fails on
+# load, not on the code. Work is bounded where it matters by the code's own budgets,
+# which the tests assert.
+settings.register_profile("modelplane", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("modelplane")
 
 
 def require_tool(name: str, tool: str = "") -> Path:
