@@ -63,12 +63,20 @@ def fleet(function_servers, tmp_path_factory) -> render.Fleet:
     return render.render_fleet(function_servers, tmp_path_factory.mktemp("fleet"))
 
 
+# The end-to-end tier's real-engine module: the longest scope but one, and the only one
+# that spends most of its time in engine processes, so a worker of its own runs it (on
+# a fleet box of its own) while the other runs the rest of the tier.
+REAL_SERVING = "tests/e2e/test_serving_real.py"
+
+
 def _scope(nodeid: str) -> str:
     """What one pytest-xdist worker runs whole: the end-to-end tier (its fleet box is
-    package-scoped, started once for the tier), else a module (its module-scoped fixtures
-    — a fleet box, a collector, a live fleet — start once)."""
+    package-scoped, started once for the tier) but its real-engine module, else a module
+    (its module-scoped fixtures — a fleet box, a collector, a live fleet — start once)."""
     path = nodeid.split("::", 1)[0]
-    return "tests/e2e" if path.startswith("tests/e2e/") else path
+    if path.startswith("tests/e2e/") and path != REAL_SERVING:
+        return "tests/e2e"
+    return path
 
 
 class TierScheduling(LoadScopeScheduling):
@@ -85,6 +93,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end tier first: under `make test` the longest scope starts at once and
-    the other worker fills in around it."""
-    items.sort(key=lambda item: not _scope(item.nodeid).startswith("tests/e2e"))
+    """The end-to-end tier first, then its real-engine module: under `make test` the two
+    longest scopes start at once, one on each worker, and the rest fill in around them."""
+    rank = {"tests/e2e": 0, REAL_SERVING: 1}
+    items.sort(key=lambda item: rank.get(_scope(item.nodeid), 2))
