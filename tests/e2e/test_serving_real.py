@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+import urllib.request
 
 import openai
 import pytest
@@ -82,14 +83,18 @@ ENGINE_ARGS = ["--max-model-len", "512", "--enforce-eager"]
 SERVE_SECONDS = 420.0
 PARK_SECONDS = 420.0
 GONE_SECONDS = 120.0
-# The collector's scrape interval in the real-engine collector runs, seconds.
-INTERVAL = 1
+# The collector's scrape interval (and so its scrape timeout) in the real-engine
+# collector runs, seconds. At 1 s, on 2 shared cores, the engine's series left the
+# signals page for the whole of a burst it was serving (its scrapes, seemingly, not
+# answered within the timeout): the agent then rightly has no pressure at all.
+INTERVAL = 3
 # The signals burst: concurrent requests to an engine that runs one at a time
 # (`--max-num-seqs 1`), each long enough (its tokens forced past end-of-sequence) that
-# the others are seen waiting.
-SIGNALS_BURST = 6
+# the others are seen waiting (384 tokens take about 2 s here: the burst lasts several
+# collector ticks).
+SIGNALS_BURST = 8
 SIGNALS_ENGINE_ARGS = ("--max-num-seqs", "1")
-BURST_TOKENS = 64
+BURST_TOKENS = 384
 # vLLM's TTFT buckets grow by at most 2.5x between neighbours (0.1 -> 0.25, 1 -> 2.5):
 # an interpolated quantile lies at most that far above the slowest observation.
 TTFT_BUCKET_RATIO = 2.5
@@ -369,7 +374,15 @@ def _collector_reads_the_real_engine(box, pod: dict, name: str, folder) -> None:
             harness.wait_for(
                 lambda: requests_total() >= before + burst, 60, "the burst counted", log
             )
-            _agent_reads_a_burst(box, policy, address, name, url=harness.signals_url(live), log=log)
+            _agent_reads_a_burst(
+                box,
+                policy,
+                address,
+                name,
+                url=harness.signals_url(live),
+                counted=requests_total,
+                log=log,
+            )
     points = harness.points(sink.exports)
     for metric in expected:
         definition = vocabulary.VOCABULARY_BY_NAME[metric]
@@ -381,17 +394,20 @@ def _collector_reads_the_real_engine(box, pod: dict, name: str, folder) -> None:
             assert p.attributes.get(vocabulary.MODEL_LABEL, name) == name, p
 
 
-def _agent_reads_a_burst(box, policy: Policy, address: str, name: str, *, url: str, log) -> None:
+def _agent_reads_a_burst(
+    box, policy: Policy, address: str, name: str, *, url: str, counted, log
+) -> None:
     """The agent's sampler reads the collector's signals page before, during and after
-    SIGNALS_BURST concurrent requests; its report (read_member_inputs on the member's
-    real ScaledObject, Deployment and pod, then compute_report: what the agent writes
-    on the policy copy and the hub reads) shows the burst.
+    SIGNALS_BURST concurrent requests (`counted`: the requests the destination counted);
+    its report (read_member_inputs on the member's real ScaledObject, Deployment and
+    pod, then compute_report: what the agent writes on the policy copy, which the hub
+    reads) shows the burst:
 
-    - demand (requests per second over the window): the burst's requests over the
-      span of the points sampled, within the collector's tick at either end;
+    - demand (requests per second over the window): times the span of the points it
+      was computed over, exactly the burst;
     - pressure (waiting requests per ready replica): while the engine, taking one
-      request at a time, works through the burst, some are seen waiting, never more
-      than the burst less the one running; none once it is served;
+      request at a time, works through the burst, requests are seen waiting, never
+      more than all but the running one; none once it is served;
     - latency (p90 time to first token, queueing included): computed from the burst's
       observations, no slower than the slowest request (bucket interpolation aside).
     """
@@ -423,7 +439,9 @@ def _agent_reads_a_burst(box, policy: Policy, address: str, name: str, *, url: s
         "the agent's demand and pressure computed from the signals page",
         log,
     )
-    waiting_seen = []
+    before = counted()
+    waiting_seen: list = []
+    engine_seen: list = []  # what the engine's own page said meanwhile, for a failure
     burst_began = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(SIGNALS_BURST) as pool:
         requests = [pool.submit(_timed_long_chat, address, name) for _ in range(SIGNALS_BURST)]
@@ -431,18 +449,58 @@ def _agent_reads_a_burst(box, policy: Policy, address: str, name: str, *, url: s
         while pending:
             value, error = signal("pressure")
             waiting_seen.append(value if error is None else error)
+            engine_seen.append((round(time.monotonic() - burst_began, 1), _engine_queue(address)))
             _, pending = concurrent.futures.wait(pending, timeout=INTERVAL / 2)
         durations = [r.result() for r in requests]
     burst_seconds = time.monotonic() - burst_began
+    # The burst counted at the destination (`counted`, independent of the agent's code),
+    # so the page, updated in the same pipeline before the export is sent, counts it too.
     harness.wait_for(
-        lambda: signal("pressure") == (0.0, None) and signal("latency")[1] is None,
+        lambda: (
+            counted() >= before + SIGNALS_BURST
+            and signal("pressure") == (0.0, None)
+            and signal("latency")[1] is None
+        ),
         60,
-        "the agent's pressure back to 0 and a latency over the burst",
+        "the burst counted, the agent's pressure back to 0 and a latency over the burst",
         log,
     )
+    now = time.time()
+    report = _agent_report(box, spec, sampler, now)
+    assert report.ready == 1, report
+    # What the sampled points span: from the first read (its point at most the page's
+    # expiry older) to now (the newest point at most STALE_INTERVALS old).
+    margin = (collector.SIGNALS_EXPIRY_INTERVALS + 1) * INTERVAL
+    seconds = now - began
+    assert seconds + margin < spec.signal_window, (seconds, spec.signal_window)
+    assert report.demand >= SIGNALS_BURST / (seconds + margin), (report, seconds)
+    assert report.demand * max(0.0, seconds - margin) <= SIGNALS_BURST, (report, seconds)
+    # Exactly: the per-second increase times the span of the points it was computed
+    # over is the burst (every request of it finished in the window, none other did).
+    span = _points_span(
+        sampler.sampling, scope, "modelplane_requests_total", now - spec.signal_window
+    )
+    assert report.demand * span == pytest.approx(SIGNALS_BURST), (report.demand, span)
+    # All sent at once, one runs: the rest wait, never more than all but that one.
+    peak = max((w for w in waiting_seen if isinstance(w, float)), default=None)
+    queue = (waiting_seen, engine_seen, durations, burst_seconds)
+    assert peak is not None, queue
+    assert 1 <= peak <= SIGNALS_BURST - 1, queue
+    assert report.pressure == 0.0, report
+    assert 0 < report.latency <= TTFT_BUCKET_RATIO * max(durations), (report, durations)
+    measured(f"signals burst: {SIGNALS_BURST} requests, one at a time", burst_seconds)
+    print(
+        f"signals burst: peak pressure {peak}, demand {report.demand:.3f}/s over"
+        f" {seconds:.1f} s, p90 TTFT {report.latency:.2f} s, slowest request"
+        f" {max(durations):.2f} s"
+    )
+
+
+def _agent_report(box, spec, sampler: SignalSampler, now: float):
+    """What the agent reports for the policy on the member at `now` from the sampler's
+    history: read_member_inputs on the member's real objects, then compute_report."""
     api = box.api(MEMBER)
     try:
-        now = time.time()
         inputs = read_member_inputs(
             api,
             spec,
@@ -456,29 +514,32 @@ def _agent_reads_a_burst(box, policy: Policy, address: str, name: str, *, url: s
         result = compute_report(inputs, spec, MEMBER, None, now)
     finally:
         api.close()
-    report = result.report
-    assert report is not None, result.condition
+    assert result.report is not None, result.condition
     assert not inputs.read_errors, inputs.read_errors
-    assert report.ready == 1, report
-    # What the sampled points span: from the first read (its point at most the page's
-    # expiry older) to now (the newest point at most STALE_INTERVALS old).
-    margin = (collector.SIGNALS_EXPIRY_INTERVALS + 1) * INTERVAL
-    seconds = now - began
-    assert seconds + margin < spec.signal_window, (seconds, spec.signal_window)
-    assert (
-        SIGNALS_BURST / (seconds + margin) <= report.demand <= SIGNALS_BURST / (seconds - margin)
-    ), (report.demand, seconds, inputs.signals)
-    peak = max((w for w in waiting_seen if isinstance(w, float)), default=None)
-    assert peak is not None, waiting_seen
-    assert 1 <= peak <= SIGNALS_BURST - 1, waiting_seen
-    assert report.pressure == 0.0, report
-    assert 0 < report.latency <= TTFT_BUCKET_RATIO * max(durations), (report, durations)
-    measured(f"signals burst: {SIGNALS_BURST} requests, one at a time", burst_seconds)
-    print(
-        f"signals burst: peak pressure {peak}, demand {report.demand:.3f}/s over"
-        f" {seconds:.1f} s, p90 TTFT {report.latency:.2f} s, slowest request"
-        f" {max(durations):.2f} s"
+    return result.report
+
+
+def _engine_queue(address: str) -> str:
+    """The engine's own running and waiting gauges, as its /metrics says them."""
+    with urllib.request.urlopen(f"{address}/metrics", timeout=10) as response:
+        page = response.read().decode()
+    return " ".join(
+        line.split("{", 1)[0].split(":", 1)[1] + "=" + line.rsplit(" ", 1)[1]
+        for line in page.splitlines()
+        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting"))
     )
+
+
+def _points_span(history, scope: Scope, metric: str, since: float) -> float:
+    """Seconds between the first and the newest point of `metric` the history holds for
+    `scope` since `since` (what a rate over the window divides by)."""
+    times = [
+        when
+        for page in history.pages
+        for (sample, _), (_, when) in (page.samples.get(scope) or {}).items()
+        if sample == metric and when >= since
+    ]
+    return max(times) - min(times)
 
 
 def _delete_and_wait_gone(box, runner, name: str) -> None:
