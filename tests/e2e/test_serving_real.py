@@ -90,8 +90,8 @@ GONE_SECONDS = 120.0
 INTERVAL = 3
 # The signals burst: concurrent requests to an engine that runs one at a time
 # (`--max-num-seqs 1`), each long enough (its tokens forced past end-of-sequence) that
-# the others are seen waiting (384 tokens take about 2 s here: the burst lasts several
-# collector ticks).
+# the others are seen waiting (384 tokens take about 2 s each here, over 4 s under load:
+# the burst lasts several collector ticks).
 SIGNALS_BURST = 8
 SIGNALS_ENGINE_ARGS = ("--max-num-seqs", "1")
 BURST_TOKENS = 384
