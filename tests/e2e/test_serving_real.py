@@ -56,7 +56,6 @@ from functions.common.contracts import (
     SYSTEM_NAMESPACE,
 )
 from functions.common.naming import dns_label
-from functions.compose_model_deployment.parking import DEFAULT_MAX_CONSECUTIVE_FAILURES
 from functions.compose_serving_stack import collector
 from functions.compose_serving_stack.collector_objects import CONFIG_KEY
 from functions.runtime.agent.collect import policy_signals, read_member_inputs
@@ -83,6 +82,7 @@ ENGINE_ARGS = ["--max-model-len", "512", "--enforce-eager"]
 SERVE_SECONDS = 420.0
 PARK_SECONDS = 420.0
 GONE_SECONDS = 120.0
+PARK_AFTER = 2  # the broken launch's spec.parking.maxConsecutiveFailures
 # The collector's scrape interval (and so its scrape timeout) in the real-engine
 # collector runs, seconds. At 1 s, on 2 shared cores, the engine's series left the
 # signals page for the whole of a burst it was serving (its scrapes, seemingly, not
@@ -659,7 +659,12 @@ def test_the_examples_leader_worker_set_made_before_the_controller_gets_kwok_pod
 
 def test_a_launch_with_a_wrong_flag_is_parked_from_real_exits(box, runtime, runner):
     name = "e2e-real-broken"
-    claims.apply_document(box, standalone(name, extra_args=("--no-such-flag",)))
+    document = standalone(name, extra_args=("--no-such-flag",))
+    # Parked after two start failures, as a user may set it: each failure is a real vLLM
+    # process starting and exiting, and the kubelet's back-off between them doubles, so
+    # the default five would spend minutes proving nothing more.
+    document["spec"]["parking"] = {"maxConsecutiveFailures": PARK_AFTER}
+    claims.apply_document(box, document)
     try:
         status = _deployment(
             box,
@@ -668,7 +673,7 @@ def test_a_launch_with_a_wrong_flag_is_parked_from_real_exits(box, runtime, runn
             f"{name} parked",
             PARK_SECONDS,
         )
-        assert status["failures"] >= DEFAULT_MAX_CONSECUTIVE_FAILURES, status
+        assert status["failures"] >= PARK_AFTER, status
         # The real process's exit (argparse: 2) and its own words, from its last log
         # lines (terminationMessagePolicy FallbackToLogsOnError).
         assert "container engine exited 2 (Error) before ready" in status["lastError"], status
