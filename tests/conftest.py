@@ -86,9 +86,9 @@ class TierScheduling(LoadScopeScheduling):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs two workers: one takes the end-to-end tier, which mostly waits on
-    its fleet box, the other the rest, module by module. (xdist's own `loadgroup` cannot
-    do it here: it renames node ids, which pytest 9 no longer lets a plugin do.)"""
+    """`make test` runs two workers, each taking whole scopes (`_scope`). (xdist's own
+    `loadgroup` cannot do it here: it renames node ids, which pytest 9 no longer lets a
+    plugin do.)"""
     return TierScheduling(config, log)
 
 
