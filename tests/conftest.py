@@ -88,7 +88,10 @@ class TierScheduling(LoadScopeScheduling):
 def pytest_xdist_make_scheduler(config, log):
     """`make test` runs two workers, each taking whole scopes (`_scope`). (xdist's own
     `loadgroup` cannot do it here: it renames node ids, which pytest 9 no longer lets a
-    plugin do.)"""
+    plugin do.) The scopes go out in collection order (pytest_collection_modifyitems),
+    not xdist's default of the scope with the most tests first, which put the real-engine
+    module last, behind every unit module."""
+    config.option.loadscopereorder = False
     return TierScheduling(config, log)
 
 
