@@ -79,7 +79,8 @@ The pipeline, in order, and why each step sits where it does:
    is right; they keep their per-pod labels.
    `delta_to_cumulative/merged` then adds each merged increase to the series' running
    total, so what leaves is cumulative again, one series per model, starting at the
-   pods' sum when the collector starts (a new start time then).
+   pods' sum when the collector starts. It carries no start time, so a collector restart
+   continues it for every reader (the fleet roll-up tells series apart by start time).
    `transform/finish` then turns `:` into `_` in whatever no mapping renamed (all an
    unmapped engine gets): after the merge, a metric is one pass here, not one per pod
    and scrape.
@@ -835,11 +836,22 @@ def _to_delta_processor() -> dict[str, Any]:
     }
 
 
+# Set on every increase (_align_processor), and so the start of every merged series.
+UNSET_START_STATEMENT: Final = (
+    "set(datapoint.start_time_unix_nano, 0) "
+    "where metric.aggregation_temporality == AGGREGATION_TEMPORALITY_DELTA"
+)
+
+
 def _align_processor() -> dict[str, Any]:
-    """The tick's vocabulary points at one time; increases (the counters and histograms
-    _to_delta_processor turned) also over one span ending then, since aggregation merges
-    increases only of equal start and end, and delta_to_cumulative takes each merged
-    increase as starting no earlier than the series' first."""
+    """The tick's vocabulary points at one time, and the increases (the counters and
+    histograms _to_delta_processor turned) with one start: aggregation merges increases
+    only of equal start and end. The start is left unset (0, what the receiver gives a
+    series whose engine publishes no `_created`), and delta_to_cumulative keeps its
+    first increase's start for the merged series, so the merged series carries no start
+    time: a collector restart continues it rather than starting a new series, as the
+    fleet roll-up, which tells series apart by start time, expects (its first point after
+    a restart is the pods' totals then, measured against the last one before)."""
     return {
         "error_mode": "ignore",
         "metric_statements": [
@@ -847,8 +859,7 @@ def _align_processor() -> dict[str, Any]:
                 "conditions": [_vocabulary_condition()],
                 "statements": [
                     'set(datapoint.time, TruncateTime(Now(), Duration("1s")))',
-                    "set(datapoint.start_time_unix_nano, datapoint.time_unix_nano - 1) "
-                    "where metric.aggregation_temporality == AGGREGATION_TEMPORALITY_DELTA",
+                    UNSET_START_STATEMENT,
                 ],
             }
         ],

@@ -14,8 +14,9 @@ cumulative total. Two facts shape the pipeline:
    total drops and a reader of the sum treats the whole fleet as reset. So before the
    snapshot each source's counters and histograms are made monotonic on their own:
    `cumulative_to_delta` (a stream per source *and start time*; the cluster collector
-   merges its pods' increases and accumulates them into a series that starts when that
-   collector starts, so a cluster collector restart is a new stream) followed by
+   merges its pods' increases, so an engine restart does not reset its series, and
+   leaves the start time unset, so a cluster collector restart is the same stream
+   continuing) followed by
    `delta_to_cumulative` (a stream per source, whatever the start time). After the
    snapshot the same pair runs across sources: per-source deltas, source attributes
    stripped, deltas summed (`aggregate_on_attributes`, histograms bucket by bucket),
@@ -25,8 +26,7 @@ Fleet counters are therefore "counted since this gateway replica first saw each 
 read them with rate()/increase(), never as absolute totals. The first point of every
 source stream is only a baseline (`initial_value: drop`): a cluster that reconnects to the
 other replica, or a replica that restarts, never adds a total counted before; the price is
-that a cluster collector restart loses what its pods counted between the old collector's
-last push and the new one's first.
+what a cluster counts before its first push to a replica.
 
 Each gateway replica rolls up the clusters connected to it and stamps its own name
 (`modelplane.gateway`), so two replicas never overwrite one another's fleet series;
