@@ -13,6 +13,11 @@ deployment serve the same constant page, scraped every second (Prometheus spread
 scrapes over the interval); a few of them answer after a random 0-0.8 s, as a busy
 engine does. No merged point may ever exceed the pods' total (with `batch` in place of
 `interval` this fails within the run), and the total is reached.
+
+The other side: a pod missing from a tick (an answer after the tick, a failed scrape)
+must not make a merged counter dip, which every reader of a cumulative counter takes for
+a reset (test_a_pod_missing_from_a_tick_never_dips_the_merged_counters; with the pods'
+totals summed instead of their increases it fails with dips of that pod's total).
 """
 
 from __future__ import annotations
