@@ -19,12 +19,13 @@ render: venv
 	@bash hack/tools.sh crossplane >&2
 	@$(PY) hack/render.py --fleet
 
-# Two workers: one takes the end-to-end tier whole (its fleet box mostly waits on
-# events), the other the rest, module by module (tests/conftest.py).
+# Two pytest-xdist workers: one takes the end-to-end tier (its fleet box mostly waits on
+# events), the other the tier's real-engine module, then the rest, module by module
+# (tests/conftest.py).
 TEST_WORKERS ?= 2
 
 test: venv proto tools lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=30
 
 test-unit: venv proto
 	$(PY) -m pytest tests/unit

@@ -33,6 +33,7 @@ if str(REPO) not in sys.path:
 from functions.common import contracts  # noqa: E402
 from functions.common import cost as cost_contract  # noqa: E402
 from functions.common.exposition import prometheus_label  # noqa: E402
+from functions.runtime.activator import metrics as activator_metrics  # noqa: E402
 from functions.runtime.hub import metrics as hub_metrics  # noqa: E402
 from functions.runtime.operator import model_health  # noqa: E402
 from functions.runtime.shared import cert_expiry  # noqa: E402
@@ -371,6 +372,59 @@ def cluster() -> DashboardSpec:
     )
 
 
+def _activations() -> tuple[PanelSpec, ...]:
+    """The activator's own metrics (functions/runtime/activator/metrics.py), as each
+    member's activator exports them: per cluster, and per model (`namespace`,
+    `deployment`: the ModelDeployment) where a route vouched for the model."""
+    names = activator_metrics
+    model = ("namespace", "deployment")
+    per_model = (CLUSTER, *model)
+    held = (*model, "held")
+    return (
+        PanelSpec(
+            "Requests held for an activation",
+            f"{names.REQUESTS_HELD}: requests each member's activator holds while their"
+            " on-demand model gets a replica (0 for every model a route leads to it).",
+            (_q(_sum(per_model, names.REQUESTS_HELD), per_model),),
+        ),
+        PanelSpec(
+            "Activations per second, by result",
+            f"{names.ACTIVATIONS_TOTAL}: placement attempts the activator asked for; Ready,"
+            " or the reason it was refused (Unplaceable, Parked, a timeout).",
+            (
+                _q(
+                    _sum((*per_model, "result"), _rate(names.ACTIVATIONS_TOTAL, "")),
+                    (*per_model, "result"),
+                ),
+            ),
+        ),
+        PanelSpec(
+            "Time to first byte through the activator, p95",
+            f"{names.TIME_TO_FIRST_BYTE}: held=true waited for an activation (node and"
+            " model load), held=false found a ready replica.",
+            (
+                _q(
+                    _quantile(0.95, names.TIME_TO_FIRST_BYTE, "", held),
+                    held,
+                    "{{namespace}}/{{deployment}} held={{held}}",
+                ),
+            ),
+            unit="s",
+        ),
+        PanelSpec(
+            "Requests through the activator per second, by outcome",
+            f"{names.REQUESTS_TOTAL}: Proxied, or the activator's answer (NotRouted: no"
+            " route vouches for the model; limits, timeouts, ClientClosed).",
+            (
+                _q(
+                    _sum((CLUSTER, "outcome"), _rate(names.REQUESTS_TOTAL, "")),
+                    (CLUSTER, "outcome"),
+                ),
+            ),
+        ),
+    )
+
+
 def runtime() -> DashboardSpec:
     policy = ("policy",)
     # model-health's labels (model_health.samples): the ModelDeployment.
@@ -379,8 +433,8 @@ def runtime() -> DashboardSpec:
     return DashboardSpec(
         "modelplane-runtime",
         "modelplane / Runtime",
-        "The hub, the floors it asks of members, its decisions, model health and the"
-        " runtime's certificates.",
+        "The hub, the floors it asks of members, its decisions, model health, on-demand"
+        " models' activations and the runtime's certificates.",
         (
             (
                 "Hub",
@@ -527,6 +581,7 @@ def runtime() -> DashboardSpec:
                     ),
                 ),
             ),
+            ("On-demand activations", _activations()),
             (
                 "Certificates",
                 (

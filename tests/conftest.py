@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+from xdist.scheduler import LoadScopeScheduling
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
@@ -17,6 +19,13 @@ sys.path.insert(0, str(REPO / "hack"))
 import render  # noqa: E402  (hack/render.py: the harness the demo uses too)
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# No per-example deadline and no too-slow health check: `make test` runs two workers on
+# two cores beside API servers and engines, and a wall-clock deadline there fails on
+# load, not on the code. Work is bounded where it matters by the code's own budgets,
+# which the tests assert.
+settings.register_profile("modelplane", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("modelplane")
 
 
 def require_tool(name: str, tool: str = "") -> Path:
@@ -54,15 +63,37 @@ def fleet(function_servers, tmp_path_factory) -> render.Fleet:
     return render.render_fleet(function_servers, tmp_path_factory.mktemp("fleet"))
 
 
+# The end-to-end tier's real-engine module: the longest scope but one, and the only one
+# that spends most of its time in engine processes, so a worker of its own runs it (on
+# a fleet box of its own) while the other runs the rest of the tier.
+REAL_SERVING = "tests/e2e/test_serving_real.py"
+
+
+def _scope(nodeid: str) -> str:
+    """What one pytest-xdist worker runs whole: the end-to-end tier (its fleet box is
+    package-scoped, started once for the tier) but its real-engine module, else a module
+    (its module-scoped fixtures — a fleet box, a collector, a live fleet — start once)."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/e2e/") and path != REAL_SERVING:
+        return "tests/e2e"
+    return path
+
+
+class TierScheduling(LoadScopeScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+        return _scope(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs two workers, each taking whole scopes (`_scope`). (xdist's own
+    `loadgroup` cannot do it here: it renames node ids, which pytest 9 no longer lets a
+    plugin do.)"""
+    return TierScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """`make test` runs two pytest-xdist workers with `--dist loadgroup`: a module's tests
-    stay on one worker (its module-scoped fixtures — a fleet box, a collector, a live
-    fleet — start once), and the end-to-end tier stays whole on one worker, since its
-    fleet box is package-scoped and started once for the tier. The tier goes first, so
-    the longest group starts at once and the other worker fills in around it."""
-    e2e = REPO / "tests" / "e2e"
-    for item in items:
-        path = Path(str(item.path))
-        group = "e2e" if path.is_relative_to(e2e) else str(path.relative_to(REPO))
-        item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: not Path(str(item.path)).is_relative_to(e2e))
+    """The end-to-end tier first, then its real-engine module: under `make test` the two
+    longest scopes start at once, one on each worker, and the rest fill in around them."""
+    rank = {"tests/e2e": 0, REAL_SERVING: 1}
+    items.sort(key=lambda item: rank.get(_scope(item.nodeid), 2))

@@ -232,9 +232,11 @@ def read_entry(mr: Any) -> tuple[str, Entry]:
         raise LedgerError(who, f"cannot be read: {err}") from None
 
 
-def _read_entry(mr: dict) -> tuple[str, Entry]:
-    meta = mr.get("metadata") or {}
-    spec = mr.get("spec") or {}
+def footprint(spec: dict) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Request, ...]]:
+    """What a ModelReplica's spec holds on its pool, as placement counts it: (gangs, the
+    devices of each lone pod, the (millicores, bytes) of each CPU pod), each largest
+    first. A device replica has gangs and pods; a CPU one has requests only. The ledger
+    and compose-model-deployment's read of a ModelReplica both read it here."""
     gangs: list[int] = []
     pods: list[int] = []
     requests = _requests(spec)
@@ -252,6 +254,13 @@ def _read_entry(mr: dict) -> tuple[str, Entry]:
                     if not d.get("deviceClassName")
                 )
             )
+    return tuple(sorted(gangs, reverse=True)), tuple(sorted(pods, reverse=True)), requests
+
+
+def _read_entry(mr: dict) -> tuple[str, Entry]:
+    meta = mr.get("metadata") or {}
+    spec = mr.get("spec") or {}
+    gangs, pods, requests = footprint(spec)
     entry = Entry(
         created=str(meta.get("creationTimestamp", "")),
         namespace=str(meta.get("namespace", "")),
@@ -259,8 +268,8 @@ def _read_entry(mr: dict) -> tuple[str, Entry]:
         deployment=str(spec.get("deployment", "")),
         pool=str((spec.get("nodePool") or {}).get("name", "")),
         replicas=_count(spec.get("replicas"), "spec.replicas"),
-        gangs=tuple(sorted(gangs, reverse=True)),
-        pods=pod_slots(requests) if requests else tuple(sorted(pods, reverse=True)),
+        gangs=gangs,
+        pods=pod_slots(requests) if requests else pods,
         requests=requests,
     )
     return str((spec.get("cluster") or {}).get("name", "")), entry
@@ -280,8 +289,7 @@ def _quantity(value: Any, path: str, convert: Any) -> int:
 
 def _requests(spec: dict) -> tuple[Request, ...]:
     """A CPU ModelReplica's pods as (millicores, bytes), largest first; () for one whose
-    members ask for devices. A Worker member runs its Leader's workerNodes pods (as
-    compose_model_deployment's model._holding_requests reads them)."""
+    members ask for devices. A Worker member runs its Leader's workerNodes pods."""
     requests: list[Request] = []
     for engine in spec.get("engines") or []:
         members = engine.get("members") or []

@@ -3,7 +3,8 @@
 Nothing here changes what is composed: a served-model name other than the deployment's
 (clients must then send that name, and requests for the deployment's name 404), a
 replica placed where its ModelCache failed to download, a template whose own model flag
-keeps the engine from reading the cache. Each is a message the shell emits, in order,
+keeps the engine from reading the cache, a vLLM template that names its model with the
+`--model` option vLLM 0.32 deprecates. Each is a message the shell emits, in order,
 prefixed with the deployment's name.
 """
 
@@ -36,6 +37,25 @@ def served_name_warnings(deployment: Deployment) -> list[str]:
     return found
 
 
+def model_option_warnings(deployment: Deployment) -> list[str]:
+    """vLLM 0.32 warns that `--model` will be removed in favour of the positional model
+    (`vllm serve MODEL`): the template still works today, and stops working on the release
+    that removes it. Compose keeps the user's flag, so say it before that release does."""
+    found = []
+    for engine in deployment.engines:
+        if engine.type != "vllm":
+            continue
+        for member in engine.members:
+            flag = user_model_flag(engine.type, member.template)
+            if flag.startswith("--model"):
+                found.append(
+                    f"{member.path}: the template passes the model as `--model`, which "
+                    "vLLM 0.32 deprecates and will remove; put the model first in args "
+                    "(vllm serve MODEL), or leave it out and let spec.source name it"
+                )
+    return found
+
+
 def cache_warnings(
     deployment: Deployment, cache: modelcache.CacheView | None, plan: PlacementPlan
 ) -> list[str]:
@@ -65,4 +85,8 @@ def spec_warnings(
     deployment: Deployment, cache: modelcache.CacheView | None, plan: PlacementPlan
 ) -> list[str]:
     """Every warning about the spec, served-name first, then the cache's."""
-    return [*served_name_warnings(deployment), *cache_warnings(deployment, cache, plan)]
+    return [
+        *served_name_warnings(deployment),
+        *model_option_warnings(deployment),
+        *cache_warnings(deployment, cache, plan),
+    ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
 
-from functions.common import contracts, tenancy
+from functions.common import contracts, ledger, tenancy
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
 from functions.common.naming import cluster_name_problem, is_object_name
@@ -833,7 +833,8 @@ class Holding:
 
 # The fields read_holding reads (a shape for structs.plain_only: None is a whole value).
 # A ModelReplica as listed is mostly managedFields, conditions and pod templates, which
-# placement never reads; a shell converts only these. Keep in step with _read_holding.
+# placement never reads; a shell converts only these. Keep in step with _read_holding
+# and ledger.footprint.
 HOLDING_FIELDS: Final = {
     "metadata": {"namespace": None, "name": None, "creationTimestamp": None},
     "spec": {
@@ -880,23 +881,7 @@ def _read_holding(mr: dict) -> Holding:
     meta = mr.get("metadata") or {}
     spec = mr.get("spec") or {}
     status = mr.get("status") or {}
-    gangs: list[int] = []
-    pods: list[int] = []
-    requests = _holding_requests(spec)
-    for engine in [] if requests else spec.get("engines") or []:
-        members = engine.get("members") or []
-        leader = next((m for m in members if m.get("role") == contracts.ROLE_LEADER), None)
-        if leader is not None:
-            gangs.append(1 + _count(leader.get("workerNodes"), "spec.engines[].workerNodes"))
-            continue
-        for m in members:
-            pods.append(
-                sum(
-                    _count(d.get("count"), "spec.engines[].devices[].count")
-                    for d in m.get("devices") or []
-                    if not d.get("deviceClassName")
-                )
-            )
+    gangs, pods, requests = ledger.footprint(spec)
     raw_health = status.get("health")
     health = HealthRecord.from_status(raw_health, _count) if raw_health else None
     namespace = str(meta.get("namespace", ""))
@@ -908,30 +893,10 @@ def _read_holding(mr: dict) -> Holding:
         cluster=str((spec.get("cluster") or {}).get("name", "")),
         pool=str((spec.get("nodePool") or {}).get("name", "")),
         replicas=_count(spec.get("replicas"), "spec.replicas"),
-        footprint=Footprint(tuple(sorted(gangs, reverse=True)), tuple(sorted(pods, reverse=True)))
+        footprint=Footprint(gangs, pods)
         if not requests
         else Footprint(pods=cpu.pod_slots(requests), requests=requests),
         order=(str(meta.get("creationTimestamp", "")), namespace, name),
         ready_replicas=_count(status.get("readyReplicas"), "status.readyReplicas"),
         health=health,
     )
-
-
-def _holding_requests(spec: dict) -> tuple[tuple[int, int], ...]:
-    """A CPU ModelReplica's pods as (millicores, bytes), largest first; () for one whose
-    members ask for devices. A Worker member runs its Leader's workerNodes pods."""
-    requests = []
-    for engine in spec.get("engines") or []:
-        members = engine.get("members") or []
-        leader = next((m for m in members if m.get("role") == contracts.ROLE_LEADER), None)
-        workers = _count(leader.get("workerNodes"), "spec.engines[].workerNodes") if leader else 0
-        for m in members:
-            if "cpu" not in m:
-                return ()
-            path = "spec.engines[].members[]"
-            request = (
-                _quantity(m.get("cpu"), f"{path}.cpu", cpu.millicores)[1],
-                _quantity(m.get("memory"), f"{path}.memory", cpu.bytes_of)[1],
-            )
-            requests += [request] * (workers if m.get("role") == contracts.ROLE_WORKER else 1)
-    return tuple(sorted(requests, reverse=True))

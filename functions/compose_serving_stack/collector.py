@@ -6,8 +6,9 @@ The pipeline, in order, and why each step sits where it does:
 1. `prometheus` discovers pods (Kubernetes service discovery) and keeps only those
    labelled `modelplane.ai/serving`, scraping their container port named `http`; plus
    the endpoint pickers, the gateway's Envoy proxies and the stack's substrate, and (with
-   a destination) the member runtime's agent and scaler, whose own metrics (hub,
-   leadership, model health, certificate expiry, the cost of each model's GPUs) reach
+   a destination) the member runtime's agent, scaler and activator, whose own metrics
+   (hub, leadership, model health, certificate expiry, the cost of each model's GPUs,
+   on-demand models' held requests and activations) reach
    the destination like any other series. The
    receiver itself sets `k8s.pod.name`, `k8s.pod.uid` and `k8s.namespace.name` on each
    target's resource from the discovery labels, and each job's relabel rules name the
@@ -1165,7 +1166,7 @@ def scrape_configs(
 ) -> list[dict[str, Any]]:
     """The prometheus receiver's scrape jobs for a cluster of this stack: the engines
     (a job per engine type whose mapping names its own endpoint), pickers, substrate, and
-    (`runtime`) the member runtime's agent and scaler."""
+    (`runtime`) the member runtime's agent, scaler and activator."""
     jobs = _engine_jobs(interval, mappings)
     jobs += [
         _substrate_job(t, interval, mappings) for t in substrate_targets.SUBSTRATE_TARGETS[stack]

@@ -444,6 +444,9 @@ GATEWAY_PROXY_LABELS: Final = {
     "gateway.envoyproxy.io/owning-gateway-name": contracts.INFERENCE_GATEWAY_NAME,
     "gateway.envoyproxy.io/owning-gateway-namespace": contracts.INFERENCE_GATEWAY_NAMESPACE,
 }
+# The cluster's collector (collector_objects.py, in the same namespace), the only pods
+# that may reach the activator's metrics port.
+COLLECTOR_POD_LABELS: Final = {"app.kubernetes.io/name": contracts.COLLECTOR_SERVICE_NAME}
 # The activator's Role on the member is named apart from its ServiceAccount: a control
 # plane that is also a member holds the activator's control-plane ClusterRole under the
 # ServiceAccount's name (contracts.ACTIVATOR_CLUSTER_ROLE).
@@ -456,7 +459,9 @@ def _activator(target: Target, image: str) -> list[Composed]:
     routes vouch for, runtime/activator/core.py); on the control plane only get and
     patch ModelDeployments (the activate annotation), through a kubeconfig copied from
     the control plane. A NetworkPolicy admits only the inference gateway's proxies to
-    its serving port; the kubelet's probes use a port of their own."""
+    its serving port and only the cluster's collector to its metrics port (held
+    requests, activations, time to first byte: activator/metrics.py); the kubelet's
+    probes use a port of their own."""
     secret = f"{ACTIVATOR}-control-plane"
     labels = _labels(ACTIVATOR)
     return [
@@ -495,6 +500,8 @@ def _activator(target: Target, image: str) -> list[Composed]:
             ports=[
                 {"name": "http", "containerPort": contracts.ACTIVATOR_PORT},
                 {"name": "health", "containerPort": contracts.ACTIVATOR_HEALTH_PORT},
+                # `--metrics-port`'s default; the collector scrapes it by this name.
+                {"name": contracts.PORT_NAME_METRICS, "containerPort": contracts.METRICS_PORT},
             ],
             probes={
                 "readinessProbe": {
@@ -554,6 +561,12 @@ def _activator(target: Target, image: str) -> list[Composed]:
                                 }
                             ],
                             "ports": [{"protocol": "TCP", "port": "http"}],
+                        },
+                        # The cluster's collector scrapes the activator's own metrics
+                        # (substrate_targets.RUNTIME_TARGETS), and nothing else does.
+                        {
+                            "from": [{"podSelector": {"matchLabels": COLLECTOR_POD_LABELS}}],
+                            "ports": [{"protocol": "TCP", "port": contracts.PORT_NAME_METRICS}],
                         },
                         # The kubelet's probes: the health port serves nothing else.
                         {"ports": [{"protocol": "TCP", "port": "health"}]},

@@ -113,10 +113,13 @@ SUBSTRATE_TARGETS: Final[dict[str, tuple[ScrapeTarget, ...]]] = {
 
 
 # The member runtime this cluster hosts (runtime_hosting.py): the agent (hub, leadership,
-# model health, cost, certificate expiry) and the scaler serve Prometheus text on their
-# `metrics` port. Scraped only when the collector pushes to a destination (the agent's
-# signals page has no use for the agent's own metrics). Not substrate: no MetricMapping
-# maps them, so they are not listed among a stack's mappable components.
+# model health, cost, certificate expiry), the scaler and the on-demand activator (held
+# requests, activations, time to first byte: runtime/activator/metrics.py, its names
+# kept as it exports them, like the agent's) serve Prometheus text on their `metrics`
+# port; the activator's NetworkPolicy admits the collector to it. Scraped only when the
+# collector pushes to a destination (the agent's signals page has no use for the
+# runtime's own metrics). Not substrate: no MetricMapping maps them, so they are not
+# listed among a stack's mappable components.
 RUNTIME_TARGETS: Final = tuple(
     ScrapeTarget(
         job=name,
@@ -124,5 +127,9 @@ RUNTIME_TARGETS: Final = tuple(
         port_name=contracts.PORT_NAME_METRICS,
         pod_labels=(("app.kubernetes.io/name", name),),
     )
-    for name in (contracts.AGENT_SERVICE_NAME, contracts.SCALER_SERVICE_NAME)
+    for name in (
+        contracts.AGENT_SERVICE_NAME,
+        contracts.SCALER_SERVICE_NAME,
+        contracts.ACTIVATOR_SERVICE_NAME,
+    )
 )

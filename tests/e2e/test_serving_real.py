@@ -14,6 +14,12 @@ with a DRA GPU (the engine runs on the CPU; the claim is what placement asked fo
   its real `/metrics` and every vocabulary name vLLM exposes arrives in base units, and
   a burst of real requests moves the request counter; its readiness reaches the
   ModelDeployment's status.
+- The same replica autoscales (shadow) from vocabulary signals, so the composition turns
+  the member's collector's signals page on for it; the agent's own code (its sampler,
+  `read_member_inputs` on the member's real objects, `compute_report`) reads that page
+  served by the collector over the real engine and reports the signals the hub reads
+  (demand, pressure, latency) moved by a burst of concurrent requests, in agreement
+  with the burst's size.
 - A Leader + headless Worker replica (a LeaderWorkerSet made into pods by the real
   controller) serves with tensor parallel 2 across its two pods.
 - The example LeaderWorkerSet, applied before the controller ran, gets its (KWOK) pods.
@@ -27,10 +33,13 @@ run): the time to serve, the engines' RSS.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
+import urllib.request
 
 import openai
 import pytest
+import yaml
 from kubernetes import client
 
 from fleetbox.podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE
@@ -38,9 +47,22 @@ from fleetbox.serving import REQUIRED_TOOLS as REAL_TOOLS
 from fleetbox.serving import TINY_MODEL_REPO, TINY_MODEL_URI, engine_rss
 from functions.common import builtin_mappings, contracts, vocabulary
 from functions.common import metricmapping as mappings
-from functions.common.contracts import LABEL_DEPLOYMENT, LABEL_SERVING, PORT_NAME_HTTP
-from functions.compose_model_deployment.parking import DEFAULT_MAX_CONSECUTIVE_FAILURES
+from functions.common.contracts import (
+    AUTOSCALING_GROUP_VERSION,
+    COLLECTOR_SERVICE_NAME,
+    LABEL_DEPLOYMENT,
+    LABEL_SERVING,
+    PORT_NAME_HTTP,
+    SYSTEM_NAMESPACE,
+)
+from functions.common.naming import dns_label
 from functions.compose_serving_stack import collector
+from functions.compose_serving_stack.collector_objects import CONFIG_KEY
+from functions.runtime.agent.collect import policy_signals, read_member_inputs
+from functions.runtime.agent.signal_sampling import SignalSampler
+from functions.runtime.agent.signals import Scope
+from functions.runtime.shared.policy import Policy
+from functions.runtime.shared.report import compute_report
 from tests.collector import harness, releases
 from tests.collector.engines import Pod
 from tests.conftest import require_tool
@@ -60,6 +82,22 @@ ENGINE_ARGS = ["--max-model-len", "512", "--enforce-eager"]
 SERVE_SECONDS = 420.0
 PARK_SECONDS = 420.0
 GONE_SECONDS = 120.0
+PARK_AFTER = 2  # the broken launch's spec.parking.maxConsecutiveFailures
+# The collector's scrape interval (and so its scrape timeout) in the real-engine
+# collector runs, seconds. At 1 s, on 2 shared cores, the engine's series left the
+# signals page for the whole of a burst it was serving (its scrapes, seemingly, not
+# answered within the timeout): the agent then rightly has no pressure at all.
+INTERVAL = 3
+# The signals burst: concurrent requests to an engine that runs one at a time
+# (`--max-num-seqs 1`), each long enough (its tokens forced past end-of-sequence) that
+# the others are seen waiting (384 tokens take about 2 s each here, over 4 s under load:
+# the burst lasts several collector ticks).
+SIGNALS_BURST = 8
+SIGNALS_ENGINE_ARGS = ("--max-num-seqs", "1")
+BURST_TOKENS = 384
+# vLLM's TTFT buckets grow by at most 2.5x between neighbours (0.1 -> 0.25, 1 -> 2.5):
+# an interpolated quantile lies at most that far above the slowest observation.
+TTFT_BUCKET_RATIO = 2.5
 # How an OTLP export names each vocabulary type.
 KIND = {
     vocabulary.MetricType.GAUGE: "gauge",
@@ -85,11 +123,19 @@ def _real(document: dict) -> dict:
     return document
 
 
-def standalone(name: str, extra_args: tuple[str, ...] = ()) -> dict:
+def standalone(name: str, extra_args: tuple[str, ...] = (), *, autoscaled: bool = False) -> dict:
+    """One real Standalone replica; `autoscaled`: with the example's shadow autoscaling
+    from vocabulary signals, held at one replica (one real engine is what this box has
+    room for)."""
     document = claims.renamed(claims.example("modeldeployments/llama-8b-vllm.yaml"), name)
     spec = document["spec"]
     spec["replicas"] = 1
-    spec.pop("autoscaling", None)
+    if autoscaled:
+        autoscaling = spec["autoscaling"]
+        assert autoscaling["mode"] == "shadow", autoscaling  # the hub decides, applies nothing
+        autoscaling["minReplicas"] = autoscaling["maxReplicas"] = 1
+    else:
+        spec.pop("autoscaling", None)
     spec["source"] = {"uri": TINY_MODEL_URI}
     member = spec["template"]["spec"]["engines"][0]["members"][0]
     member["nodeSelector"]["devices"][0]["selectors"].append({"cel": H100})
@@ -181,15 +227,26 @@ def _http_address(pod: dict) -> str:
     return f"http://{pod['status']['podIP']}:{port}"
 
 
-def _chat(address: str, model: str) -> openai.types.chat.ChatCompletion:
+def _chat(
+    address: str, model: str, max_tokens: int = 8, **extra
+) -> openai.types.chat.ChatCompletion:
     with openai.OpenAI(base_url=f"{address}/v1", api_key="unused", max_retries=0) as api:
         return api.chat.completions.create(
             model=model,
             messages=[{"role": "user", "content": "Say something."}],
-            max_tokens=8,
+            max_tokens=max_tokens,
             temperature=0,
             timeout=120,
+            extra_body=extra or None,
         )
+
+
+def _timed_long_chat(address: str, model: str) -> float:
+    """One burst request, its tokens forced to BURST_TOKENS; its seconds, client side."""
+    began = time.monotonic()
+    answer = _chat(address, model, BURST_TOKENS, ignore_eos=True)
+    assert answer.usage.completion_tokens == BURST_TOKENS, answer.usage
+    return time.monotonic() - began
 
 
 def _answers_for_its_name_only(address: str, name: str) -> None:
@@ -201,14 +258,78 @@ def _answers_for_its_name_only(address: str, name: str) -> None:
         _chat(address, "another-model")
 
 
-def _collector_reads_the_real_engine(pod: dict, name: str, folder) -> None:
-    """The cluster collector, rendered for the built-in mappings, scrapes the real
-    engine's /metrics (discovery and pod attributes stood in for as
-    tests/collector/harness.py says): every vocabulary name vLLM exposes arrives in the
-    vocabulary's unit and type, and a burst of real requests moves the request counter
-    the signals are computed from."""
+def _signals_page_composed_for(box, name: str) -> Policy:
+    """The composition's side of the signals: the member's InferenceCluster names this
+    deployment's replica among those its agent computes vocabulary signals for, the
+    collector config it rendered onto the member serves the signals page, and the
+    member holds the deployment's AdaptivePolicy copy (what the agent evaluates)."""
+
+    def cluster_reads_signals_for_it(found: list[dict]) -> dict:
+        (cluster,) = found
+        readers = ((cluster.get("status") or {}).get("telemetry") or {}).get("signalsFor") or []
+        assert any(r.startswith(f"{NAMESPACE}/{name}") for r in readers), readers
+        return cluster
+
+    api = box.api()
+    try:
+        watch_until(
+            f"InferenceCluster {MEMBER} signalsFor {name}",
+            client.CustomObjectsApi(api).list_cluster_custom_object,
+            cluster_reads_signals_for_it,
+            claims.CONVERGE_SECONDS,
+            GROUP,
+            VERSION,
+            "inferenceclusters",
+            field_selector=f"metadata.name={MEMBER}",
+        )
+    finally:
+        api.close()
+
+    def serves_the_page(found: list[dict]) -> dict:
+        (config_map,) = found
+        config = yaml.safe_load(config_map["data"][CONFIG_KEY])
+        assert collector.SIGNALS_EXPORTER in config["exporters"], sorted(config["exporters"])
+        pipeline = config["service"]["pipelines"]["metrics"]
+        assert collector.SIGNALS_EXPORTER in pipeline["exporters"], pipeline
+        return config
+
+    member = box.api(MEMBER)
+    try:
+        watch_until(
+            f"{MEMBER}'s collector config serves the signals page",
+            client.CoreV1Api(member).list_namespaced_config_map,
+            serves_the_page,
+            claims.CONVERGE_SECONDS,
+            SYSTEM_NAMESPACE,
+            field_selector=f"metadata.name={COLLECTOR_SERVICE_NAME}",
+        )
+        policy = watch_until(
+            f"{name}'s AdaptivePolicy copy on {MEMBER}",
+            client.CustomObjectsApi(member).list_namespaced_custom_object,
+            lambda found: found[0] if found else None,
+            claims.CONVERGE_SECONDS,
+            *AUTOSCALING_GROUP_VERSION.split("/"),
+            NAMESPACE,
+            "adaptivepolicies",
+            field_selector=f"metadata.name={dns_label(name)}",
+        )
+    finally:
+        member.close()
+    return Policy.from_object(policy)
+
+
+def _collector_reads_the_real_engine(box, pod: dict, name: str, folder) -> None:
+    """The cluster collector, rendered for the built-in mappings as the composition
+    renders it for this member (a destination, and the signals page: a replica here
+    autoscales from vocabulary signals), scrapes the real engine's /metrics (discovery
+    and pod attributes stood in for as tests/collector/harness.py says): every
+    vocabulary name vLLM exposes arrives in the vocabulary's unit and type, and a burst
+    of real requests moves the request counter at the destination and, read by the
+    agent's own sampler and report, the signals the hub reads."""
     otelcol = require_tool("otelcol")
+    policy = _signals_page_composed_for(box, name)
     labels = pod["metadata"]["labels"]
+    address = _http_address(pod)
     target = Pod(
         name=pod["metadata"]["name"],
         uid=pod["metadata"]["uid"],
@@ -217,7 +338,7 @@ def _collector_reads_the_real_engine(pod: dict, name: str, folder) -> None:
         deployment=name,
         serving=labels[LABEL_SERVING],
         page="",
-        port=int(_http_address(pod).rsplit(":", 1)[1]),
+        port=int(address.rsplit(":", 1)[1]),
         ip=pod["status"]["podIP"],
     )
     resolved = mappings.resolve_mappings([], builtin_mappings.builtin_mapping_resources())
@@ -225,7 +346,8 @@ def _collector_reads_the_real_engine(pod: dict, name: str, folder) -> None:
         collector.CollectorCluster(MEMBER),
         resolved.accepted,
         collector.CollectorDestination("gateway.invalid:4317"),
-        scrape_interval_seconds=1,
+        signals=True,
+        scrape_interval_seconds=INTERVAL,
     )
     expected = releases.EXPECTED[("vllm", "0.11")]
     expected |= {m.name for m in vocabulary.VOCABULARY if m.derived_from in expected}
@@ -248,9 +370,18 @@ def _collector_reads_the_real_engine(pod: dict, name: str, folder) -> None:
             before = requests_total()
             burst = 4
             for _ in range(burst):
-                _chat(_http_address(pod), name)
+                _chat(address, name)
             harness.wait_for(
                 lambda: requests_total() >= before + burst, 60, "the burst counted", log
+            )
+            _agent_reads_a_burst(
+                box,
+                policy,
+                address,
+                name,
+                url=harness.signals_url(live),
+                counted=requests_total,
+                log=log,
             )
     points = harness.points(sink.exports)
     for metric in expected:
@@ -263,6 +394,154 @@ def _collector_reads_the_real_engine(pod: dict, name: str, folder) -> None:
             assert p.attributes.get(vocabulary.MODEL_LABEL, name) == name, p
 
 
+def _agent_reads_a_burst(
+    box, policy: Policy, address: str, name: str, *, url: str, counted, log
+) -> None:
+    """The agent's sampler reads the collector's signals page before, during and after
+    SIGNALS_BURST concurrent requests (`counted`: the requests the destination counted);
+    its report (read_member_inputs on the member's real ScaledObject, Deployment and
+    pod, then compute_report: what the agent writes on the policy copy, which the hub
+    reads) shows the burst:
+
+    - demand (requests per second over the window): times the span of the points it
+      was computed over, exactly the burst;
+    - pressure (waiting requests per ready replica): while the engine, taking one
+      request at a time, works through the burst, requests are seen waiting, never
+      more than all but the running one; none once it is served;
+    - latency (p90 time to first token, queueing included): computed from the burst's
+      observations, no slower than the slowest request (bucket interpolation aside).
+    """
+    spec = policy.spec
+    assert set(spec.effective_signals) >= {"demand", "pressure", "latency"}, spec.signals
+    assert spec.cluster(MEMBER) is not None, spec.clusters
+    sampler = SignalSampler(url, INTERVAL / 2)
+    sampler.keep_for([spec.signal_window])
+    scope = Scope(NAMESPACE, name)
+
+    def signal(which: str) -> tuple[float | None, str | None]:
+        sampler.step(time.time())
+        found = policy_signals(
+            spec,
+            scope,
+            ready_replicas=1,
+            history=sampler.sampling,
+            prometheus_url=None,
+            now=time.time(),
+            interval=INTERVAL,
+        )
+        return found[which].single()
+
+    began = time.time()
+    # Before the burst: a demand over two points, and nobody waiting.
+    harness.wait_for(
+        lambda: signal("demand")[1] is None and signal("pressure") == (0.0, None),
+        60,
+        "the agent's demand and pressure computed from the signals page",
+        log,
+    )
+    before = counted()
+    waiting_seen: list = []
+    engine_seen: list = []  # what the engine's own page said meanwhile, for a failure
+    burst_began = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(SIGNALS_BURST) as pool:
+        requests = [pool.submit(_timed_long_chat, address, name) for _ in range(SIGNALS_BURST)]
+        pending = set(requests)
+        while pending:
+            value, error = signal("pressure")
+            waiting_seen.append(value if error is None else error)
+            engine_seen.append((round(time.monotonic() - burst_began, 1), _engine_queue(address)))
+            _, pending = concurrent.futures.wait(pending, timeout=INTERVAL / 2)
+        durations = [r.result() for r in requests]
+    burst_seconds = time.monotonic() - burst_began
+    # The burst counted at the destination (`counted`, independent of the agent's code),
+    # so the page, updated in the same pipeline before the export is sent, counts it too.
+    harness.wait_for(
+        lambda: (
+            counted() >= before + SIGNALS_BURST
+            and signal("pressure") == (0.0, None)
+            and signal("latency")[1] is None
+        ),
+        60,
+        "the burst counted, the agent's pressure back to 0 and a latency over the burst",
+        log,
+    )
+    now = time.time()
+    report = _agent_report(box, spec, sampler, now)
+    assert report.ready == 1, report
+    # What the sampled points span: from the first read (its point at most the page's
+    # expiry older) to now (the newest point at most STALE_INTERVALS old).
+    margin = (collector.SIGNALS_EXPIRY_INTERVALS + 1) * INTERVAL
+    seconds = now - began
+    assert seconds + margin < spec.signal_window, (seconds, spec.signal_window)
+    assert report.demand >= SIGNALS_BURST / (seconds + margin), (report, seconds)
+    assert report.demand * max(0.0, seconds - margin) <= SIGNALS_BURST, (report, seconds)
+    # Exactly: the per-second increase times the span of the points it was computed
+    # over is the burst (every request of it finished in the window, none other did).
+    span = _points_span(
+        sampler.sampling, scope, "modelplane_requests_total", now - spec.signal_window
+    )
+    assert report.demand * span == pytest.approx(SIGNALS_BURST), (report.demand, span)
+    # All sent at once, one runs: the rest wait, never more than all but that one.
+    peak = max((w for w in waiting_seen if isinstance(w, float)), default=None)
+    queue = (waiting_seen, engine_seen, durations, burst_seconds)
+    assert peak is not None, queue
+    assert 1 <= peak <= SIGNALS_BURST - 1, queue
+    assert report.pressure == 0.0, report
+    assert 0 < report.latency <= TTFT_BUCKET_RATIO * max(durations), (report, durations)
+    measured(f"signals burst: {SIGNALS_BURST} requests, one at a time", burst_seconds)
+    print(
+        f"signals burst: peak pressure {peak}, demand {report.demand:.3f}/s over"
+        f" {seconds:.1f} s, p90 TTFT {report.latency:.2f} s, slowest request"
+        f" {max(durations):.2f} s"
+    )
+
+
+def _agent_report(box, spec, sampler: SignalSampler, now: float):
+    """What the agent reports for the policy on the member at `now` from the sampler's
+    history: read_member_inputs on the member's real objects, then compute_report."""
+    api = box.api(MEMBER)
+    try:
+        inputs = read_member_inputs(
+            api,
+            spec,
+            NAMESPACE,
+            None,
+            now,
+            history=sampler.sampling,
+            interval=INTERVAL,
+            cluster=MEMBER,
+        )
+        result = compute_report(inputs, spec, MEMBER, None, now)
+    finally:
+        api.close()
+    assert result.report is not None, result.condition
+    assert not inputs.read_errors, inputs.read_errors
+    return result.report
+
+
+def _engine_queue(address: str) -> str:
+    """The engine's own running and waiting gauges, as its /metrics says them."""
+    with urllib.request.urlopen(f"{address}/metrics", timeout=10) as response:
+        page = response.read().decode()
+    return " ".join(
+        line.split("{", 1)[0].split(":", 1)[1] + "=" + line.rsplit(" ", 1)[1]
+        for line in page.splitlines()
+        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting"))
+    )
+
+
+def _points_span(history, scope: Scope, metric: str, since: float) -> float:
+    """Seconds between the first and the newest point of `metric` the history holds for
+    `scope` since `since` (what a rate over the window divides by)."""
+    times = [
+        when
+        for page in history.pages
+        for (sample, _), (_, when) in (page.samples.get(scope) or {}).items()
+        if sample == metric and when >= since
+    ]
+    return max(times) - min(times)
+
+
 def _delete_and_wait_gone(box, runner, name: str) -> None:
     claims.delete(box, "modeldeployment", name, NAMESPACE)
     _gone(box, name, GONE_SECONDS)
@@ -273,7 +552,7 @@ def _delete_and_wait_gone(box, runner, name: str) -> None:
 def test_a_standalone_vllm_replica_serves_the_name_a_client_sends(box, runner, tmp_path):
     name = "e2e-real-standalone"
     began = time.monotonic()
-    claims.apply_document(box, standalone(name))
+    claims.apply_document(box, standalone(name, SIGNALS_ENGINE_ARGS, autoscaled=True))
     try:
         (pod,) = _pods(
             box, name, lambda pods: len(pods) == 1 and _ready(pods[0]) and pods, f"{name} Ready"
@@ -293,7 +572,7 @@ def test_a_standalone_vllm_replica_serves_the_name_a_client_sends(box, runner, t
         measured("RSS of one real vLLM process tree (GiB)", engine_rss([pid]) / 2**30)
 
         _answers_for_its_name_only(_http_address(pod), name)
-        _collector_reads_the_real_engine(pod, name, tmp_path)
+        _collector_reads_the_real_engine(box, pod, name, tmp_path)
 
         # The pod's readiness reaches the ModelDeployment's status on the control plane.
         _deployment(
@@ -380,7 +659,12 @@ def test_the_examples_leader_worker_set_made_before_the_controller_gets_kwok_pod
 
 def test_a_launch_with_a_wrong_flag_is_parked_from_real_exits(box, runtime, runner):
     name = "e2e-real-broken"
-    claims.apply_document(box, standalone(name, extra_args=("--no-such-flag",)))
+    document = standalone(name, extra_args=("--no-such-flag",))
+    # Parked after two start failures, as a user may set it: each failure is a real vLLM
+    # process starting and exiting, and the kubelet's back-off between them doubles, so
+    # the default five would spend minutes proving nothing more.
+    document["spec"]["parking"] = {"maxConsecutiveFailures": PARK_AFTER}
+    claims.apply_document(box, document)
     try:
         status = _deployment(
             box,
@@ -389,7 +673,7 @@ def test_a_launch_with_a_wrong_flag_is_parked_from_real_exits(box, runtime, runn
             f"{name} parked",
             PARK_SECONDS,
         )
-        assert status["failures"] >= DEFAULT_MAX_CONSECUTIVE_FAILURES, status
+        assert status["failures"] >= PARK_AFTER, status
         # The real process's exit (argparse: 2) and its own words, from its last log
         # lines (terminationMessagePolicy FallbackToLogsOnError).
         assert "container engine exited 2 (Error) before ready" in status["lastError"], status

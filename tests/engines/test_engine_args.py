@@ -34,21 +34,11 @@ UNCHECKED_ENGINES = {
     "llama.cpp": "free-form engine type (run as its template says); no parser installed",
 }
 
-# The defects, each once; KNOWN_DEFECTS names the ones each case shows today. The launch
-# contract's own (issue 32, item 5: no model on a headless worker or from spec.source,
-# `--model` added by compose, Grove's variables used before Grove defines them, SGLang's
-# `--tp`) are fixed; what is left is in the fixtures' own args, which compose keeps as
-# written (the user's flag wins).
-USER_MODEL_OPTION = (
-    "the user's own args pass the model as `--model` (compose keeps the user's flag); "
-    "vLLM 0.32 warns that `--model` will be removed in favour of the positional model"
-)
-
-KNOWN_DEFECTS: dict[str, tuple[str, ...]] = {
-    "render:fabric-pinned@us-east-1/Leader": (USER_MODEL_OPTION,),
-    "render:fabric-pinned@us-east-1/Worker": (USER_MODEL_OPTION,),
-    "replica:served-name/Standalone": (USER_MODEL_OPTION,),
-}
+# The defects, each once; KNOWN_DEFECTS names the ones each case shows today (none: the
+# launch contract's own, issue 32 item 5, are fixed, and the fixtures pass the model as
+# vLLM 0.32 wants it; a template that still passes `--model` gets a warning from
+# compose-model-deployment, functions/compose_model_deployment/advice.py).
+KNOWN_DEFECTS: dict[str, tuple[str, ...]] = {}
 
 
 def _case(container: EngineContainer):

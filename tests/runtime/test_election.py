@@ -17,7 +17,10 @@ from functions.common.contracts import ANNOTATION_FENCING_TOKEN, HUB_LEASE_NAME,
 from functions.runtime.election.core import Timings
 from tests.runtime.conftest import FAST, HubSampler, measured, wait_for
 
-SLACK = 1.0  # request round trips and thread scheduling on a loaded 2-core runner
+# Request round trips and thread scheduling on a loaded 2-core runner: make test runs
+# these beside the end-to-end tier's fleet box (two workers), where an API server's answer
+# can take seconds.
+SLACK = 5.0
 
 
 def _one_hub(group, timeout):

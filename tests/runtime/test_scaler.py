@@ -510,7 +510,6 @@ def test_hundreds_of_open_streams_leave_metrics_answered_and_all_get_the_change(
 def test_request_text_is_escaped_in_logs(member0, scaler, caplog):
     member0.lease()
     forged = "llama\n2026-12-03 INFO forged line\x1b[31m"
-    stream = scaler.stub.StreamIsActive(pb.ScaledObjectRef(name=forged, namespace="ml\rteam"))
     # Collect on the scaler's own logger, not through the root: whether another module of
     # this session configured logging (a handler swapped, the logger disabled) is not
     # what this test is about.
@@ -523,6 +522,9 @@ def test_request_text_is_escaped_in_logs(member0, scaler, caplog):
     logger.setLevel(logging.INFO)
     logger.disabled = False
     try:
+        # The stream starts only now that the handler listens: a call starts when it is
+        # made, and a server quicker than this thread logged before the handler existed.
+        stream = scaler.stub.StreamIsActive(pb.ScaledObjectRef(name=forged, namespace="ml\rteam"))
         assert next(iter(stream)).result is False
         stream.cancel()
     finally:

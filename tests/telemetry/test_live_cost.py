@@ -1,9 +1,9 @@
 """Live: what each model's GPUs cost per hour, and the runtime's own metrics, arrive at a
 real Prometheus as the destination, per cluster and rolled up per model.
 
-    member API server us-east-1 ──▶ agent us-east-1 ──▶ cluster collector us-east-1 ─┐ OTLP
-    member API server eu-west-1 ──▶ agent eu-west-1 ──▶ cluster collector eu-west-1 ─┴▶ gateway
-                                                                   ──▶ Prometheus (remote write)
+    member API server us-east-1 ──▶ agent + activator us-east-1 ──▶ cluster collector us-east-1 ─┐
+    member API server eu-west-1 ──▶ agent + activator eu-west-1 ──▶ cluster collector eu-west-1 ─┤
+                                              OTLP ──▶ gateway ──▶ Prometheus (remote write) ◀─┘
 
 Real parts: two kube-apiservers (with etcd) holding each member's Nodes (labelled as the
 example InferenceClusters' pools select them), ResourceClaims with allocations (GPUs from
@@ -11,6 +11,9 @@ example InferenceClusters' pools select them), ResourceClaims with allocations (
 to the nodes; the agent as it ships (`modelplane-runtime agent`, both members configured,
 so they elect one hub), with the `--pool-price` arguments `crossplane render` composed for
 the example InferenceClusters (us-east-1's H100 at 4.5, eu-west-1's B200 at 6.25); the
+activator as it ships (`modelplane-runtime activator`, with the arguments composed for
+it), reading the member's HTTPRoutes (the real Gateway API CRD, with the route
+compose-model-replica composes for an on-demand model) and serving its own metrics; the
 cluster collectors' configs from the same renders (their ConfigMaps); the gateway's from
 the real render of a TelemetryDestination that remote-writes to this Prometheus; the
 collector and Prometheus from hack/tools.sh.
@@ -18,8 +21,10 @@ collector and Prometheus from hack/tools.sh.
 What the test substitutes, because there is no Kubernetes network here (each marked
 `# test substitution`): the collectors' pod discovery of the agent becomes a static
 target carrying the `__meta_kubernetes_*` labels discovery would attach (so the rendered
-keep rules select it as rendered); `k8s_attributes` is left out (the agent is not a
-model pod: it would add nothing); the jobs of engines and substrate, which have no pods
+keep rules select it as rendered), and the activator's the same; `k8s_attributes` is
+left out (the agent is not a model pod: it would add nothing); the activator's control
+plane is its own member's API server (it is only asked about a model no route vouches
+for, so it reads nothing there); the jobs of engines and substrate, which have no pods
 here, are left out; listen addresses, file paths and the gateway endpoint point at
 loopback and the test's files, and the collectors trust the test's certificate.
 """
@@ -27,6 +32,7 @@ loopback and the test's files, and the collectors trust the test's certificate.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import shutil
 import sys
 from collections.abc import Iterator
@@ -44,12 +50,14 @@ from functions.common.cost import MODEL_COST_PER_HOUR
 from functions.common.exposition import prometheus_label
 from functions.compose_serving_stack import collector
 from functions.compose_telemetry import gateway, rollup
+from functions.runtime.activator import metrics as activator_metrics
 from functions.runtime.kube.rest import kube_request
 from functions.runtime.shared.cert_expiry import CERTIFICATE_EXPIRY
 from functions.runtime.shared.metrics import HUB_LEADING
 from tests.collector.harness import localize_paths
 from tests.conftest import REPO, require_tool
 from tests.runtime.cluster import Member
+from tests.runtime.test_hub_integration import install_crds
 from tests.telemetry.test_live_fleet import (
     STOP_GRACE_SECONDS,
     Fleet,
@@ -59,6 +67,7 @@ from tests.telemetry.test_live_fleet import (
     wait_for,
     write_yaml,
 )
+from tests.unit.test_activator import composed_route
 
 EXAMPLES = REPO / "examples" / "inferenceclusters"
 CLUSTERS = {
@@ -101,6 +110,8 @@ def _render(function_servers, xr: Path, required: list[Path], folder: Path) -> l
 class RenderedMember:
     agent_args: list[str]  # the composed agent container's arguments after `runtime agent`
     collector_config: dict
+    activator_args: list[str]  # after `runtime activator`
+    activator_ports: dict[str, int]  # the activator container's declared ports, by name
 
 
 def render_member(function_servers, name: str, folder: Path) -> RenderedMember:
@@ -119,7 +130,19 @@ def render_member(function_servers, name: str, folder: Path) -> RenderedMember:
     )
     args = agent["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["runtime", "agent"]
-    return RenderedMember(args[2:], yaml.safe_load(config_map["data"]["config.yaml"]))
+    activator = next(
+        m
+        for m in manifests
+        if m["kind"] == "Deployment" and m["metadata"]["name"] == contracts.ACTIVATOR_SERVICE_NAME
+    )
+    (container,) = activator["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["runtime", "activator"]
+    return RenderedMember(
+        args[2:],
+        yaml.safe_load(config_map["data"]["config.yaml"]),
+        container["args"][2:],
+        {p["name"]: p["containerPort"] for p in container["ports"]},
+    )
 
 
 def render_gateway(function_servers, prometheus_port: int, folder: Path) -> dict:
@@ -164,35 +187,49 @@ def live_gateway(config: dict, listen: gateway.Listen) -> dict:
     return config
 
 
-def _agent_target(name: str, port: int) -> dict:
-    """What Kubernetes discovery would attach to the agent pod's `metrics` port."""
+def _runtime_target(job: str, name: str, port: int) -> dict:
+    """What Kubernetes discovery would attach to a runtime pod's `metrics` port (the
+    agent's, the activator's: labelled with its job's name, as runtime_hosting does)."""
     pod_label = prometheus_label("app.kubernetes.io/name")
     return {
         "targets": [f"127.0.0.1:{port}"],
         "labels": {
             "__meta_kubernetes_namespace": contracts.SYSTEM_NAMESPACE,
-            "__meta_kubernetes_pod_name": f"{contracts.AGENT_SERVICE_NAME}-{name}-0",
-            "__meta_kubernetes_pod_uid": f"uid-agent-{name}",
+            "__meta_kubernetes_pod_name": f"{job}-{name}-0",
+            "__meta_kubernetes_pod_uid": f"uid-{job}-{name}",
             "__meta_kubernetes_pod_phase": "Running",
             "__meta_kubernetes_pod_container_port_name": contracts.PORT_NAME_METRICS,
-            f"__meta_kubernetes_pod_label_{pod_label}": contracts.AGENT_SERVICE_NAME,
+            f"__meta_kubernetes_pod_label_{pod_label}": job,
         },
     }
 
 
 def live_collector(
-    config: dict, name: str, *, agent_port: int, listen: gateway.Listen, ca: Path, folder: Path
+    config: dict,
+    name: str,
+    *,
+    agent_port: int,
+    activator_port: int,
+    listen: gateway.Listen,
+    ca: Path,
+    folder: Path,
 ) -> dict:
     live = localize_paths(config, folder)
     scrape = live["receivers"][collector.RECEIVER]["config"]["scrape_configs"]
-    (agent_job,) = [j for j in scrape if j["job_name"] == contracts.AGENT_SERVICE_NAME]
-    # test substitution: the agent's pod as discovery would offer it (the rendered relabel
-    # rules still pick it); no other job has pods here.
-    del agent_job["kubernetes_sd_configs"]
-    agent_job["static_configs"] = [_agent_target(name, agent_port)]
-    agent_job["scrape_interval"] = "2s"
-    agent_job["scrape_timeout"] = "2s"
-    live["receivers"][collector.RECEIVER]["config"]["scrape_configs"] = [agent_job]
+    jobs = {j["job_name"]: j for j in scrape}
+    runtime = {
+        contracts.AGENT_SERVICE_NAME: agent_port,
+        contracts.ACTIVATOR_SERVICE_NAME: activator_port,
+    }
+    # test substitution: the runtime's pods as discovery would offer them (the rendered
+    # relabel rules still pick them); no other job has pods here.
+    for job_name, port in runtime.items():
+        job = jobs[job_name]
+        del job["kubernetes_sd_configs"]
+        job["static_configs"] = [_runtime_target(job_name, name, port)]
+        job["scrape_interval"] = "2s"
+        job["scrape_timeout"] = "2s"
+    live["receivers"][collector.RECEIVER]["config"]["scrape_configs"] = [jobs[j] for j in runtime]
     # test substitution: no API server to look pods up in (the agent is not a model pod).
     pipeline = live["service"]["pipelines"]["metrics"]
     pipeline["processors"].remove("k8s_attributes")
@@ -293,6 +330,19 @@ def populate_eu_west(api) -> None:
 
 
 POPULATE = {"us-east-1": populate_us_east, "eu-west-1": populate_eu_west}
+# The on-demand model each member's route leads to its activator for.
+ON_DEMAND = "mistral-7b"
+
+
+def route_on_demand(api) -> None:
+    """The Gateway API's HTTPRoute CRD, and the route compose-model-replica composes for
+    an on-demand model here (it leads to the activator: the activator vouches for it)."""
+    install_crds(api)
+    route = composed_route(NAMESPACE, ON_DEMAND)
+    group, version = route["apiVersion"].split("/")
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        group, version, NAMESPACE, "httproutes", route
+    )
 
 
 @dataclass
@@ -300,6 +350,7 @@ class CostFleet:
     fleet: Fleet  # its query helpers and process logs
     members: dict[str, Member]
     agents: dict[str, Process]
+    activators: dict[str, tuple[Process, int]]  # and the port it serves requests on
 
 
 def start_member(name: str, workdir: Path) -> Member:
@@ -314,6 +365,7 @@ def start_member(name: str, workdir: Path) -> Member:
         # No controller manager: the ServiceAccount pods need is made by hand.
         core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": "default"}})
         POPULATE[name](api)
+        route_on_demand(api)
     finally:
         api.close()
     return member
@@ -355,6 +407,48 @@ def agent_process(
             f"--decision-log={workdir / f'decisions-{name}.jsonl'}",
         ],
         workdir / f"agent-{name}.log",
+    )
+
+
+def activator_process(
+    name: str,
+    composed: list[str],
+    *,
+    kubeconfig: Path,
+    listen: int,
+    health: int,
+    metrics: int,
+    workdir: Path,
+) -> Process:
+    """The activator as shipped, with the arguments crossplane render composed for it,
+    except where they point into a pod: the control plane's kubeconfig (its mounted
+    Secret) and the listen addresses become this member's kubeconfig and loopback ports;
+    the member's routes are read through the same kubeconfig (in-cluster in a pod)."""
+    replaced = {"--control-plane": str(kubeconfig), "--listen": f"127.0.0.1:{listen}"}
+    replaced["--health-listen"] = f"127.0.0.1:{health}"
+    args: list[str] = []
+    flags = iter(composed)
+    for arg in flags:
+        if arg in replaced:
+            next(flags)
+            args += [arg, replaced.pop(arg)]
+        else:
+            args.append(arg)
+    assert not replaced, (replaced, composed)
+    # The pod serves its metrics on the default port its container declares; here
+    # several processes share loopback (test substitution: a port of its own).
+    assert "--metrics-port" not in args, composed
+    return Process(
+        f"activator-{name}",
+        [
+            *ENTRYPOINT,
+            "activator",
+            f"--cluster={name}",
+            *args,
+            f"--member-api={kubeconfig}",
+            f"--metrics-port={metrics}",
+        ],
+        workdir / f"activator-{name}.log",
     )
 
 
@@ -426,8 +520,27 @@ def cost_fleet(function_servers, tmp_path_factory) -> Iterator[CostFleet]:
             for name, member in members.items()
         }
         agents: dict[str, Process] = {}
+        activators: dict[str, tuple[Process, int]] = {}
         collectors: dict[str, Process] = {}
         for name in CLUSTERS:
+            # The composed activator declares the port `runtime activator` serves its
+            # metrics on by default, under the name the collector's job selects.
+            assert rendered[name].activator_ports[contracts.PORT_NAME_METRICS] == (
+                contracts.METRICS_PORT
+            )
+            activator_port, activator_metrics = free_port(), free_port()
+            activators[name] = (
+                activator_process(
+                    name,
+                    rendered[name].activator_args,
+                    kubeconfig=kubeconfigs[name],
+                    listen=activator_port,
+                    health=free_port(),
+                    metrics=activator_metrics,
+                    workdir=workdir,
+                ),
+                activator_port,
+            )
             port = free_port()
             agents[name] = agent_process(
                 name,
@@ -441,6 +554,7 @@ def cost_fleet(function_servers, tmp_path_factory) -> Iterator[CostFleet]:
                 rendered[name].collector_config,
                 name,
                 agent_port=port,
+                activator_port=activator_metrics,
                 listen=listen,
                 ca=Path(listen.tls_cert_file),
                 folder=folder,
@@ -450,7 +564,8 @@ def cost_fleet(function_servers, tmp_path_factory) -> Iterator[CostFleet]:
                 [otelcol, f"--config={write_yaml(folder / 'live.yaml', live)}"],
                 workdir / f"collector-{name}.log",
             )
-        processes += [*agents.values(), *collectors.values()]
+        started = [*agents.values(), *(p for p, _ in activators.values()), *collectors.values()]
+        processes += started
 
         fleet = Fleet(
             workdir,
@@ -478,9 +593,9 @@ def cost_fleet(function_servers, tmp_path_factory) -> Iterator[CostFleet]:
             60,
             fleet.logs,
         )
-        for process in [*agents.values(), *collectors.values()]:
+        for process in started:
             process.start()
-        yield CostFleet(fleet, members, agents)
+        yield CostFleet(fleet, members, agents, activators)
     finally:
         for process in reversed(processes):
             process.stop(grace=STOP_GRACE_SECONDS)
@@ -492,7 +607,7 @@ def cost_fleet(function_servers, tmp_path_factory) -> Iterator[CostFleet]:
 
 def _logs(cost: CostFleet) -> str:
     parts = [cost.fleet.logs()]
-    for process in cost.agents.values():
+    for process in [*cost.agents.values(), *(p for p, _ in cost.activators.values())]:
         text = process.log.read_text(errors="replace") if process.log.exists() else ""
         parts.append(f"--- {process.name} (last 30 lines)\n" + "\n".join(text.splitlines()[-30:]))
     return "\n".join(parts)
@@ -571,4 +686,60 @@ def test_the_runtimes_own_metrics_arrive_with_their_cluster(cost_fleet):
     )
     # The runtime's series carry no namespace that could be read as a model's.
     for series in cost_fleet.fleet.query(f"{HUB_LEADING}"):
+        assert prometheus_label(contracts.RESOURCE_ATTR_NAMESPACE) not in series["metric"]
+
+
+def _ask(port: int, identity: str) -> int | None:
+    """One chat request through an activator; its HTTP status (None: not answering yet)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(
+            "POST",
+            "/v1/chat/completions",
+            b"{}",
+            {"Content-Type": "application/json", contracts.HEADER_DEPLOYMENT: identity},
+        )
+        reply = connection.getresponse()
+        reply.read()
+        return reply.status
+    except OSError:
+        return None
+    finally:
+        connection.close()
+
+
+@pytest.mark.tools
+def test_the_activators_own_metrics_arrive_with_their_cluster(cost_fleet):
+    """The real activator's series, through the rendered activator job: a request for a
+    model no route vouches for is counted without a model (NotRouted); the on-demand
+    model its route vouches for is on the held gauge at 0 from that read of the routes."""
+    for name, (_, port) in cost_fleet.activators.items():
+        wait_for(
+            f"the activator on {name} to answer",
+            lambda port=port: _ask(port, f"{NAMESPACE}/made-up") == 404,
+            60,
+            lambda: _logs(cost_fleet),
+        )
+    service = f'service_name="{contracts.ACTIVATOR_SERVICE_NAME}"'
+    refused = f'{activator_metrics.REQUESTS_TOTAL}{{{service},outcome="NotRouted"}}'
+    held = (
+        f'{activator_metrics.REQUESTS_HELD}{{{service},namespace="{NAMESPACE}",'
+        f'deployment="{ON_DEMAND}"}}'
+    )
+    for promql in (refused, held):
+        wait_for(
+            f"{promql} from both clusters",
+            lambda promql=promql: (
+                {s["metric"][CLUSTER] for s in cost_fleet.fleet.query(promql)} == set(CLUSTERS)
+            ),
+            120,
+            lambda: _logs(cost_fleet),
+        )
+    for series in cost_fleet.fleet.query(refused):
+        # Counted without a model: a made-up identity makes no series of its own.
+        assert "deployment" not in series["metric"], series
+        assert float(series["value"][1]) >= 1
+    for series in cost_fleet.fleet.query(held):
+        assert float(series["value"][1]) == 0
+        # The runtime's pods' namespace is dropped: `namespace` is the model's.
         assert prometheus_label(contracts.RESOURCE_ATTR_NAMESPACE) not in series["metric"]

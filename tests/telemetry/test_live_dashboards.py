@@ -2,19 +2,26 @@
 Prometheus fed by the real collector tier, and returns series with the labels it groups
 by; then each dashboard is drawn from that data (docs/dashboards/*.png).
 
-    vLLM page + agent page a ──▶ cluster collector a ─┐ OTLP + token
-                                                     ├──▶ gateway ──▶ Prometheus
-    vLLM page + agent page b ──▶ cluster collector b ─┘
+    vLLM page + agent page + activator a ──▶ cluster collector a ─┐ OTLP + token
+                                                                 ├──▶ gateway ──▶ Prometheus
+    vLLM page + agent page + activator b ──▶ cluster collector b ─┘
 
 The fleet is test_live_fleet's (same collectors, gateway and Prometheus, the same test
-substitutions for Kubernetes), with one addition: each member's agent page. It is the
+substitutions for Kubernetes), with two additions on each member. The agent's page: the
 runtime's own instruments — RuntimeMetrics, HubMetrics, CostMetrics,
 CertificateExpiryMetrics and (on member a, standing in for the control plane's
 `modelplane-runtime model-health`) ModelHealthMetrics — exported by the same OpenTelemetry
 Prometheus exporter the agent uses, their values set here rather than by a running hub
-(test substitution: no API servers). The rendered agent scrape job reads it. So the
-runtime and cost panels are checked live too, against the names and labels the runtime
-really exports; only the values are the test's.
+(test substitution: no API servers). And the on-demand activator: the real server
+(functions/runtime/activator/server.py) with its own ActivatorMetrics on that exporter,
+as `modelplane-runtime activator` serves them, taking real requests for an on-demand
+model, holding them through activations and proxying them to a chat server standing in
+for the engine; only the control plane and the member's routes are in-memory stand-ins
+(test substitution: no API servers), the control plane answering an activation the way
+compose-model-deployment does (Placed, then a ready replica a moment later, and back to
+zero replicas soon after, so activations keep coming). The rendered agent and activator
+scrape jobs read them. So the runtime and cost panels are checked live too, against the
+names and labels the runtime really exports; only the agent's values are the test's.
 
 `MODELPLANE_DASHBOARD_PICTURES=docs/dashboards` writes the pictures into the docs (else a
 temporary folder, so drawing is exercised on every run).
@@ -22,6 +29,7 @@ temporary folder, so drawing is exercised on every run).
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
@@ -45,6 +53,8 @@ from functions.common import contracts
 from functions.common.exposition import prometheus_label
 from functions.common.telemetrydestination import parse_destination
 from functions.compose_telemetry import gateway, rollup
+from functions.runtime.activator import server as activator_shell
+from functions.runtime.activator.metrics import ActivatorMetrics
 from functions.runtime.agent.cost import CostMetrics
 from functions.runtime.hub.metrics import HubMetrics
 from functions.runtime.operator.model_health import ModelHealthMetrics
@@ -64,6 +74,8 @@ from tests.telemetry.test_live_fleet import (
     wait_for,
     write_yaml,
 )
+from tests.unit.chatserver import Answer, ChatServer
+from tests.unit.test_activator import Routes, composed_route
 
 CLUSTERS = ("a", "b")
 ON_DEMAND = "qwen-2-5-7b"
@@ -73,47 +85,128 @@ PANEL_TIMEOUT_SECONDS = 150
 PICTURE_SAMPLES = 20  # at the pictures' 4 s step
 
 
-def _agent_target(name: str, port: int) -> dict:
-    """What Kubernetes discovery would attach to the agent pod's `metrics` port."""
+# The activator's stand-in control plane: a placed replica is ready this long after the
+# activation asked for it, and the model is back at zero replicas this long after that.
+LOAD_SECONDS = 1.5
+READY_FOR_SECONDS = 3.0
+ACTIVATOR_LIMITS = activator_shell.Limits(read_interval=0.2, routes_interval=1.0)
+
+
+def _runtime_target(job: str, cluster: str, port: int) -> dict:
+    """What Kubernetes discovery would attach to a runtime pod's `metrics` port (the
+    agent's, the activator's: named by its job, as runtime_hosting labels it)."""
     pod_label = prometheus_label("app.kubernetes.io/name")
     return {
         "targets": [f"127.0.0.1:{port}"],
         "labels": {
             "__meta_kubernetes_namespace": contracts.SYSTEM_NAMESPACE,
-            "__meta_kubernetes_pod_name": f"{contracts.AGENT_SERVICE_NAME}-{name}-0",
-            "__meta_kubernetes_pod_uid": f"uid-agent-{name}",
+            "__meta_kubernetes_pod_name": f"{job}-{cluster}-0",
+            "__meta_kubernetes_pod_uid": f"uid-{job}-{cluster}",
             "__meta_kubernetes_pod_phase": "Running",
             "__meta_kubernetes_pod_container_port_name": contracts.PORT_NAME_METRICS,
-            f"__meta_kubernetes_pod_label_{pod_label}": contracts.AGENT_SERVICE_NAME,
+            f"__meta_kubernetes_pod_label_{pod_label}": job,
         },
     }
 
 
-class AgentPage:
-    """A member agent's /metrics: the runtime's instruments on a registry of its own."""
+class _Page:
+    """A runtime process's /metrics: its instruments on a registry of its own, served by
+    the OpenTelemetry Prometheus exporter the runtime's processes use."""
 
-    def __init__(self, cluster: str, certificate: Path, *, control_plane: bool) -> None:
+    def __init__(self, service: str) -> None:
         self.registry = prometheus_client.CollectorRegistry()
-        self.runtime = RuntimeMetrics(
-            PrometheusMetricReader(registry=self.registry), service=contracts.AGENT_SERVICE_NAME
-        )
-        meter = self.runtime.provider.get_meter(METER_NAME)
-        self.hub = HubMetrics(meter)
-        self.cost = CostMetrics(meter)
-        CertificateExpiryMetrics(meter, [PemFile("agent", certificate)])
-        self.fleet = SimpleNamespace(model_list=[])
-        if control_plane:
-            ModelHealthMetrics(meter, lambda: self.fleet, reuse_for=0)
+        self.runtime = RuntimeMetrics(PrometheusMetricReader(registry=self.registry), service)
+        self.meter = self.runtime.provider.get_meter(METER_NAME)
         self.port = free_port()
         app = prometheus_client.make_wsgi_app(self.registry)
         self._server = make_server("127.0.0.1", self.port, app, handler_class=_Quiet)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.cluster = cluster
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
         self.runtime.shutdown()
+
+
+class AgentPage(_Page):
+    """A member agent's /metrics: the runtime's instruments, values set by the test."""
+
+    def __init__(self, cluster: str, certificate: Path, *, control_plane: bool) -> None:
+        super().__init__(contracts.AGENT_SERVICE_NAME)
+        self.hub = HubMetrics(self.meter)
+        self.cost = CostMetrics(self.meter)
+        CertificateExpiryMetrics(self.meter, [PemFile("agent", certificate)])
+        self.fleet = SimpleNamespace(model_list=[])
+        if control_plane:
+            ModelHealthMetrics(self.meter, lambda: self.fleet, reuse_for=0)
+        self.cluster = cluster
+
+
+class OnDemandPlane:
+    """The control plane as the activator sees it, for one on-demand model: an activation
+    is answered Placed at once (compose-model-deployment's answer), a replica here is
+    ready LOAD_SECONDS later, and READY_FOR_SECONDS after that the model is idle at zero
+    again (test substitution: no API server, no compose-model-deployment)."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self.lock = threading.Lock()
+        self.attempts: dict[tuple[str, str], tuple[str, float]] = {}
+
+    def get(self, namespace: str, name: str) -> dict | None:
+        status: dict = {}
+        with self.lock:
+            attempt = self.attempts.get((namespace, name))
+            if attempt is not None:
+                attempt_id, asked = attempt
+                age = time.monotonic() - asked
+                if age > LOAD_SECONDS + READY_FOR_SECONDS:
+                    del self.attempts[(namespace, name)]
+                else:
+                    status["onDemand"] = {"attempt": {"id": attempt_id, "result": "Placed"}}
+                    if age >= LOAD_SECONDS:
+                        status["placements"] = [{"cluster": self.cluster, "readyReplicas": 1}]
+        return {"spec": {"onDemand": {"activationTimeout": "60s"}}, "status": status}
+
+    def activate(self, namespace: str, name: str, attempt_id: str) -> None:
+        with self.lock:
+            self.attempts[(namespace, name)] = (attempt_id, time.monotonic())
+
+
+class ActivatorPage(_Page):
+    """A member's on-demand activator: the real server, its ActivatorMetrics on the
+    exporter (as `modelplane-runtime activator` serves them on `--metrics-port`), in front
+    of `engine` for the on-demand model ON_DEMAND, whose route (as compose-model-replica
+    composes it) vouches for it."""
+
+    def __init__(self, cluster: str, engine: ChatServer) -> None:
+        super().__init__(contracts.ACTIVATOR_SERVICE_NAME)
+        self.served = activator_shell.serve(
+            OnDemandPlane(cluster),
+            Routes([composed_route("ml-team", ON_DEMAND)]),
+            cluster,
+            "127.0.0.1:0",
+            activator_shell.Upstreams(cluster, engine.url.removesuffix("/v1"), {}),
+            health_listen="127.0.0.1:0",
+            limits=ACTIVATOR_LIMITS,
+            metrics=ActivatorMetrics(self.meter),
+        )
+
+    def request(self, identity: str) -> None:
+        """One client's chat request through the activator (its answer is not the point)."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.served.port, timeout=30)
+        headers = {"Content-Type": "application/json", contracts.HEADER_DEPLOYMENT: identity}
+        try:
+            connection.request("POST", "/v1/chat/completions", b"{}", headers)
+            connection.getresponse().read()
+        except OSError:
+            pass
+        finally:
+            connection.close()
+
+    def close(self) -> None:
+        self.served.shutdown()
+        super().close()
 
 
 @dataclass
@@ -122,6 +215,7 @@ class DashboardFleet:
     processes: list[Process]
     engines: dict[str, FakeEngine]
     agents: dict[str, AgentPage]
+    activators: dict[str, ActivatorPage]
     started: float
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -177,6 +271,12 @@ def _feed(fleet: DashboardFleet) -> None:
                 engine.finished.labels(MODEL, "error").inc()
             if tick % 5 == 0:
                 engine.finished.labels(MODEL, "abort").inc()
+        # Clients of the on-demand model, through each member's activator: held while
+        # it is at zero, proxied at once while a replica is ready; now and then a made-up
+        # identity (NotRouted).
+        for activator in fleet.activators.values():
+            identity = f"ml-team/{ON_DEMAND}" if tick % 6 else "ml-team/made-up"
+            threading.Thread(target=activator.request, args=(identity,), daemon=True).start()
         # The hub raises a floor now and then; the replicas it asked for get ready.
         hub = fleet.agents["a"].hub
         if tick % 3 == 0:
@@ -228,6 +328,8 @@ def board_fleet(tmp_path_factory) -> Iterator[DashboardFleet]:
     processes: list[Process] = []
     engines: dict[str, FakeEngine] = {}
     agents: dict[str, AgentPage] = {}
+    activators: dict[str, ActivatorPage] = {}
+    chat = ChatServer(script=[Answer(content="served by the engine")] * 100_000)
     fleet = None
     try:
         prometheus_port = free_port()
@@ -266,7 +368,7 @@ def board_fleet(tmp_path_factory) -> Iterator[DashboardFleet]:
             env={rollup.POD_NAME_ENV: "gateway-0"},
         )
         processes.append(gateway_process)
-        fleet = DashboardFleet(prometheus_port, processes, engines, agents, time.time())
+        fleet = DashboardFleet(prometheus_port, processes, engines, agents, activators, time.time())
         wait_for(
             "Prometheus",
             lambda: http_ok(f"http://127.0.0.1:{prometheus_port}/-/ready"),
@@ -283,13 +385,20 @@ def board_fleet(tmp_path_factory) -> Iterator[DashboardFleet]:
         for name in CLUSTERS:
             engines[name] = FakeEngine()
             agents[name] = AgentPage(name, cert, control_plane=name == "a")
+            activators[name] = ActivatorPage(name, chat)
             config = cluster_collector_config(
                 name,
                 engines[name],
                 listen,
                 token,
                 cert,
-                agent_target=_agent_target(name, agents[name].port),
+                runtime_targets={
+                    job: _runtime_target(job, name, page.port)
+                    for job, page in (
+                        (contracts.AGENT_SERVICE_NAME, agents[name]),
+                        (contracts.ACTIVATOR_SERVICE_NAME, activators[name]),
+                    )
+                },
             )
             process = Process(
                 f"collector-{name}",
@@ -310,8 +419,9 @@ def board_fleet(tmp_path_factory) -> Iterator[DashboardFleet]:
             process.stop(grace=STOP_GRACE_SECONDS)
         for engine in engines.values():
             engine.close()
-        for agent in agents.values():
-            agent.close()
+        for page in [*agents.values(), *activators.values()]:
+            page.close()
+        chat.close()
 
 
 def _live(expr: str) -> str:
@@ -378,6 +488,28 @@ def test_the_numbers_are_the_fleets(board_fleet):
     )
     on_demand = board_fleet.query(_live(exprs[("modelplane-runtime", "On-demand models at zero")]))
     assert {s["metric"]["deployment"] for s in on_demand} == {ON_DEMAND}
+    # The real activators: every activation of the on-demand model got a ready replica,
+    # on both members, and only the model a route vouches for has series of its own.
+    cluster = prometheus_label(contracts.RESOURCE_ATTRIBUTE_CLUSTER)
+    ready = {(c, ON_DEMAND, "Ready") for c in CLUSTERS}
+
+    def activations() -> set[tuple[str, str, str]]:
+        expr = exprs[("modelplane-runtime", "Activations per second, by result")]
+        return {
+            (s["metric"][cluster], s["metric"]["deployment"], s["metric"]["result"])
+            for s in board_fleet.query(_live(expr))
+        }
+
+    wait_for(
+        "activations that got a ready replica on both members",
+        lambda: activations() == ready,
+        PANEL_TIMEOUT_SECONDS,
+        lambda: f"{activations()}\n{board_fleet.logs()}",
+    )
+    held = board_fleet.query(
+        _live(exprs[("modelplane-runtime", "Requests held for an activation")])
+    )
+    assert {s["metric"]["deployment"] for s in held} == {ON_DEMAND}
 
 
 def test_each_dashboard_is_drawn_from_the_live_data(board_fleet, tmp_path):

@@ -34,7 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -328,10 +328,11 @@ def cluster_collector_config(
     token: Path,
     ca: Path,
     *,
-    agent_target: dict | None = None,
+    runtime_targets: Mapping[str, dict] | None = None,
 ) -> dict:
-    """`agent_target`: a static target for the rendered agent job (what discovery would
-    offer for the member's agent pod), scraped beside the engines."""
+    """`runtime_targets`: a static target for each rendered runtime job named (the agent,
+    the activator: what discovery would offer for the member's pod), scraped beside the
+    engines."""
     pods = engine if isinstance(engine, list) else [engine]
     vllm = yaml.safe_load((REPO / "functions/common/builtin_mappings/vllm.yaml").read_text())
     config = render_cluster_collector_config(
@@ -374,7 +375,7 @@ def cluster_collector_config(
     )
     processors = config["service"]["pipelines"]["metrics"]["processors"]
     del config["processors"]["k8s_attributes"]
-    if agent_target is None:
+    if not runtime_targets:
         # test substitution: the attributes k8s_attributes would lift from the pod.
         processors[processors.index("k8s_attributes")] = "resource/pod"
         config["processors"]["resource/pod"] = {
@@ -383,23 +384,25 @@ def cluster_collector_config(
             ]
         }
     else:
-        # test substitution: the agent's pod as discovery would offer it (the rendered
-        # relabel rules still pick it), and the engine pod's attributes on the engines'
-        # series only (k8s_attributes finds nothing to lift on the agent, not a model pod).
-        (agent_job,) = [
-            job
+        # test substitution: the runtime's pods as discovery would offer them (the
+        # rendered relabel rules still pick them), and the engine pod's attributes on the
+        # engines' series only (k8s_attributes finds nothing to lift on the runtime's pods,
+        # not model pods).
+        rendered_jobs = {
+            job["job_name"]: job
             for job in render_cluster_collector_config(
                 CollectorCluster(name),
                 (),
                 CollectorDestination(endpoint="127.0.0.1:4317", traces_and_logs=False),
                 scrape_interval_seconds=2,
             )["receivers"]["prometheus"]["config"]["scrape_configs"]
-            if job["job_name"] == contracts.AGENT_SERVICE_NAME
-        ]
-        del agent_job["kubernetes_sd_configs"]
-        agent_job["static_configs"] = [agent_target]
-        agent_job["scrape_interval"] = agent_job["scrape_timeout"] = "2s"
-        config["receivers"]["prometheus"]["config"]["scrape_configs"].append(agent_job)
+        }
+        for job_name, target in runtime_targets.items():
+            job = rendered_jobs[job_name]
+            del job["kubernetes_sd_configs"]
+            job["static_configs"] = [target]
+            job["scrape_interval"] = job["scrape_timeout"] = "2s"
+            config["receivers"]["prometheus"]["config"]["scrape_configs"].append(job)
         processors[processors.index("k8s_attributes")] = "transform/pod"
         engines_job = f'resource.attributes["service.name"] == "{ENGINES_JOB}"'
         config["processors"]["transform/pod"] = {

@@ -78,13 +78,15 @@ HOSTILE = {
 def test_a_hostile_selector_stops_at_the_step_budget_in_bounded_time(selector):
     assert cel_env.selector_cost(selector) <= MAX_COST  # the estimate lets it through
     cel_env.evaluate.cache_clear()
-    began = time.perf_counter()
+    # CPU time of this thread, not the wall clock: bounded work is what the budget
+    # promises, and a loaded machine (make test's two workers) stretches wall time.
+    began = time.thread_time()
     result = evaluate(selector, GPU)
-    elapsed = time.perf_counter() - began
+    elapsed = time.thread_time() - began
     assert result.over_budget, result
     assert not result.matched
     assert MAX_COST < result.steps <= MOST_STEPS
-    assert elapsed < 1.0, f"{elapsed:.2f}s"
+    assert elapsed < 1.0, f"{elapsed:.2f}s of CPU"
 
 
 def test_a_benign_selector_is_charged_what_it_did():
@@ -287,9 +289,9 @@ def test_any_generated_selector_is_refused_or_answered_within_its_budget(selecto
     except SelectorError:
         return  # refused when it compiles, with the rule: fine
     cel_env.evaluate.cache_clear()
-    began = time.perf_counter()
+    began = time.thread_time()  # CPU, not wall: see the test above
     first = evaluate(selector, GPU)
-    elapsed = time.perf_counter() - began
+    elapsed = time.thread_time() - began
     assert first.steps <= MOST_STEPS
     assert first.over_budget or first.steps <= MAX_COST
     assert elapsed < 2.0, (selector, elapsed)

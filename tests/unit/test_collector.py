@@ -666,7 +666,12 @@ def test_the_runtime_is_scraped_where_the_collector_pushes_and_only_there():
     cluster = collector.CollectorCluster("us-east-1")
     pushing = collector.render_cluster_collector_config(cluster, (), DESTINATION)
     jobs = _jobs(pushing)
-    for name in (contracts.AGENT_SERVICE_NAME, contracts.SCALER_SERVICE_NAME):
+    runtime = (
+        contracts.AGENT_SERVICE_NAME,
+        contracts.SCALER_SERVICE_NAME,
+        contracts.ACTIVATOR_SERVICE_NAME,
+    )
+    for name in runtime:
         job = jobs[name]
         assert job["kubernetes_sd_configs"] == [
             {"role": "pod", "namespaces": {"names": [contracts.SYSTEM_NAMESPACE]}}
@@ -684,10 +689,10 @@ def test_the_runtime_is_scraped_where_the_collector_pushes_and_only_there():
         } in relabel
     # The signals page alone is the agent's: it has no use for the agent's own metrics.
     local = collector.render_cluster_collector_config(cluster, (), None, signals=True)
-    assert contracts.AGENT_SERVICE_NAME not in _jobs(local)
+    assert not set(runtime) & set(_jobs(local))
     # Not a mappable substrate component (nothing maps the runtime's own names).
     for stack in (contracts.STACK_STANDARD, contracts.STACK_DYNAMO):
-        assert contracts.AGENT_SERVICE_NAME not in collector.component_types(stack)
+        assert not set(runtime) & set(collector.component_types(stack))
 
 
 def test_the_runtime_series_lose_the_system_namespace_the_cost_series_would_be_mistaken_for():

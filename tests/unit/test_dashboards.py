@@ -20,6 +20,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from functions.common import contracts, vocabulary
 from functions.common import cost as cost_contract
 from functions.common.exposition import prometheus_label
+from functions.runtime.activator.metrics import ActivatorMetrics
 from functions.runtime.agent.cost import CostMetrics
 from functions.runtime.hub.metrics import HubMetrics
 from functions.runtime.operator.model_health import ModelHealthMetrics
@@ -63,6 +64,13 @@ def _runtime_labels() -> dict[str, set[str]]:
     hub.planner_request(0.1, "ok")
     hub.model_health({("ns", "m"): (1, 2)})
     CostMetrics(meter).update({("ns", "m", "h100"): 4.5})
+    activator = ActivatorMetrics(meter)
+    activator.routed([("ns", "m")])
+    activator.hold("ns", "m")
+    activator.request("Proxied", "ns", "m")
+    activator.request("NotRouted")
+    activator.activation("ns", "m", "Ready", 12.0)
+    activator.first_byte("ns", "m", 12.5, held=True)
     fleet = SimpleNamespace(
         model_list=[
             SimpleNamespace(
@@ -107,6 +115,9 @@ def test_the_runtime_declares_what_the_dashboards_read():
     # The instruments above are the runtime's: if one is renamed the name vanishes here.
     assert cost_contract.MODEL_COST_PER_HOUR in RUNTIME
     assert {"policy", "action", "applied"} <= RUNTIME["plumb_hub_decisions_total"]
+    assert {"namespace", "deployment", "held"} <= RUNTIME[
+        "modelplane_activator_time_to_first_byte_seconds"
+    ]
 
 
 @pytest.mark.parametrize(("uid", "panel"), PANELS, ids=lambda x: getattr(x, "title", x))

@@ -2,6 +2,7 @@
 
 import importlib
 import os
+import re
 from dataclasses import replace
 
 import pytest
@@ -18,6 +19,7 @@ from functions.compose_serving_stack import (
     collector_objects,
     device_classes,
     runtime_hosting,
+    substrate_targets,
 )
 from functions.compose_serving_stack.compose import (
     DestinationState,
@@ -36,6 +38,7 @@ from functions.compose_serving_stack.status import (
     replicas_needing_signals,
     unmapped_engine_types,
 )
+from functions.runtime import cli
 from functions.runtime.cli import parse_fabric_labels, parse_pool_prices
 from tests.unit.test_collector import REPO
 
@@ -605,7 +608,7 @@ def test_only_the_gateways_proxies_reach_the_activator_and_probes_have_their_own
         "matchLabels": runtime_hosting._labels(contracts.ACTIVATOR_SERVICE_NAME)
     }
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    serving, probes = policy["spec"]["ingress"]
+    serving, metrics, probes = policy["spec"]["ingress"]
     assert serving == {
         "from": [
             {
@@ -622,6 +625,13 @@ def test_only_the_gateways_proxies_reach_the_activator_and_probes_have_their_own
         ],
         "ports": [{"protocol": "TCP", "port": "http"}],
     }
+    # The activator's own metrics: the cluster's collector, and no one else.
+    assert metrics == {
+        "from": [
+            {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "modelplane-collector"}}}
+        ],
+        "ports": [{"protocol": "TCP", "port": "metrics"}],
+    }
     assert probes == {"ports": [{"protocol": "TCP", "port": "health"}]}
     (deployment,) = [
         m
@@ -632,9 +642,52 @@ def test_only_the_gateways_proxies_reach_the_activator_and_probes_have_their_own
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "http": contracts.ACTIVATOR_PORT,
         "health": contracts.ACTIVATOR_HEALTH_PORT,
+        "metrics": contracts.METRICS_PORT,
     }
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == "health"
+
+
+def test_the_collectors_runtime_scrape_finds_the_activators_metrics_port_and_may_reach_it():
+    """The scrape target (substrate_targets.RUNTIME_TARGETS) selects the activator's pods
+    by their labels and a port name its container declares, on the port the activator
+    serves by default (`--metrics-port`), and its NetworkPolicy admits the collector's
+    pods (as collector_objects labels them) to that port."""
+    composed = runtime_hosting.runtime_hosting(Target("us-east-1", "us-east-1"), "img", [])
+    manifests = [c.resource["spec"]["forProvider"]["manifest"] for c in composed]
+    (target,) = [
+        t for t in substrate_targets.RUNTIME_TARGETS if t.job == contracts.ACTIVATOR_SERVICE_NAME
+    ]
+    (deployment,) = [
+        m
+        for m in manifests
+        if m["kind"] == "Deployment" and m["metadata"]["name"] == contracts.ACTIVATOR_SERVICE_NAME
+    ]
+    pod = deployment["spec"]["template"]
+    assert target.namespace == deployment["metadata"]["namespace"]
+    assert set(target.pod_labels) <= set(pod["metadata"]["labels"].items())
+    (container,) = pod["spec"]["containers"]
+    (port,) = [p for p in container["ports"] if re.fullmatch(target.port_name, p["name"])]
+    (served,) = [p.default for p in cli.activator.params if p.name == "metrics_port"]
+    assert port["containerPort"] == served
+    assert "--metrics-port" not in container["args"]  # the default is the declared port
+    (policy,) = [
+        m
+        for m in manifests
+        if m["kind"] == "NetworkPolicy"
+        and m["metadata"]["name"] == contracts.ACTIVATOR_SERVICE_NAME
+    ]
+    collector_pod = collector_objects._labels(contracts.COLLECTOR_SERVICE_NAME)
+    admitted = [
+        rule
+        for rule in policy["spec"]["ingress"]
+        if {"protocol": "TCP", "port": port["name"]} in rule["ports"]
+    ]
+    assert admitted
+    for rule in admitted:
+        for peer in rule["from"]:
+            assert "namespaceSelector" not in peer  # the collector's own namespace
+            assert peer["podSelector"]["matchLabels"].items() <= collector_pod.items()
 
 
 def test_each_priced_pool_reaches_the_agent_as_one_json_argument():
