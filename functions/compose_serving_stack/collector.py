@@ -60,15 +60,13 @@ The pipeline, in order, and why each step sits where it does:
    the increases and accumulates them again. A missing pod's increase then arrives with
    its next point: the merged total never goes down. Gauges pass unchanged (a level,
    where a missing pod is missing from that tick's level only, not a reset).
-   `transform/align` stamps the vocabulary's points of the tick with one time
-   (aggregation only merges points of equal timestamp) and each increase with one span
-   ending then (it merges increases only of equal span). Both run on `interval`'s tick
-   itself, before `batch/tick` (which drops the empty requests `interval` passes on at
-   every scrape and sends each tick whole), so the stamp is the tick's own second,
-   not one shifted by the batch timer, and ticks a scrape interval apart stamp
-   different seconds (at an interval of 1 s only a stall in processing the earlier tick
-   can make two share one; the later one's increase would then be out of order and
-   dropped).
+   `transform/align` stamps the vocabulary's points of the tick with one time, read
+   from the clock once per resource (aggregation only merges points of equal time), and
+   each increase with one span ending then (it merges increases only of equal span).
+   Both run on `interval`'s tick itself, before `batch/tick` (which drops the empty
+   requests `interval` passes on at every scrape and sends each tick whole), so the
+   stamp is the tick's own time, not one shifted by the batch timer, and every tick's
+   is later than the last (delta_to_cumulative drops an increase that is not).
    The runtime's cost series is aligned too, and merged over the agent replicas (max):
    one series per model and pool, whichever replica exports it.
 7. `metrics_transform/aggregate` merges each vocabulary metric's points over every label
@@ -837,32 +835,51 @@ def _to_delta_processor() -> dict[str, Any]:
     }
 
 
-# Set on every increase (_align_processor), and so the start of every merged series.
-UNSET_START_STATEMENT: Final = (
-    "set(datapoint.start_time_unix_nano, 0) "
-    "where metric.aggregation_temporality == AGGREGATION_TEMPORALITY_DELTA"
-)
+# The tick's time, taken once per resource (one resource per deployment after `interval`)
+# and set on each of its vocabulary points (_align_processor); removed after.
+TICK_ATTRIBUTE: Final = "modelplane.tick"
+# Set on every vocabulary point (_align_processor): the start of every increase, and so
+# of every merged series. (A gauge's start means nothing; leaving gauges out would cost a
+# condition on every point.)
+UNSET_START_STATEMENT: Final = "set(datapoint.start_time_unix_nano, 0)"
 
 
 def _align_processor() -> dict[str, Any]:
     """The tick's vocabulary points at one time, and the increases (the counters and
-    histograms _to_delta_processor turned) with one start: aggregation merges increases
-    only of equal start and end. The start is left unset (0, what the receiver gives a
-    series whose engine publishes no `_created`), and delta_to_cumulative keeps its
-    first increase's start for the merged series, so the merged series carries no start
-    time: a collector restart continues it rather than starting a new series, as the
-    fleet roll-up, which tells series apart by start time, expects (its first point after
-    a restart is the pods' totals then, measured against the last one before)."""
+    histograms _to_delta_processor turned) with one start: aggregation merges points
+    only of equal time, increases only of equal start and time.
+
+    The time is read once per resource (the clock, to the nanosecond) and copied to each
+    of its points, so a tick's points share it exactly and the next tick's are later. (A
+    clock read per point, truncated to its second, split a tick whose processing crossed
+    a second into two partial merges, and gave two ticks less than a second apart, a
+    late one and the next on time, one time, which drops the later tick's increase as
+    out of order.)
+
+    The start is left unset (0, what the receiver gives a series whose engine publishes
+    no `_created`), and delta_to_cumulative keeps its first increase's start for the
+    merged series, so the merged series carries no start time: a collector restart
+    continues it rather than starting a new series, as the fleet roll-up, which tells
+    series apart by start time, expects (its first point after a restart is the pods'
+    totals then, measured against the last one before)."""
+    tick = f"resource.attributes[{_ottl_string(TICK_ATTRIBUTE)}]"
     return {
         "error_mode": "ignore",
         "metric_statements": [
+            {"context": "resource", "statements": [f"set({tick}, UnixNano(Now()))"]},
             {
                 "conditions": [_vocabulary_condition()],
                 "statements": [
-                    'set(datapoint.time, TruncateTime(Now(), Duration("1s")))',
+                    f"set(datapoint.time_unix_nano, {tick})",
                     UNSET_START_STATEMENT,
                 ],
-            }
+            },
+            {
+                "context": "resource",
+                "statements": [
+                    f"delete_key(resource.attributes, {_ottl_string(TICK_ATTRIBUTE)})"
+                ],
+            },
         ],
     }
 

@@ -106,8 +106,8 @@ def test_every_merged_point_counts_each_pod_once(tmp_path):
 GROWING_PODS = 6
 # Every counter of every pod grows by one step each STEP_SECONDS (a busy deployment).
 STEP_SECONDS = 0.1
-# Two seconds: each tick then lands in its own second whatever the collector's timer jitter
-# on a loaded machine (transform/align stamps a tick with its second).
+# Two seconds, so a late answer can land after the tick (LATE_DELAYS) and still inside the
+# scrape timeout, or past it, on a loaded machine.
 GROW_SCRAPE_SECONDS = 2
 PREFIX_HITS_PER_STEP = 10
 TTFT_BUCKET = 3  # the bucket every request's TTFT falls in
@@ -281,6 +281,10 @@ def test_a_pod_missing_from_a_tick_never_dips_the_merged_counters(tmp_path):
         assert merged, f"no merged {metric} arrived"
         for attributes, points in merged.items():
             assert len(points) >= len(LATE_DELAYS), (metric, len(points))
+            # One point per tick, each later than the last (an increase stamped no later
+            # than the one before is dropped).
+            times = [p.time for p in points]
+            assert all(b > a for a, b in itertools.pairwise(times)), (metric, times)
             assert not _dips(points), (metric, attributes, _dips(points))
 
     # The totals are every pod's, each once: counters that never change (the `length`

@@ -543,11 +543,19 @@ def test_counters_and_histograms_merge_as_increases_so_a_missing_pod_never_dips_
         int(pod_state[:-1]) * staleness[pod_state[-1]]
         > int(merged_state[:-1]) * staleness[merged_state[-1]]
     )
-    # The increases of one tick share one start, so aggregation merges them.
-    (group,) = processors["transform/align"]["metric_statements"]
+    # The points of one tick share one time and the increases one start, so aggregation
+    # merges them: the time read once per resource, copied to each point, then removed.
+    stamp, points, unstamp = processors["transform/align"]["metric_statements"]
+    tick = f'resource.attributes["{collector.TICK_ATTRIBUTE}"]'
+    assert stamp == {"context": "resource", "statements": [f"set({tick}, UnixNano(Now()))"]}
+    assert points["statements"][0] == f"set(datapoint.time_unix_nano, {tick})"
+    assert unstamp["context"] == "resource"
+    assert unstamp["statements"] == [
+        f'delete_key(resource.attributes, "{collector.TICK_ATTRIBUTE}")'
+    ]
     # Unset, so the merged series carries no start time a collector restart would change.
-    assert group["statements"][-1] == collector.UNSET_START_STATEMENT
-    assert "start_time_unix_nano, 0)" in collector.UNSET_START_STATEMENT
+    assert points["statements"][-1] == collector.UNSET_START_STATEMENT
+    assert collector.UNSET_START_STATEMENT == "set(datapoint.start_time_unix_nano, 0)"
 
 
 def test_discovery_keeps_serving_pods_and_scrapes_the_http_port_only():
@@ -716,7 +724,7 @@ def test_the_cost_series_is_stamped_with_the_batch_time_so_replicas_merge():
     config = collector.render_cluster_collector_config(
         collector.CollectorCluster("us-east-1"), (), DESTINATION
     )
-    (group,) = config["processors"]["transform/align"]["metric_statements"]
+    (_, group, _) = config["processors"]["transform/align"]["metric_statements"]
     assert f'metric.name == "{COST}"' in group["conditions"][0]
     (cost,) = [
         t
