@@ -41,17 +41,32 @@ The pipeline, in order, and why each step sits where it does:
    attribute, so series of one deployment differ only by labels the next steps can
    aggregate over.
 6. `interval` at the scrape interval forwards, on a fixed tick, the latest point of
-   every series it received since the last tick, so each pod counts once per tick
-   (`batch/tick` after it sends each tick whole and drops the empty requests `interval`
-   passes on at every scrape). It keeps its points by resource and metric identity, so
-   a tick has one resource for the now-identical resources of a deployment's pods and
-   one metric for all their points (their units agree: step 5).
-   `transform/align` stamps the vocabulary's points of the tick with one time
-   (aggregation only merges points of equal timestamp). (A `batch` closed by its
-   timeout held two scrapes of a pod whenever a scrape landed on its edge, and its
-   timer restarts after each send, so every pod's scrape drifted across that edge in
-   turn; two scrapes summed as two pods, and the fleet roll-up read the dip after it
-   as a restart and counted the pod again.)
+   every series it received since the last tick, so each pod counts once per tick.
+   It keeps its points by resource and metric identity, so a tick has one resource for
+   the now-identical resources of a deployment's pods and one metric for all their
+   points (their units agree: step 5). (A `batch` closed by its timeout held two
+   scrapes of a pod whenever a scrape landed on its edge, and its timer restarts after
+   each send, so every pod's scrape drifted across that edge in turn; two scrapes
+   summed as two pods.)
+   A pod whose answer lands after the tick, or whose scrape fails, is missing from
+   that tick. A sum of the pods' totals would then dip by that pod's total, and every
+   reader of a cumulative counter (Prometheus' rate(), the fleet roll-up) reads a dip
+   as a reset and counts the other pods' totals again. So counters and histograms are
+   merged as increases: `cumulative_to_delta/pods` turns each pod's vocabulary counters
+   and histograms (bucket by bucket) into the increase since that pod's previous point
+   (its first point is all of its total; an engine restart that publishes a new start
+   time is a new stream; a point below the last one is a reset and is dropped, never
+   a dip; its stale markers after a failed scrape are dropped too), and step 7 sums
+   the increases and accumulates them again. A missing pod's increase then arrives with
+   its next point: the merged total never goes down. Gauges pass unchanged (a level,
+   where a missing pod is missing from that tick's level only, not a reset).
+   `transform/align` stamps the vocabulary's points of the tick with one time, read
+   from the clock once per resource (aggregation only merges points of equal time), and
+   each increase with one span ending then (it merges increases only of equal span).
+   Both run on `interval`'s tick itself, before `batch/tick` (which drops the empty
+   requests `interval` passes on at every scrape and sends each tick whole), so the
+   stamp is the tick's own time, not one shifted by the batch timer, and every tick's
+   is later than the last (delta_to_cumulative drops an increase that is not).
    The runtime's cost series is aligned too, and merged over the agent replicas (max):
    one series per model and pool, whichever replica exports it.
 7. `metrics_transform/aggregate` merges each vocabulary metric's points over every label
@@ -61,6 +76,10 @@ The pipeline, in order, and why each step sits where it does:
    pods' points as colliding duplicates of one series. Metrics outside the vocabulary
    are not aggregated, because without a mapping nothing says whether a sum or a mean
    is right; they keep their per-pod labels.
+   `delta_to_cumulative/merged` then adds each merged increase to the series' running
+   total, so what leaves is cumulative again, one series per model, starting at the
+   pods' sum when the collector starts. It carries no start time, so a collector restart
+   continues it for every reader (the fleet roll-up tells series apart by start time).
    `transform/finish` then turns `:` into `_` in whatever no mapping renamed (all an
    unmapped engine gets): after the merge, a metric is one pass here, not one per pod
    and scrape.
@@ -155,6 +174,18 @@ INTERVAL: Final = "interval"
 # so it never holds two ticks.
 TICK_BATCH: Final = "batch/tick"
 TICK_BATCH_TIMEOUT: Final = "200ms"
+# Around the merge (_to_delta_processor): each pod's counters and histograms become the
+# increase since its previous point, the merge sums increases, and the merged increases
+# accumulate again into a cumulative series, so a pod missing from a tick delays its
+# increase to the next tick instead of dipping the merged total.
+TO_DELTA: Final = "cumulative_to_delta/pods"
+TO_CUMULATIVE: Final = "delta_to_cumulative/merged"
+# How long each side remembers a series it no longer sees. The per-pod side must outlast
+# the merged side: a pod it forgot that comes back is counted from zero again (its whole
+# total, once more), while a merged series forgotten first only restarts, with a new start
+# time, from the increases that follow (never counted twice).
+POD_STATE_STALENESS: Final = "1h"
+MERGED_STATE_STALENESS: Final = "5m"
 # The engine type on the shared engines job's series while the receiver relabels them
 # (label_relabels); dropped by the last rule.
 SCRAPE_ENGINE_LABEL: Final = contracts.SCRAPE_ENGINE_LABEL
@@ -185,9 +216,11 @@ PROCESSORS: Final = (
     "filter/select",
     "transform/instance",
     INTERVAL,
-    TICK_BATCH,
+    TO_DELTA,
     "transform/align",
+    TICK_BATCH,
     "metrics_transform/aggregate",
+    TO_CUMULATIVE,
     FINISH,
 )
 
@@ -773,14 +806,80 @@ def _vocabulary_condition() -> str:
     return f"HasPrefix(metric.name, {_ottl_string(prefix)}) and ({_any_name(names)})"
 
 
+def _summed_metrics() -> list[str]:
+    """The vocabulary metrics whose points are increases (counters and histograms): the
+    ones merged as increases rather than as totals (_to_delta_processor)."""
+    return [
+        m.name
+        for m in vocabulary.VOCABULARY
+        if m.type in (vocabulary.MetricType.COUNTER, vocabulary.MetricType.HISTOGRAM)
+    ]
+
+
+def _to_delta_processor() -> dict[str, Any]:
+    """Each pod's vocabulary counters and histograms (bucket by bucket) as the increase
+    since that pod's previous point. After `interval`, so a pod's point of each tick is
+    compared with its point of the last tick it was in, however many it missed.
+
+    `keep`: a pod's first point is all of its total, so the merged series starts at the
+    pods' sum, as a plain sum of totals would. A stream is a pod's series *and start
+    time*: an engine that publishes its start (`_created`, as vLLM and SGLang do) and
+    restarts is a new stream, counted from zero; a point below the last one of the same
+    stream is a reset and is dropped (its increase is lost, never a dip). Gauges (the
+    KV-cache ratio, requests running) are levels: they pass unchanged, and a pod missing
+    from a tick is missing from that tick's level only."""
+    return {
+        "include": {"match_type": "strict", "metrics": _summed_metrics()},
+        "initial_value": "keep",
+        "max_staleness": POD_STATE_STALENESS,
+    }
+
+
+# The tick's time, taken once per resource (one resource per deployment after `interval`)
+# and set on each of its vocabulary points (_align_processor); removed after.
+TICK_ATTRIBUTE: Final = "modelplane.tick"
+# Set on every vocabulary point (_align_processor): the start of every increase, and so
+# of every merged series. (A gauge's start means nothing; leaving gauges out would cost a
+# condition on every point.)
+UNSET_START_STATEMENT: Final = "set(datapoint.start_time_unix_nano, 0)"
+
+
 def _align_processor() -> dict[str, Any]:
+    """The tick's vocabulary points at one time, and the increases (the counters and
+    histograms _to_delta_processor turned) with one start: aggregation merges points
+    only of equal time, increases only of equal start and time.
+
+    The time is read once per resource (the clock, to the nanosecond) and copied to each
+    of its points, so a tick's points share it exactly and the next tick's are later. (A
+    clock read per point, truncated to its second, split a tick whose processing crossed
+    a second into two partial merges, and gave two ticks less than a second apart, a
+    late one and the next on time, one time, which drops the later tick's increase as
+    out of order.)
+
+    The start is left unset (0, what the receiver gives a series whose engine publishes
+    no `_created`), and delta_to_cumulative keeps its first increase's start for the
+    merged series, so the merged series carries no start time: a collector restart
+    continues it rather than starting a new series, as the fleet roll-up, which tells
+    series apart by start time, expects (its first point after a restart is the pods'
+    totals then, measured against the last one before)."""
+    tick = f"resource.attributes[{_ottl_string(TICK_ATTRIBUTE)}]"
     return {
         "error_mode": "ignore",
         "metric_statements": [
+            {"context": "resource", "statements": [f"set({tick}, UnixNano(Now()))"]},
             {
                 "conditions": [_vocabulary_condition()],
-                "statements": ['set(datapoint.time, TruncateTime(Now(), Duration("1s")))'],
-            }
+                "statements": [
+                    f"set(datapoint.time_unix_nano, {tick})",
+                    UNSET_START_STATEMENT,
+                ],
+            },
+            {
+                "context": "resource",
+                "statements": [
+                    f"delete_key(resource.attributes, {_ottl_string(TICK_ATTRIBUTE)})"
+                ],
+            },
         ],
     }
 
@@ -1259,8 +1358,10 @@ def render_cluster_collector_config(
                 "timeout": _interval(scrape_interval_seconds),
                 "send_batch_size": BATCH_TRIGGER_POINTS,
             },
+            TO_DELTA: _to_delta_processor(),
             "transform/align": _align_processor(),
             "metrics_transform/aggregate": _aggregate_processor(),
+            TO_CUMULATIVE: {"max_stale": MERGED_STATE_STALENESS},
             FINISH: _finish_processor(),
             **extra_processors,
         },

@@ -13,9 +13,10 @@ cumulative total. Two facts shape the pipeline:
 2. A sum of cumulative counters is not a counter: when one cluster's engine restarts, its
    total drops and a reader of the sum treats the whole fleet as reset. So before the
    snapshot each source's counters and histograms are made monotonic on their own:
-   `cumulative_to_delta` (a stream per source *and start time*, so an engine restart,
-   which publishes a new start time as `_created`, is a new stream; a cluster collector
-   restart keeps the engine's start time and is the same stream continuing) followed by
+   `cumulative_to_delta` (a stream per source *and start time*; the cluster collector
+   merges its pods' increases, so an engine restart does not reset its series, and
+   leaves the start time unset, so a cluster collector restart is the same stream
+   continuing) followed by
    `delta_to_cumulative` (a stream per source, whatever the start time). After the
    snapshot the same pair runs across sources: per-source deltas, source attributes
    stripped, deltas summed (`aggregate_on_attributes`, histograms bucket by bucket),
@@ -25,7 +26,7 @@ Fleet counters are therefore "counted since this gateway replica first saw each 
 read them with rate()/increase(), never as absolute totals. The first point of every
 source stream is only a baseline (`initial_value: drop`): a cluster that reconnects to the
 other replica, or a replica that restarts, never adds a total counted before; the price is
-that an engine restart loses what the new process counted before its first scrape.
+what a cluster counts before its first push to a replica.
 
 Each gateway replica rolls up the clusters connected to it and stamps its own name
 (`modelplane.gateway`), so two replicas never overwrite one another's fleet series;

@@ -82,6 +82,8 @@ PROFILED_COMPONENTS = (
     ("filter processor", r"filterprocessor\.\(\*filterMetricProcessor\)"),
     ("interval", r"intervalprocessor\.\(\*intervalProcessor\)"),
     ("metrics_transform", r"metricstransformprocessor\.\(\*metricsTransformProcessor\)"),
+    ("cumulative_to_delta", r"cumulativetodeltaprocessor\.\(\*cumulativeToDeltaProcessor\)"),
+    ("delta_to_cumulative", r"deltatocumulativeprocessor\.\(\*deltaToCumulativeProcessor\)"),
     ("resource processor", r"resourceprocessor\.\(\*resourceProcessor\)"),
     ("attributes processor", r"attributesprocessor\.\(\*metricAttributesProcessor\)"),
     ("batch", r"batchprocessor\."),

@@ -152,7 +152,7 @@ def test_one_policy_computes_demand_pressure_and_latency_for_either_engine(
         log.read_text()[-2000:],
     )
     got = {name: v for name, (v, _) in _signals(history, deployment).items()}
-    # Generous bounds: points are aligned to whole seconds on a loaded machine.
+    # Generous bounds: rates are over the collector's ticks, which jitter on a loaded machine.
     assert rate * 0.6 <= got["demand"] <= rate * 1.4, got
     assert got["pressure"] == waiting
     assert ttft_bucket[0] < got["latency"] <= ttft_bucket[1], got

@@ -696,16 +696,16 @@ def test_an_engine_restart_keeps_the_fleet_counter_monotonic(fleet):
     fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 360)
     engine = fleet.engines["b"]
     engine.restart()
-    # The new process's first scrape is its baseline (what it counted before that is
-    # the known loss of an engine restart).
-    fleet.settle("cluster b's restart", f'sum({TOKENS}{{{CLUSTER_LABEL}="b"}})', 0)
     engine.tokens.inc(40)
     engine.running.set(2)
-    # The cluster's own series reset to 40; the fleet adds the 40 new tokens to what the
-    # fleet had counted, instead of dropping by the 250 the old process had counted.
-    fleet.settle("cluster b's tokens", f'sum({TOKENS}{{{CLUSTER_LABEL}="b"}})', 40)
+    # The new process (a new creation time) is a new stream in the cluster collector,
+    # counted from zero: the cluster's own series goes on from the 250 the old process
+    # counted, and the fleet adds the 40 new tokens, instead of either dropping by 250.
+    fleet.settle("cluster b's tokens", f'sum({TOKENS}{{{CLUSTER_LABEL}="b"}})', 290)
     fleet.settle("fleet generated tokens", rollup.fleet_value_query(TOKENS), 400)
     fleet.settle("fleet running requests", rollup.fleet_value_query(RUNNING), 5)
+    # Prometheus never read a reset in cluster b's counter.
+    assert fleet.value(f'sum(resets({TOKENS}{{{CLUSTER_LABEL}="b"}}[10m]))') == 0
 
 
 def test_a_cluster_moving_to_the_other_gateway_replica_counts_nothing_twice(fleet):

@@ -506,6 +506,58 @@ def test_pipeline_order_limits_memory_first_and_batches_before_aggregating():
     assert pipeline.index(collector.INTERVAL) < pipeline.index("metrics_transform/aggregate")
 
 
+def test_counters_and_histograms_merge_as_increases_so_a_missing_pod_never_dips_them():
+    config = _cases()["builtin-mappings-standard"]
+    pipeline = config["service"]["pipelines"]["metrics"]["processors"]
+    processors = config["processors"]
+    # Per pod, after the tick picked each pod's latest point; merged; accumulated again.
+    order = [
+        collector.INTERVAL,
+        collector.TO_DELTA,
+        "transform/align",
+        collector.TICK_BATCH,
+        "metrics_transform/aggregate",
+        collector.TO_CUMULATIVE,
+    ]
+    assert [pipeline.index(name) for name in order] == sorted(
+        pipeline.index(name) for name in order
+    )
+    to_delta = processors[collector.TO_DELTA]
+    # Exactly the vocabulary's counters and histograms: gauges are levels (the KV-cache
+    # mean, requests running), and what no mapping named is not merged at all.
+    summed = [
+        m.name
+        for m in vocabulary.VOCABULARY
+        if m.type in (vocabulary.MetricType.COUNTER, vocabulary.MetricType.HISTOGRAM)
+    ]
+    assert to_delta["include"] == {"match_type": "strict", "metrics": summed}
+    assert "modelplane_kv_cache_usage" not in to_delta["include"]["metrics"]
+    # A pod's first point is all of its total, as in a plain sum of the pods' totals.
+    assert to_delta["initial_value"] == "keep"
+    # The per-pod state outlasts the merged one: a pod forgotten first would be counted
+    # whole again when it came back.
+    staleness = {"m": 60, "h": 3600}
+    pod_state = to_delta["max_staleness"]
+    merged_state = processors[collector.TO_CUMULATIVE]["max_stale"]
+    assert (
+        int(pod_state[:-1]) * staleness[pod_state[-1]]
+        > int(merged_state[:-1]) * staleness[merged_state[-1]]
+    )
+    # The points of one tick share one time and the increases one start, so aggregation
+    # merges them: the time read once per resource, copied to each point, then removed.
+    stamp, points, unstamp = processors["transform/align"]["metric_statements"]
+    tick = f'resource.attributes["{collector.TICK_ATTRIBUTE}"]'
+    assert stamp == {"context": "resource", "statements": [f"set({tick}, UnixNano(Now()))"]}
+    assert points["statements"][0] == f"set(datapoint.time_unix_nano, {tick})"
+    assert unstamp["context"] == "resource"
+    assert unstamp["statements"] == [
+        f'delete_key(resource.attributes, "{collector.TICK_ATTRIBUTE}")'
+    ]
+    # Unset, so the merged series carries no start time a collector restart would change.
+    assert points["statements"][-1] == collector.UNSET_START_STATEMENT
+    assert collector.UNSET_START_STATEMENT == "set(datapoint.start_time_unix_nano, 0)"
+
+
 def test_discovery_keeps_serving_pods_and_scrapes_the_http_port_only():
     jobs = _cases()["builtin-mappings-standard"]["receivers"]["prometheus"]["config"][
         "scrape_configs"
@@ -672,7 +724,7 @@ def test_the_cost_series_is_stamped_with_the_batch_time_so_replicas_merge():
     config = collector.render_cluster_collector_config(
         collector.CollectorCluster("us-east-1"), (), DESTINATION
     )
-    (group,) = config["processors"]["transform/align"]["metric_statements"]
+    (_, group, _) = config["processors"]["transform/align"]["metric_statements"]
     assert f'metric.name == "{COST}"' in group["conditions"][0]
     (cost,) = [
         t
