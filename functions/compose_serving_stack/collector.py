@@ -876,9 +876,7 @@ def _align_processor() -> dict[str, Any]:
             },
             {
                 "context": "resource",
-                "statements": [
-                    f"delete_key(resource.attributes, {_ottl_string(TICK_ATTRIBUTE)})"
-                ],
+                "statements": [f"delete_key(resource.attributes, {_ottl_string(TICK_ATTRIBUTE)})"],
             },
         ],
     }

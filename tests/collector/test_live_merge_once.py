@@ -40,34 +40,41 @@ RUNNING_PER_POD = 2
 EXPORTS = 40  # one per second
 
 
+def _pod(index: int, page: str) -> engines.Pod:
+    """Pod `index` of the one vLLM deployment both tests merge."""
+    return engines.Pod(
+        f"llama-8b-{index}",
+        f"uid-llama-{index}",
+        "ml-team",
+        "vllm",
+        "llama-8b",
+        "llama-8b-us-east-1",
+        page,
+    )
+
+
 def _pods() -> list[engines.Pod]:
     page = engines.vllm_page(RUNNING_PER_POD, 0.5, 10, [0] * 13, release="0.32")
-    pods = [
-        engines.Pod(
-            f"llama-8b-{index}",
-            f"uid-llama-{index}",
-            "ml-team",
-            "vllm",
-            "llama-8b",
-            "llama-8b-us-east-1",
-            page,
-        )
-        for index in range(PODS)
-    ]
+    pods = [_pod(index, page) for index in range(PODS)]
     slow = random.Random(7)
     for pod in pods[:SLOW_PODS]:
         pod.respond_after = lambda: slow.uniform(0.0, 0.8)
     return pods
 
 
-def test_every_merged_point_counts_each_pod_once(tmp_path):
-    otelcol = require_tool("otelcol")
-    config = collector.render_cluster_collector_config(
+def _config(scrape_interval_seconds: int) -> dict:
+    """The cluster collector as composed, with the built-in mappings."""
+    return collector.render_cluster_collector_config(
         collector.CollectorCluster(CLUSTER),
         _builtin().accepted,
         collector.CollectorDestination("gateway.invalid:4317"),
-        scrape_interval_seconds=1,
+        scrape_interval_seconds=scrape_interval_seconds,
     )
+
+
+def test_every_merged_point_counts_each_pod_once(tmp_path):
+    otelcol = require_tool("otelcol")
+    config = _config(1)
     pods = _pods()
     with engines.EngineServers(pods), harness.OtlpJsonSink() as sink:
         live = harness.live_overlay(config, pods, tmp_path, sink.endpoint)
@@ -200,26 +207,8 @@ def _dips(points: list[harness.Point]) -> list[tuple[int, str]]:
 
 def test_a_pod_missing_from_a_tick_never_dips_the_merged_counters(tmp_path):
     otelcol = require_tool("otelcol")
-    config = collector.render_cluster_collector_config(
-        collector.CollectorCluster(CLUSTER),
-        _builtin().accepted,
-        collector.CollectorDestination("gateway.invalid:4317"),
-        scrape_interval_seconds=GROW_SCRAPE_SECONDS,
-    )
-    growing = [
-        _GrowingPod(
-            engines.Pod(
-                f"llama-8b-{index}",
-                f"uid-llama-{index}",
-                "ml-team",
-                "vllm",
-                "llama-8b",
-                "llama-8b-us-east-1",
-                "",
-            )
-        )
-        for index in range(GROWING_PODS)
-    ]
+    config = _config(GROW_SCRAPE_SECONDS)
+    growing = [_GrowingPod(_pod(index, "")) for index in range(GROWING_PODS)]
     for pod in growing:
         pod.step()
     late = growing[0].pod
