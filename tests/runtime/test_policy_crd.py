@@ -9,7 +9,7 @@ import time
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import REPO
@@ -44,15 +44,51 @@ def xrd_as_crd(path) -> dict:
     }
 
 
-def test_the_modeldeployment_schema_fits_the_api_servers_cel_budget(fleet):
-    api = fleet.members[0].client()
+@contextlib.contextmanager
+def installed(api, crd: dict):
+    """The CRD created, for the length of a block, and gone again after it.
+
+    A CRD's deletion finishes only after the server has removed its objects (the
+    customresourcecleanup finalizer), so a create right after a delete is refused with
+    409 "object is being deleted". Both ends therefore wait for the deletion to finish,
+    on a watch of that one CRD, so tests in this module may install the same kind in turn.
+    """
     extensions = client.ApiextensionsV1Api(api)
-    crd = xrd_as_crd(REPO / "apis" / "modeldeployments" / "definition.yaml")
+    name = crd["metadata"]["name"]
+    _wait_gone(extensions, name)
+    extensions.create_custom_resource_definition(crd)
     try:
-        extensions.create_custom_resource_definition(crd)  # refused (422) when over budget
+        yield
     finally:
         with contextlib.suppress(ApiException):
-            extensions.delete_custom_resource_definition(crd["metadata"]["name"])
+            extensions.delete_custom_resource_definition(name)
+        _wait_gone(extensions, name)
+
+
+def _wait_gone(extensions, name: str, timeout: int = 60) -> None:
+    selector = f"metadata.name={name}"
+    listed = extensions.list_custom_resource_definition(field_selector=selector)
+    if not listed.items:
+        return
+    stream = watch.Watch().stream(
+        extensions.list_custom_resource_definition,
+        field_selector=selector,
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=timeout,
+    )
+    for event in stream:
+        if event["type"] == "DELETED":
+            return
+    raise AssertionError(f"CRD {name} was not deleted within {timeout} s")
+
+
+def test_the_modeldeployment_schema_fits_the_api_servers_cel_budget(fleet):
+    api = fleet.members[0].client()
+    crd = xrd_as_crd(REPO / "apis" / "modeldeployments" / "definition.yaml")
+    try:
+        with installed(api, crd):  # the create is refused (422) when over budget
+            pass
+    finally:
         api.close()
 
 
@@ -106,7 +142,6 @@ def test_a_bare_string_signal_is_refused_naming_the_field(fleet):
     schema to CEL declarations" / "undefined field"), which would drop the signal rules.
     """
     api = fleet.members[0].client()
-    extensions = client.ApiextensionsV1Api(api)
     crd = xrd_as_crd(REPO / "apis" / "modeldeployments" / "definition.yaml")
     body = {
         "apiVersion": "modelplane.ai/v1alpha1",
@@ -120,20 +155,8 @@ def test_a_bare_string_signal_is_refused_naming_the_field(fleet):
         },
     }
     try:
-        extensions.create_custom_resource_definition(crd)
-        group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
-        refused = None
-        for _ in range(50):  # the new kind is served a moment after it is created
-            try:
-                client.CustomObjectsApi(api).create_namespaced_custom_object(
-                    group, "v1alpha1", POLICY_NAMESPACE, plural, body, dry_run="All"
-                )
-            except ApiException as err:
-                if err.status == 404:
-                    time.sleep(0.2)
-                    continue
-                refused = err
-            break
+        with installed(api, crd):
+            refused = _dry_run_refusal(api, crd, body)
         assert refused is not None, "a bare string signal was accepted"
         assert refused.status == 422
         message = json.loads(refused.body)["message"]
@@ -143,6 +166,34 @@ def test_a_bare_string_signal_is_refused_naming_the_field(fleet):
         signals = schema["properties"]["spec"]["properties"]["autoscaling"]["properties"]
         assert "write {promql: <query>}" in signals["signals"]["description"]
     finally:
-        with contextlib.suppress(ApiException):
-            extensions.delete_custom_resource_definition(crd["metadata"]["name"])
         api.close()
+
+
+def _dry_run_refusal(api, crd: dict, body: dict):
+    """The server's refusal of a dry-run create of `body`, or None when it is accepted.
+    The new kind is served once the CRD is Established, which is awaited on a watch; a
+    404 in the moment after that (the handler being installed) is tried again."""
+    extensions = client.ApiextensionsV1Api(api)
+    name = crd["metadata"]["name"]
+    stream = watch.Watch().stream(
+        extensions.list_custom_resource_definition,
+        field_selector=f"metadata.name={name}",
+        timeout_seconds=60,
+    )
+    for event in stream:
+        conditions = (event["object"].status and event["object"].status.conditions) or []
+        if any(c.type == "Established" and c.status == "True" for c in conditions):
+            break
+    group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+    for _ in range(50):
+        try:
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                group, "v1alpha1", POLICY_NAMESPACE, plural, body, dry_run="All"
+            )
+        except ApiException as err:
+            if err.status == 404:
+                time.sleep(0.2)
+                continue
+            return err
+        return None
+    raise AssertionError(f"{plural}.{group} was not served after it was Established")
