@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from kubernetes import client
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
 from functions.common.contracts import SYSTEM_NAMESPACE
 from functions.runtime.kube.clients import token_client
@@ -258,6 +259,28 @@ def _wait_established(extensions: client.ApiextensionsV1Api, name: str) -> None:
             return
         time.sleep(0.05)
     raise RuntimeError(f"CRD {name} not established in 30s")
+
+
+def delete_crd(extensions: client.ApiextensionsV1Api, name: str, timeout: int = 60) -> None:
+    """Delete a CRD and wait, on a watch, until it is gone. Its deletion finishes only
+    after the server has removed its objects (the customresourcecleanup finalizer); a
+    create of the same CRD before then is refused 409 "object is being deleted"."""
+    with contextlib.suppress(ApiException):  # 404: already gone
+        extensions.delete_custom_resource_definition(name)
+    selector = f"metadata.name={name}"
+    listed = extensions.list_custom_resource_definition(field_selector=selector)
+    if not listed.items:
+        return
+    stream = watch.Watch().stream(
+        extensions.list_custom_resource_definition,
+        field_selector=selector,
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=timeout,
+    )
+    for event in stream:
+        if event["type"] == "DELETED":
+            return
+    raise AssertionError(f"CRD {name} was not deleted within {timeout} s")
 
 
 class Fleet:

@@ -36,6 +36,7 @@ from functions.common import contracts
 from functions.runtime.activator import core
 from functions.runtime.activator import server as shell
 from functions.runtime.kube.clients import token_client
+from tests.runtime.cluster import delete_crd
 from tests.runtime.conftest import measured
 from tests.runtime.test_hub_integration import install_crds
 from tests.unit.chatserver import Answer, ChatServer
@@ -190,29 +191,11 @@ def planes(fleet_processes):
         placer.thread.join(5)
         # The API servers are the session's: leave no ModelDeployment CRD for the modules
         # after this one (test_policy_crd creates the real one on the same member).
-        _delete_crd(control_api, MODEL_DEPLOYMENTS_CRD["metadata"]["name"])
+        delete_crd(
+            client.ApiextensionsV1Api(control_api), MODEL_DEPLOYMENTS_CRD["metadata"]["name"]
+        )
         control_api.close()
         member_api.close()
-
-
-def _delete_crd(api: client.ApiClient, name: str) -> None:
-    extensions = client.ApiextensionsV1Api(api)
-    try:
-        extensions.delete_custom_resource_definition(name)
-    except ApiException as error:
-        if error.status != 404:
-            raise
-        return
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            extensions.read_custom_resource_definition(name)
-        except ApiException as error:
-            if error.status == 404:
-                return
-            raise
-        time.sleep(0.2)
-    raise AssertionError(f"CRD {name} still there 60 s after its deletion")
 
 
 @pytest.fixture

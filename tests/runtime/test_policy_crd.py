@@ -9,10 +9,11 @@ import time
 
 import pytest
 import yaml
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import REPO
+from tests.runtime.cluster import _wait_established, delete_crd
 from tests.runtime.conftest import POLICY_NAMESPACE
 
 
@@ -46,40 +47,17 @@ def xrd_as_crd(path) -> dict:
 
 @contextlib.contextmanager
 def installed(api, crd: dict):
-    """The CRD created, for the length of a block, and gone again after it.
-
-    A CRD's deletion finishes only after the server has removed its objects (the
-    customresourcecleanup finalizer), so a create right after a delete is refused with
-    409 "object is being deleted". Both ends therefore wait for the deletion to finish,
-    on a watch of that one CRD, so tests in this module may install the same kind in turn.
-    """
+    """The CRD created and Established for the length of a block, and gone again after
+    it (delete_crd waits for the deletion to finish), so the tests here may install the
+    same kind in turn."""
     extensions = client.ApiextensionsV1Api(api)
     name = crd["metadata"]["name"]
-    _wait_gone(extensions, name)
     extensions.create_custom_resource_definition(crd)
     try:
+        _wait_established(extensions, name)
         yield
     finally:
-        with contextlib.suppress(ApiException):
-            extensions.delete_custom_resource_definition(name)
-        _wait_gone(extensions, name)
-
-
-def _wait_gone(extensions, name: str, timeout: int = 60) -> None:
-    selector = f"metadata.name={name}"
-    listed = extensions.list_custom_resource_definition(field_selector=selector)
-    if not listed.items:
-        return
-    stream = watch.Watch().stream(
-        extensions.list_custom_resource_definition,
-        field_selector=selector,
-        resource_version=listed.metadata.resource_version,
-        timeout_seconds=timeout,
-    )
-    for event in stream:
-        if event["type"] == "DELETED":
-            return
-    raise AssertionError(f"CRD {name} was not deleted within {timeout} s")
+        delete_crd(extensions, name)
 
 
 def test_the_modeldeployment_schema_fits_the_api_servers_cel_budget(fleet):
@@ -171,19 +149,8 @@ def test_a_bare_string_signal_is_refused_naming_the_field(fleet):
 
 def _dry_run_refusal(api, crd: dict, body: dict):
     """The server's refusal of a dry-run create of `body`, or None when it is accepted.
-    The new kind is served once the CRD is Established, which is awaited on a watch; a
-    404 in the moment after that (the handler being installed) is tried again."""
-    extensions = client.ApiextensionsV1Api(api)
-    name = crd["metadata"]["name"]
-    stream = watch.Watch().stream(
-        extensions.list_custom_resource_definition,
-        field_selector=f"metadata.name={name}",
-        timeout_seconds=60,
-    )
-    for event in stream:
-        conditions = (event["object"].status and event["object"].status.conditions) or []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            break
+    A 404 in the moment after the CRD is Established (the handler being installed) is
+    tried again."""
     group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
     for _ in range(50):
         try:
