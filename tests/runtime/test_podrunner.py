@@ -244,17 +244,15 @@ def test_a_process_that_exits_nonzero_is_a_terminated_container_restarted_with_b
     )
     core.create_namespaced_pod(NAMESPACE, pod)
     try:
-        seen_backoff: list[str] = []
 
         def crash_looped(p: dict) -> bool:
             # Backing off after its third restart (between restarts it runs, and a
             # container without probes is ready while it runs).
             engine = container_status(p, "engine")
             waiting = (engine.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") != "CrashLoopBackOff":
-                return False
-            seen_backoff.append(waiting["message"])
-            return engine.get("restartCount", 0) >= 3
+            return (
+                waiting.get("reason") == "CrashLoopBackOff" and engine.get("restartCount", 0) >= 3
+            )
 
         looped = wait_pod(core, "crasher", crash_looped)
         engine = container_status(looped, "engine")
@@ -265,8 +263,9 @@ def test_a_process_that_exits_nonzero_is_a_terminated_container_restarted_with_b
         assert engine["ready"] is False
         assert looped["status"]["phase"] == "Running"
         assert condition(looped, "Ready") == "False"
-        assert seen_backoff[0].startswith("back-off ")
-        assert "restarting failed container=engine pod=crasher_runner(" in seen_backoff[0]
+        backoff = engine["state"]["waiting"]["message"]
+        assert backoff.startswith("back-off ")
+        assert "restarting failed container=engine pod=crasher_runner(" in backoff
         assert runner.logs(NAMESPACE, "crasher", "engine", previous=True).startswith("loading")
     finally:
         delete(core, "crasher")
