@@ -17,7 +17,8 @@ def with_ledgers(clusters: Iterable[dict], replicas: Iterable[dict]) -> list[dic
     by_cluster: dict[object, list[dict]] = {}
     for body in replicas:
         spec = body.get("spec") if isinstance(body, dict) else None
-        target = (spec.get("cluster") or {}).get("name") if isinstance(spec, dict) else None
+        ref = spec.get("cluster") if isinstance(spec, dict) else None
+        target = ref.get("name") if isinstance(ref, dict) else None
         by_cluster.setdefault(target if isinstance(target, str) else None, []).append(body)
     out = []
     for given in clusters:

@@ -86,6 +86,15 @@ class Telemetry:
         return status
 
 
+def _spec_on(replica: object, cluster: str) -> Mapping[str, Any] | None:
+    """The spec of a ModelReplica that names `cluster` (spec.cluster.name), or None: a
+    replica of another cluster, or one whose shape cannot say (one broken replica must
+    not fail its cluster's reconcile; the ledger warns about it, ledger.py)."""
+    spec = replica.get("spec") if isinstance(replica, Mapping) else None
+    ref = spec.get("cluster") if isinstance(spec, Mapping) else None
+    return spec if isinstance(ref, Mapping) and ref.get("name") == cluster else None
+
+
 def unmapped_engine_types(
     replicas: Iterable[Mapping[str, Any]], cluster: str, mapped_engines: Iterable[str]
 ) -> tuple[str, ...]:
@@ -93,10 +102,11 @@ def unmapped_engine_types(
     mapped = set(mapped_engines)
     seen: set[str] = set()
     for replica in replicas:
-        spec = replica.get("spec") or {}
-        if (spec.get("cluster") or {}).get("name") != cluster:
+        spec = _spec_on(replica, cluster)
+        engines = spec.get("engines") if spec is not None else None
+        if not isinstance(engines, list):
             continue
-        for engine in spec.get("engines") or []:
+        for engine in engines:
             engine_type = engine.get("type") if isinstance(engine, Mapping) else None
             if isinstance(engine_type, str) and engine_type and engine_type not in mapped:
                 seen.add(engine_type)
@@ -110,11 +120,10 @@ def replicas_needing_signals(
     vocabulary signals (functions/common/adaptivepolicy.py decides per replica)."""
     found = []
     for replica in replicas:
-        spec = replica.get("spec") or {}
-        if (spec.get("cluster") or {}).get("name") != cluster:
-            continue
-        if needs_vocabulary_signals(spec.get("autoscaling")):
-            meta = replica.get("metadata") or {}
+        spec = _spec_on(replica, cluster)
+        if spec is not None and needs_vocabulary_signals(spec.get("autoscaling")):
+            meta = replica.get("metadata")
+            meta = meta if isinstance(meta, Mapping) else {}
             found.append(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
     return tuple(sorted(found))
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -326,14 +326,20 @@ DESTINATION = _load(EXAMPLES / "telemetrydestinations" / "fleet.yaml")
 MAPPINGS = [_load(p) for p in sorted((REPO / "functions/common/builtin_mappings").glob("*.yaml"))]
 
 
-def _stack_request(xr: dict, destination: dict, mappings: list[dict], peers: list[dict]):
+def _stack_request(
+    xr: dict,
+    destination: dict,
+    mappings: list[dict],
+    peers: list[dict],
+    replicas: Sequence[dict] = (),
+):
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update(xr)
     for name, items in (
         (stack_fn.REQUIRED_MAPPINGS, mappings),
         (stack_fn.REQUIRED_DESTINATIONS, [destination]),
         (stack_fn.REQUIRED_CLUSTERS, peers),
-        (stack_fn.REQUIRED_REPLICAS, []),
+        (stack_fn.REQUIRED_REPLICAS, replicas),
     ):
         req.required_resources[name].SetInParent()
         for item in items:
@@ -384,6 +390,26 @@ def test_serving_stack_answers_a_broken_cluster(data):
     req, rsp = case
     if _fatal(rsp):
         _kept_everything(req, rsp)
+
+
+@given(data=st.data())
+@FUZZ
+def test_serving_stack_survives_a_broken_replica(data):
+    _, _, replicas = _deployment_baseline()
+    which = data.draw(st.integers(0, len(replicas) - 1))
+    cluster = replicas[which]["spec"]["cluster"]["name"]
+    xr = next(c for c in CLUSTERS if c["metadata"]["name"] == cluster)
+    runner = stack_fn.FunctionRunner()
+    first = _run(runner, _stack_request(xr, DESTINATION, MAPPINGS, CLUSTERS, replicas))
+    assert not _fatal(first)
+    replica = data.draw(broken(replicas[which], keep_identity=True))
+    if not _struct_safe(replica):
+        return
+    listed = [*replicas[:which], replica, *replicas[which + 1 :]]
+    req = _stack_request(xr, DESTINATION, MAPPINGS, CLUSTERS, listed)
+    _observe(req, first)
+    rsp = _run(runner, req)
+    assert not _fatal(rsp), "a replica's breakage was fatal to its cluster"
 
 
 # --- compose-telemetry ----------------------------------------------------------------
