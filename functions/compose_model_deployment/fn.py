@@ -48,6 +48,7 @@ from functions.compose_model_deployment import (
     advice,
     cel_env,
     fleet,
+    launch,
     ledger_view,
     manifests,
     modelcache,
@@ -159,6 +160,8 @@ class FunctionRunner(GuardedRunner):
         try:
             deployment = read_deployment(xr)
             check_selectors(deployment)
+            # Launch mistakes the spec itself shows (launch.py): refused before placing.
+            spec_launch_warnings = launch.check_spec(xr, deployment)
         except InputError as err:
             response.fatal(rsp, f"{name}: {err}")
             return rsp
@@ -273,9 +276,13 @@ class FunctionRunner(GuardedRunner):
             activity=activity,
             now=now,
         )
+        outcome.status.update(launch.status_warnings(own, spec_launch_warnings))
         resource.update(rsp.desired.composite, {"status": outcome.status})
         emit(rsp, *status.events(name, plan, decision, outcome.unplaceable))
-        for message in advice.spec_warnings(deployment, cache, plan):
+        for message in [
+            *advice.spec_warnings(deployment, cache, plan),
+            *map(str, spec_launch_warnings),
+        ]:
             response.warning(rsp, f"{name}: {message}")
         set_conditions(
             rsp,

@@ -17,6 +17,7 @@ from typing import Any, Final
 from functions.common import contracts, ledger, tenancy
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
+from functions.common.launch_warnings import LaunchWarning, from_status
 from functions.common.naming import cluster_name_problem, is_object_name
 from functions.common.pod_policy import DEFAULT_POLICY, PodPolicy, read_policy
 from functions.common.quantity import parse_quantity
@@ -829,6 +830,8 @@ class Holding:
     order: tuple[str, str, str]  # (creationTimestamp, namespace, name): older holds first
     ready_replicas: int = 0
     health: HealthRecord | None = None
+    # The launch warnings its function found (functions/common/launch_warnings.py).
+    warnings: tuple[LaunchWarning, ...] = ()
 
 
 # The fields read_holding reads (a shape for structs.plain_only: None is a whole value).
@@ -852,7 +855,7 @@ HOLDING_FIELDS: Final = {
             }
         },
     },
-    "status": {"health": None, "readyReplicas": None},
+    "status": {"health": None, "readyReplicas": None, "warnings": None},
 }
 
 
@@ -899,4 +902,5 @@ def _read_holding(mr: dict) -> Holding:
         order=(str(meta.get("creationTimestamp", "")), namespace, name),
         ready_replicas=_count(status.get("readyReplicas"), "status.readyReplicas"),
         health=health,
+        warnings=from_status(status.get("warnings")),
     )

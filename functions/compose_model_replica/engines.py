@@ -28,7 +28,8 @@ Flag names, checked against the engines' own sources (vLLM 0.32.0, SGLang 0.5.23
   `--master-port`, `--headless` on the ranks that do not serve the API;
   `--tensor-parallel-size/-tp`, `--pipeline-parallel-size/-pp`,
   `--data-parallel-size/-dp`, `--port`, `--served-model-name`, `--revision`,
-  `--kv-transfer-config` (JSON; `kv_connector`, `kv_role`), `--otlp-traces-endpoint`
+  `--kv-transfer-config` (JSON; `kv_connector`, `kv_role`: `kv_producer` on prefill,
+  `kv_consumer` on decode, never the deprecated `kv_both`), `--otlp-traces-endpoint`
   (vLLM depends on the OpenTelemetry packages itself).
 - SGLang (`sglang.launch_server`): `--model-path` (alias `--model`), `--nnodes`,
   `--node-rank`, `--dist-init-addr host:port`, `--tp-size` (alias
@@ -45,7 +46,14 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from functions.common.contracts import ENV_LEADER_ADDRESS, ENV_NODE_COUNT, ENV_NODE_RANK
+from functions.common import layout
+from functions.common.contracts import (
+    ENV_LEADER_ADDRESS,
+    ENV_NODE_COUNT,
+    ENV_NODE_RANK,
+    ROLE_DECODE,
+    ROLE_PREFILL,
+)
 from functions.common.modelcache import MODEL_FLAG, engine_argv, model_flag_in
 from functions.common.served_name import SERVED_NAME_FLAG
 
@@ -79,20 +87,29 @@ METRICS_FLAG = {"sglang": "--enable-metrics"}
 TRACES_FLAGS = {"vllm": lambda endpoint: ["--otlp-traces-endpoint", f"http://{endpoint}"]}
 TRACES_ENDPOINT_FLAG = "--otlp-traces-endpoint"
 SGLANG_DIST_INIT_PORT = 5000
+LAYOUT_DIMENSIONS = (layout.TENSOR, layout.PIPELINE, layout.DATA)
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
 # vLLM's KV transfer for prefill/decode through llm-d's routing sidecar (its `nixlv2`
-# connector): both roles run NIXL and may send or receive.
-VLLM_KV_TRANSFER_CONFIG = json.dumps(
-    {"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":")
-)
+# connector): NIXL on both roles, each told which side it is. vLLM 0.32's NixlConnector
+# deprecates `kv_both` (it logs a warning when the connector starts, after argument
+# parsing) and asks for `kv_producer` on prefill instances and `kv_consumer` on decode
+# instances: the prefill engine's KV is read by the decode engine.
+VLLM_KV_CONNECTOR = "NixlConnector"
+VLLM_KV_ROLE_DEPRECATED = "kv_both"
+VLLM_KV_ROLES = {ROLE_PREFILL: "kv_producer", ROLE_DECODE: "kv_consumer"}
+KV_TRANSFER_FLAG = "--kv-transfer-config"
+
+
+def vllm_kv_transfer_config(kv_role: str) -> str:
+    """The `--kv-transfer-config` JSON of a prefill or decode vLLM engine."""
+    return json.dumps(
+        {"kv_connector": VLLM_KV_CONNECTOR, "kv_role": kv_role}, separators=(",", ":")
+    )
+
 
 # Every spelling each engine accepts for a flag we may add (the user's wins under any).
-VLLM_TP = ("--tensor-parallel-size", "-tp")
-VLLM_PP = ("--pipeline-parallel-size", "-pp")
-VLLM_DP = ("--data-parallel-size", "-dp")
-SGLANG_TP = ("--tp-size", "--tp", "--tensor-parallel-size")
-SGLANG_PP = ("--pp-size", "--pipeline-parallel-size")
-SGLANG_DP = ("--dp-size", "--dp", "--data-parallel-size")
+VLLM_TP, VLLM_PP, VLLM_DP = (layout.SPELLINGS["vllm"][d] for d in LAYOUT_DIMENSIONS)
+SGLANG_TP, SGLANG_PP, SGLANG_DP = (layout.SPELLINGS["sglang"][d] for d in LAYOUT_DIMENSIONS)
 
 
 @dataclass(frozen=True)
@@ -205,7 +222,7 @@ def parallelism_flags(
     multinode: MultiNode | None,
     existing: list[str],
     accelerators: int = 0,
-    layout: tuple[str, ...] = (),
+    written: tuple[str, ...] = (),
 ) -> list[str]:
     """Spread the model over every accelerator the pod (or replica) holds, unless the
     user chose a layout.
@@ -216,10 +233,17 @@ def parallelism_flags(
     across nodes; SGLang tensor parallel across all of them. Any size set by the user
     (tensor, pipeline or data parallel) means the user chose: add none. Accelerators
     only: a NIC beside the GPUs is no rank. A layout the user wrote on another member of
-    the same engine (`layout`) is given as written instead: every rank must agree on it.
+    the same engine (`written`) is given as written instead: every rank must agree on it.
+
+    A layout written in part (only a pipeline size on a pod of 8 GPUs) is completed where
+    that is unambiguous (functions/common/layout.py), so the engine uses what the replica
+    claims; the ModelReplica's status says so.
     """
-    if layout and not any(_has(existing, s) for s in LAYOUT_SPELLINGS.get(engine_type, ())):
-        return list(layout)
+    spelled = any(_has(existing, s) for s in LAYOUT_SPELLINGS.get(engine_type, ()))
+    if spelled or written:
+        source = existing if spelled else list(written)
+        completion = layout_completion(engine_type, source, multinode, accelerators)
+        return ([] if spelled else list(written)) + list(completion)
     if engine_type == "vllm" and not any(_has(existing, s) for s in (VLLM_TP, VLLM_PP, VLLM_DP)):
         if multinode is not None:
             return [
@@ -240,6 +264,32 @@ def parallelism_flags(
     return []
 
 
+def layout_fit(
+    engine_type: str, args: list[str], multinode: MultiNode | None, accelerators: int
+) -> layout.Fit | None:
+    """How a written layout fits what one replica of the engine claims (common/layout.py):
+    every pod of a multi-node replica holds the Leader's accelerators."""
+    if accelerators < 1:
+        return None  # a CPU member: no accelerators to leave unused
+    if multinode is not None:
+        return layout.fit(
+            engine_type,
+            args,
+            per_pod=multinode.gpus_per_node,
+            pods=multinode.nodes,
+            multinode=True,
+        )
+    return layout.fit(engine_type, args, per_pod=accelerators)
+
+
+def layout_completion(
+    engine_type: str, args: list[str], multinode: MultiNode | None, accelerators: int
+) -> tuple[str, ...]:
+    """The size that completes a layout written in part, if one does."""
+    found = layout_fit(engine_type, args, multinode, accelerators)
+    return found.added if found is not None else ()
+
+
 def engine_args(
     engine_type: str,
     command: list[str],
@@ -250,7 +300,7 @@ def engine_args(
     wiring: Wiring,
     traces_endpoint: str = "",
     accelerators: int = 0,
-    layout: tuple[str, ...] = (),
+    written: tuple[str, ...] = (),
 ) -> list[str]:
     """The flags to append to the engine container's own arguments."""
     if is_shell_script(command, existing):
@@ -272,17 +322,13 @@ def engine_args(
         traces = TRACES_FLAGS.get(engine_type)
         if traces_endpoint and traces and not _has(existing, (TRACES_ENDPOINT_FLAG,)):
             added += traces(traces_endpoint)
-    if (
-        wiring.kv_transfer
-        and engine_type == "vllm"
-        and not _has(existing, ("--kv-transfer-config",))
-    ):
-        added += ["--kv-transfer-config", VLLM_KV_TRANSFER_CONFIG]
+    if wiring.kv_role and engine_type == "vllm" and not _has(existing, (KV_TRANSFER_FLAG,)):
+        added += [KV_TRANSFER_FLAG, vllm_kv_transfer_config(wiring.kv_role)]
     if wiring.multinode is not None:
         for spellings, values in multinode_flags(engine_type, wiring.multinode):
             if not _has(existing, spellings):
                 added += values
-    added += parallelism_flags(engine_type, wiring.multinode, existing, accelerators, layout)
+    added += parallelism_flags(engine_type, wiring.multinode, existing, accelerators, written)
     return added
 
 
@@ -297,7 +343,7 @@ def launch_args(
     wiring: Wiring,
     traces_endpoint: str = "",
     accelerators: int = 0,
-    layout: tuple[str, ...] = (),
+    written: tuple[str, ...] = (),
 ) -> list[str]:
     """The engine container's whole argument list: the user's, with the model where the
     engine reads it and our flags after them."""
@@ -327,6 +373,6 @@ def launch_args(
         wiring=wiring,
         traces_endpoint=traces_endpoint,
         accelerators=accelerators,
-        layout=layout,
+        written=written,
     )
     return [*front, *existing, *back, *added]

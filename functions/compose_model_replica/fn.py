@@ -1,9 +1,10 @@
 """The gRPC shell of compose-model-replica.
 
 Reads the ModelReplica and its InferenceCluster, composes its cluster's Objects
-(compose.py), reads what the cluster shows back through the observed Objects
-(status.py), and writes desired resources, status, conditions and readiness, in that
-order. Bad input is a fatal result naming the field and the rule; Crossplane then
+(compose.py), checks the launch lines it built (launch.py: warnings in the status, or a
+refusal for a launch that cannot start), reads what the cluster shows back through the
+observed Objects (status.py), and writes desired resources, status, conditions and
+readiness, in that order. Bad input is a fatal result naming the field and the rule; Crossplane then
 applies nothing, so what was composed before stays as it was.
 
 The InferenceCluster is read for what a ModelReplica must not decide for itself (one
@@ -17,7 +18,7 @@ Until Crossplane has fetched the cluster, everything composed before is kept as 
 from crossplane.function import resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions.common import conditions, contracts
+from functions.common import conditions, contracts, launch_warnings
 from functions.common.conditions import Condition
 from functions.common.sdk import (
     GuardedRunner,
@@ -28,6 +29,7 @@ from functions.common.sdk import (
     required,
     set_conditions,
 )
+from functions.compose_model_replica import launch
 from functions.compose_model_replica.cluster import REQUIRED_CLUSTER, bind_to_cluster
 from functions.compose_model_replica.compose import HEALTH_KEY, compose
 from functions.compose_model_replica.model import InvalidReplica, parse
@@ -72,6 +74,13 @@ class FunctionRunner(GuardedRunner):
             return rsp
 
         plan = compose(replica)
+        try:
+            # What the engine or the kubelet would say about the launch (launch.py).
+            found = launch.check(replica, plan.workloads)
+        except InvalidReplica as err:
+            log.info("launch cannot start", error=str(err))
+            response.fatal(rsp, f"{describe_composite(xr)}: {err}")
+            return rsp
         observed = {
             name: resource.struct_to_dict(r.resource) for name, r in req.observed.resources.items()
         }
@@ -88,7 +97,12 @@ class FunctionRunner(GuardedRunner):
             if composed.key in status.ready_objects:
                 desired.ready = fnv1.Ready.READY_TRUE
 
-        resource.update(rsp.desired.composite, {"status": status.to_status()})
+        written = status.to_status()
+        if found:
+            written["warnings"] = launch_warnings.to_status(found)
+        resource.update(rsp.desired.composite, {"status": written})
+        for warning in found:
+            response.warning(rsp, f"{describe_composite(xr)}: {warning}")
         rsp.desired.composite.ready = (
             fnv1.Ready.READY_TRUE if status.ready else fnv1.Ready.READY_FALSE
         )

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from functions.common import tenancy
+from functions.common import answers, tenancy
 from functions.common.adaptivepolicy import manages_traffic
 from functions.common.contracts import (
     LABEL_DEPLOYMENT,
@@ -49,7 +49,7 @@ from functions.common.redact import url_credentials
 from functions.common.served_name import engine_container_index
 
 # The reason a replica waiting for its ModelCache gives (its conditions and its 503).
-REASON_WAITING_FOR_CACHE = "WaitingForModelCache"
+REASON_WAITING_FOR_CACHE = answers.REASON_WAITING_FOR_CACHE
 
 
 class InvalidReplica(InputError):

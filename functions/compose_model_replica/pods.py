@@ -165,7 +165,13 @@ class Wiring:
     # The label the workload controller gives every pod of one multi-node group (and
     # only that group): how a gang's pods are kept in one fabric.
     gang_label: str = ""
-    kv_transfer: bool = False  # a prefill or decode pod: the engine moves KV between pods
+    # A prefill or decode pod: the engine moves KV between pods, as this side of the
+    # transfer (vLLM's `kv_role`: engines.VLLM_KV_ROLES); "" for any other pod.
+    kv_role: str = ""
+
+    @property
+    def kv_transfer(self) -> bool:
+        return bool(self.kv_role)
 
 
 def env_value(name: str, value: str) -> dict:
@@ -364,7 +370,7 @@ def pod_template(
             wiring=wiring,
             traces_endpoint=replica.cluster.traces_endpoint,
             accelerators=member.accelerators,
-            layout=engine_layout(engine) if wiring.multinode is not None else (),
+            written=engine_layout(engine) if wiring.multinode is not None else (),
         )
         _mount_cache(container, replica.model_cache)
         _size_engine(spec, container, member)

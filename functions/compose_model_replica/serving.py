@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 
+from functions.common import answers
 from functions.common.adaptivepolicy import cluster_backend_name, manages_traffic, steady_shares
 from functions.common.adaptivepolicy import endpoint_name as model_endpoint_name
 from functions.common.contracts import (
@@ -81,7 +82,7 @@ EPP_METRICS_PORT = 9090
 AUTH_DELEGATOR_ROLE = "system:auth-delegator"
 POOL_GROUP = INFERENCE_POOL_GROUP
 ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
-UNAVAILABLE_STATUS = 503
+UNAVAILABLE_STATUS = answers.UNAVAILABLE_STATUS
 
 
 def _meta(replica: ModelReplica, name: str) -> dict:
@@ -351,19 +352,13 @@ def unavailable_filter_name(replica: ModelReplica) -> str:
 
 
 def unavailable_body(replica: ModelReplica) -> str:
+    """What a client is told (functions/common/answers.py): what it can do, never the
+    operator's detail (other clusters, DeviceClasses, spec paths), which stays in the
+    ModelReplica's and the deployment's status."""
     answer = replica.answer
     assert answer is not None
-    return json.dumps(
-        {
-            "error": {
-                "code": UNAVAILABLE_STATUS,
-                "type": "model_unavailable",
-                "reason": answer.reason,
-                "model": replica.deployment,
-                "message": answer.message,
-            }
-        },
-        sort_keys=True,
+    return answers.body(
+        UNAVAILABLE_STATUS, answer.reason, replica.deployment, answers.caller_message(answer.reason)
     )
 
 

@@ -239,20 +239,23 @@ def test_parallelism_counts_accelerators_only(shape, devices, flag, expected):
     ("engine_type", "user_args"),
     [
         ("vllm", ["-tp", "2"]),
-        ("vllm", ["--pipeline-parallel-size=2"]),
+        ("vllm", ["--pipeline-parallel-size=2", "-tp", "2"]),
         ("vllm", ["--data-parallel-size", "4"]),
         ("sglang", ["--tp", "2"]),
         ("sglang", ["--dp-size", "4"]),
     ],
     ids=[
-        "vllm_users_tensor_size",
-        "vllm_users_pipeline_size",
+        "vllm_users_tensor_size_even_if_it_leaves_some_idle",
+        "vllm_users_pipeline_and_tensor_size",
         "vllm_users_data_parallel_size",
         "sglang_users_tp_abbreviation",
         "sglang_users_data_parallel_size",
     ],
 )
 def test_a_layout_the_user_chose_gets_no_added_size(engine_type, user_args):
+    """A layout that uses every accelerator, or one whose tensor size is written (the
+    engine's own default dimension: nothing is left to complete unambiguously), is run
+    as written; launch.py warns about the accelerators left idle."""
     args = launch_args(
         engine_type,
         ["x"],
@@ -265,6 +268,42 @@ def test_a_layout_the_user_chose_gets_no_added_size(engine_type, user_args):
     )
     assert args[: len(user_args)] == user_args
     assert not layout_flags(engine_type, args[len(user_args) :])
+
+
+@pytest.mark.parametrize(
+    ("engine_type", "user_args", "multinode", "added"),
+    [
+        ("vllm", ["--pipeline-parallel-size=2"], None, ["--tensor-parallel-size", "2"]),
+        ("vllm", ["-dp", "2"], None, ["--tensor-parallel-size", "2"]),
+        ("sglang", ["--pp-size", "2"], None, ["--tp-size", "2"]),
+        ("vllm", ["-pp", "2"], MultiNode(True, 2, 4), ["--tensor-parallel-size", "4"]),
+        ("vllm", ["-tp", "4"], MultiNode(False, 2, 4), ["--pipeline-parallel-size", "2"]),
+        ("sglang", ["--pp-size", "2"], MultiNode(True, 2, 4), ["--tp-size", "4"]),
+    ],
+    ids=[
+        "vllm_pipeline_size_alone_gets_the_tensor_size_that_fills_the_pod",
+        "vllm_data_parallel_size_alone_gets_the_tensor_size_that_fills_the_pod",
+        "sglang_pipeline_size_alone_gets_the_tp_size_that_fills_the_pod",
+        "vllm_multinode_pipeline_size_alone_gets_the_tensor_size",
+        "vllm_multinode_tensor_size_alone_gets_the_pipeline_size_across_nodes",
+        "sglang_multinode_pipeline_size_alone_gets_the_tp_size_across_nodes",
+    ],
+)
+def test_a_layout_written_in_part_is_completed_to_use_every_accelerator(
+    engine_type, user_args, multinode, added
+):
+    args = launch_args(
+        engine_type,
+        ["x"],
+        user_args,
+        model=None,
+        port=8000,
+        served_name="m",
+        wiring=Wiring(serves_http=False, multinode=multinode),
+        accelerators=4,
+    )
+    assert args[: len(user_args)] == user_args
+    assert layout_flags(engine_type, args[len(user_args) :]) == added
 
 
 def test_a_layout_written_on_the_leader_is_given_to_the_workers():
@@ -383,7 +422,10 @@ def test_prefill_and_decode_pods_open_nixl_on_the_pods_address(shape):
             "fieldRef": {"fieldPath": "status.podIP"}
         }
         config = container["args"][container["args"].index("--kv-transfer-config") + 1]
-        assert yaml.safe_load(config) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+        # The roles vLLM 0.32's NixlConnector wants: prefill produces the KV, decode
+        # consumes it (kv_both is deprecated and warned about at start).
+        wanted = {ROLE_PREFILL: "kv_producer", ROLE_DECODE: "kv_consumer"}[labels[LABEL_ROLE]]
+        assert yaml.safe_load(config) == {"kv_connector": "NixlConnector", "kv_role": wanted}
         roles.add(labels[LABEL_ROLE])
     assert roles == {ROLE_PREFILL, ROLE_DECODE}
 

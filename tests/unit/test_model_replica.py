@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from functions.common import answers
 from functions.common.contracts import (
     ANNOTATION_DEFINITION_HASH,
     ENV_NODE_RANK,
@@ -471,13 +472,23 @@ def test_parked_autoscaled_model_is_held_at_zero_by_keda():
     assert yaml.safe_load(body)["error"]["reason"] == "Unplaceable"
 
 
-def test_a_message_with_quotes_stays_inside_the_json_body():
+def test_a_reason_with_quotes_stays_inside_the_json_body():
     xr = load("parked")
-    xr["spec"]["unavailable"]["message"] = 'x", "code": 200, "y": "'
+    xr["spec"]["unavailable"]["reason"] = 'x", "code": 200, "y": "'
     body = manifests(xr)["route-unavailable"]["spec"]["directResponse"]["body"]["inline"]
     parsed = json.loads(body)
     assert parsed["error"]["code"] == 503
-    assert parsed["error"]["message"] == 'x", "code": 200, "y": "'
+    assert parsed["error"]["reason"] == 'x", "code": 200, "y": "'
+    assert parsed["error"]["message"] == answers.RETRY_LATER
+
+
+def test_the_operators_message_stays_in_status_and_out_of_the_body():
+    xr = load("parked")
+    xr["spec"]["unavailable"]["message"] = 'x", "code": 200, "y": "'
+    body = manifests(xr)["route-unavailable"]["spec"]["directResponse"]["body"]["inline"]
+    assert json.loads(body)["error"]["message"] == answers.caller_message("Parked")
+    serving = observe(parse(xr), compose(parse(xr)).workloads, {}, HEALTH_KEY).conditions[1]
+    assert 'x", "code": 200' in serving.message
 
 
 def test_health_record_is_read_through_an_observe_only_object():
@@ -671,7 +682,9 @@ def test_a_model_waiting_for_its_cache_answers_why_instead_of_routing_to_nothing
         assert "backendRefs" not in rule
         body = json.loads(built["route-unavailable"]["spec"]["directResponse"]["body"]["inline"])
         assert body["error"]["reason"] == "WaitingForModelCache"
-        assert "ModelCache deepseek-v3-weights" in body["error"]["message"]
+        # What the caller can do; which ModelCache and cluster is in the status.
+        assert body["error"]["message"] == answers.caller_message("WaitingForModelCache")
+        assert "deepseek-v3-weights" not in json.dumps(body)
         serving = observe(parse(xr), compose(parse(xr)).workloads, {}, HEALTH_KEY).conditions[1]
         assert (serving.reason, serving.status) == ("WaitingForModelCache", "False")
     else:

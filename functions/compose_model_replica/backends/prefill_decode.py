@@ -19,6 +19,7 @@ from __future__ import annotations
 from functions.common.contracts import PORT_SERVING, ROLE_DECODE, ROLE_PREFILL
 from functions.compose_model_replica.backends.base import Workload, workload_name
 from functions.compose_model_replica.backends.deployment import deployment
+from functions.compose_model_replica.engines import VLLM_KV_ROLES
 from functions.compose_model_replica.model import Engine, Member, ModelReplica
 from functions.compose_model_replica.pods import Wiring
 
@@ -62,15 +63,16 @@ def members(replica: ModelReplica) -> list[tuple[Engine, Member]]:
 
 def wiring_for(replica: ModelReplica, engine: Engine, member: Member) -> Wiring:
     """Both roles move KV between pods (vLLM: NIXL, told its side channel is the pod's
-    address; see pods.py); decode has the routing sidecar in front."""
+    address, see pods.py; prefill produces the KV, decode consumes it); decode has the
+    routing sidecar in front."""
     labels = {PD_ROLE_LABEL: PD_ROLE_VALUES[member.role]}
     if member.role == ROLE_DECODE:
         return Wiring(
             sidecars=(routing_sidecar(replica, engine, member),),
             extra_labels=labels,
-            kv_transfer=True,
+            kv_role=VLLM_KV_ROLES[ROLE_DECODE],
         )
-    return Wiring(extra_labels=labels, kv_transfer=True)
+    return Wiring(extra_labels=labels, kv_role=VLLM_KV_ROLES[ROLE_PREFILL])
 
 
 def deployments(replica: ModelReplica) -> list[Workload]:

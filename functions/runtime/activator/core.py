@@ -23,20 +23,21 @@ nothing about which models exist.
 
 Everything a client sent is untrusted: the identity is checked as a Kubernetes name
 before it reaches an API path, the request's framing before anything is read past the
-headers, and every message goes out JSON-encoded.
+headers, and every message goes out JSON-encoded. A message says what the caller can do, never
+the fleet's detail: no other cluster's name, no DeviceClass, no spec path (those stay in
+the ModelDeployment's status and `modelplane explain`).
 
 Pure: plain dicts in, plain values out; the shell (server.py) does the I/O.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from functions.common import contracts
+from functions.common import answers, contracts
 from functions.common.durations import parse_duration
 
 # RFC 1123 label (namespace) and subdomain (ModelDeployment name).
@@ -283,7 +284,10 @@ def attempt_answer(deployment: Mapping[str, Any], attempt_id: str) -> Step | Non
     result = str(attempt.get("result", ""))
     if result == RESULT_PLACED:
         return Activate()
-    return Refuse(STATUS_UNAVAILABLE, result or "Unknown", str(attempt.get("reason", "")))
+    # The attempt's reason (which pools lacked what, a start failure's log) is the
+    # operator's, in the deployment's status; the client is told what it can do.
+    reason = result or "Unknown"
+    return Refuse(STATUS_UNAVAILABLE, reason, answers.caller_message(reason))
 
 
 def activation_timeout(deployment: Mapping[str, Any]) -> float:
@@ -304,19 +308,9 @@ def not_routed() -> Refuse:
 
 
 def error_body(status: int, reason: str, model: str, message: str) -> bytes:
-    """The same JSON shape the route's direct response uses, so clients parse one form."""
-    return json.dumps(
-        {
-            "error": {
-                "code": status,
-                "type": "model_unavailable",
-                "reason": reason,
-                "model": model,
-                "message": message,
-            }
-        },
-        sort_keys=True,
-    ).encode()
+    """The same JSON shape the route's direct response uses (functions/common/answers.py),
+    so clients parse one form."""
+    return answers.body(status, reason, model, message).encode()
 
 
 def activate_patch(attempt_id: str, annotation: str) -> dict:

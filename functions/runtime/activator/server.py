@@ -826,11 +826,14 @@ class Activator:
         assert isinstance(step, core.Proxy)
         url = self.upstreams.url(namespace, name, step.cluster)
         if url is None:
+            log.info("%s/%s serves on %s, which no --gateway names", namespace, name, step.cluster)
             await connection.answer(
                 core.Refuse(
                     core.STATUS_UNAVAILABLE,
                     core.REASON_SERVING_ELSEWHERE,
-                    f"serving on {step.cluster}; send requests to its gateway",
+                    # Which cluster is the operator's to know (logged above), not the caller's.
+                    "the model is serving elsewhere and cannot be reached through this "
+                    "endpoint yet; retry later",
                 ),
                 name,
             )
