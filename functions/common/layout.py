@@ -87,9 +87,12 @@ class Fit:
             "sizes or claim more accelerators"
         )
 
-    def claim(self) -> str:
+    def breakdown(self) -> str:
         pods = "pod" if self.pods == 1 else "pods"
-        return f"{self.claimed} ({self.per_pod} per pod x {self.pods} {pods})"
+        return f"({self.per_pod} per pod x {self.pods} {pods})"
+
+    def claim(self) -> str:
+        return f"{self.claimed} {self.breakdown()}"
 
 
 def flag_value(args: list[str], spellings: tuple[str, ...]) -> tuple[str, str] | None:

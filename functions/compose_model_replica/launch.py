@@ -309,7 +309,8 @@ def _layout_warning(
             field,
             REASON_LAYOUT_COMPLETED,
             f"the parallel layout written ({fit.sizes()}) uses {fit.used} of the "
-            f"{fit.claim()} accelerators one replica claims; {' '.join(fit.added)} was "
+            f"{fit.claimed} accelerators one replica claims {fit.breakdown()}; "
+            f"{' '.join(fit.added)} was "
             "added so the engine uses all of them (write the size yourself to choose "
             "another layout)",
         )
@@ -318,7 +319,8 @@ def _layout_warning(
             field,
             REASON_UNUSED_ACCELERATORS,
             f"the parallel layout written ({fit.sizes()}) uses {fit.used} of the "
-            f"{fit.claim()} accelerators one replica claims, leaving {fit.unused} idle; "
+            f"{fit.claimed} accelerators one replica claims {fit.breakdown()}, leaving "
+            f"{fit.unused} idle; "
             f"write sizes whose product is {fit.claimed}, or claim {fit.used}",
         )
     return None
