@@ -368,9 +368,9 @@ def image_warnings(replica: ModelReplica) -> list[LaunchWarning]:
                 LaunchWarning(
                     f"spec.engines[{e}].members[{m}].template.spec.containers[{c}].image",
                     REASON_IMAGE_OLDER,
-                    f"image tag {seen[0]} is older than {name} {checked_tag}, the release "
-                    "whose flags modelplane checks the launch line against; a flag it adds "
-                    f"may not exist in {seen[0]}, and the engine then refuses to start "
+                    f"image tag {seen[0]} is older than {name} {checked_tag}, the release the "
+                    "flags added to the launch line are checked against; one of them may not "
+                    f"exist in {seen[0]}, and the engine then refuses to start "
                     f"(use {checked_image} or later)",
                 )
             )
@@ -417,7 +417,7 @@ def kv_role_warnings(replica: ModelReplica) -> list[LaunchWarning]:
                     f'{KV_TRANSFER_FLAG} sets "kv_role": "{VLLM_KV_ROLE_DEPRECATED}", which '
                     f"vLLM 0.32's {VLLM_KV_CONNECTOR} deprecates (it warns at start and will "
                     f"remove it); set the role the engine wants ({advice}), or leave "
-                    f"{KV_TRANSFER_FLAG} out and modelplane sets it",
+                    f"{KV_TRANSFER_FLAG} out to have each side's role set for you",
                 )
             )
     return found

@@ -9,6 +9,7 @@ the warning's whole text: the serving page quotes these texts, and a user reads 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from functions.compose_model_replica.compose import compose
 from functions.compose_model_replica.model import InvalidReplica, parse
 from tests.unit.test_model_replica import load, manifests, workload_pods
 
+REPO = Path(__file__).resolve().parents[2]
 ARGS0 = "spec.engines[0].members[0].template.spec.containers[0].args"
 
 
@@ -271,9 +273,9 @@ def test_an_engine_image_older_than_the_checked_release_is_warned_about(image, w
         assert warning == LaunchWarning(
             "spec.engines[0].members[0].template.spec.containers[0].image",
             "ImageOlderThanChecked",
-            f"image tag {tag} is older than vLLM v0.32.0, the release whose flags modelplane "
-            f"checks the launch line against; a flag it adds may not exist in {tag}, and "
-            "the engine then refuses to start (use vllm/vllm-openai:v0.32.0 or later)",
+            f"image tag {tag} is older than vLLM v0.32.0, the release the flags added to the "
+            f"launch line are checked against; one of them may not exist in {tag}, and the "
+            "engine then refuses to start (use vllm/vllm-openai:v0.32.0 or later)",
         )
 
 
@@ -300,8 +302,8 @@ def test_a_users_kv_both_with_nixl_is_warned_about_with_the_role_to_set(member, 
         "DeprecatedKVRole",
         '--kv-transfer-config sets "kv_role": "kv_both", which vLLM 0.32\'s NixlConnector '
         "deprecates (it warns at start and will remove it); set the role the engine wants "
-        f"(this {role} member's is {wanted}), or leave --kv-transfer-config out and "
-        "modelplane sets it",
+        f"(this {role} member's is {wanted}), or leave --kv-transfer-config out to have "
+        "each side's role set for you",
     )
 
 
@@ -468,3 +470,66 @@ def test_both_functions_read_one_layout_rule():
     assert fit is not None
     assert fit.too_large
     assert fit.refusal().startswith("the parallel layout written (-tp 32) needs 32")
+
+
+# --- The serving page quotes the texts as the code writes them ----------------------------
+
+
+def _documented_examples() -> list[str]:
+    def lw_rank(xr):
+        _engine(xr, 1)["args"] = ["--node-rank", "$(MODELPLANE_RANK)"]
+
+    def grove_env(xr):
+        _engine(xr, 1)["env"] = [{"name": "RANK", "value": "$(GROVE_PCLQ_POD_INDEX)"}]
+
+    def lw_pp(xr):
+        _engine(xr, 0)["args"] = ["deepseek-ai/DeepSeek-V3", "--pipeline-parallel-size", "2"]
+
+    def pd_tp(size):
+        def change(xr):
+            _engine(xr, 0, engine=0)["args"] = ["m", "--tensor-parallel-size", size]
+
+        return change
+
+    def old_image(xr):
+        _engine(xr)["image"] = "vllm/vllm-openai:v0.30.1"
+
+    def kv_both(xr):
+        config = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+        _engine(xr, 0, engine=0)["args"] += ["--kv-transfer-config", config]
+
+    texts = []
+    for shape, change in (
+        ("leader-worker", lw_rank),
+        ("grove-leader-worker-vllm", grove_env),
+        ("leader-worker", lw_pp),
+        ("prefill-decode", pd_tp("2")),
+        ("standalone", old_image),
+        ("prefill-decode", kv_both),
+    ):
+        xr = load(shape)
+        change(xr)
+        texts += [str(w) for w in _check(xr)]
+    xr = load("prefill-decode")
+    pd_tp("8")(xr)
+    with pytest.raises(InvalidReplica) as refused:
+        _check(xr)
+    texts.append(str(refused.value))
+    for nodes in (1, 3):
+        deployment = _deployment(lambda m, n=nodes: m[1].update(worker={"nodes": n}))
+        try:
+            texts += [
+                str(w)
+                for w in deployment_launch.check_spec(deployment, read_deployment(deployment))
+            ]
+        except InputError as err:
+            texts.append(str(err))
+    return texts
+
+
+def test_the_serving_page_quotes_every_warning_as_written():
+    page = " ".join((REPO / "docs" / "serving.md").read_text().split())
+    texts = _documented_examples()
+    assert len(texts) == 9  # six warnings, the two refusals and worker.nodes repeated
+    for text in texts:
+        assert " ".join(text.split()) in page, text
