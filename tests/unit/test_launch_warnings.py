@@ -8,17 +8,26 @@ the warning's whole text: the serving page quotes these texts, and a user reads 
 
 from __future__ import annotations
 
+import asyncio
 import copy
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.common import launch_warnings, layout
 from functions.common.launch_warnings import LaunchWarning
 from functions.common.reader import InputError
+from functions.compose_model_deployment import fn as deployment_fn
 from functions.compose_model_deployment import launch as deployment_launch
+from functions.compose_model_deployment.fn import REQUIRED_CLUSTERS
 from functions.compose_model_deployment.model import read_deployment
+from functions.compose_model_replica import fn as replica_fn
 from functions.compose_model_replica import launch
+from functions.compose_model_replica.cluster import REQUIRED_CLUSTER
 from functions.compose_model_replica.compose import compose
 from functions.compose_model_replica.model import InvalidReplica, parse
 from tests.unit.test_model_replica import load, manifests, workload_pods
@@ -533,3 +542,113 @@ def test_the_serving_page_quotes_every_warning_as_written():
     assert len(texts) == 9  # six warnings, the two refusals and worker.nodes repeated
     for text in texts:
         assert " ".join(text.split()) in page, text
+
+
+# --- Through the functions' shells --------------------------------------------------------
+
+US_EAST = REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml"
+REPLICA_XR = REPO / "tests" / "render" / "testdata" / "modelreplica.yaml"
+DEPLOYMENT_XR = REPO / "examples" / "modeldeployments" / "llama-8b-vllm.yaml"
+
+
+def _yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def _replica_response(xr: dict):
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    req.required_resources[REQUIRED_CLUSTER].SetInParent()
+    req.required_resources[REQUIRED_CLUSTER].items.add().resource.update(_yaml(US_EAST))
+    return asyncio.run(replica_fn.FunctionRunner().RunFunction(req))
+
+
+def _results(rsp, severity) -> list[str]:
+    return [r.message for r in rsp.results if r.severity == severity]
+
+
+def test_the_replica_writes_its_warnings_to_status_and_says_them():
+    xr = _yaml(REPLICA_XR)  # its image is vllm/vllm-openai:v0.11.0
+    _engine(xr)["args"] = [*(_engine(xr).get("args") or []), "--x", "$(MODELPLANE_RANK)"]
+    rsp = _replica_response(xr)
+    assert not _results(rsp, fnv1.SEVERITY_FATAL)
+    written = resource.struct_to_dict(rsp.desired.composite.resource)["status"]["warnings"]
+    assert [(w["field"], w["reason"]) for w in written] == [
+        (f"{ARGS0}[{len(_engine(xr)['args']) - 1}]", "UndefinedVariable"),
+        ("spec.engines[0].members[0].template.spec.containers[0].image", "ImageOlderThanChecked"),
+    ]
+    said = _results(rsp, fnv1.SEVERITY_WARNING)
+    assert any("$(MODELPLANE_RANK) is not defined" in m for m in said)
+
+
+def test_a_replica_without_warnings_writes_none():
+    xr = _yaml(REPLICA_XR)
+    _engine(xr)["image"] = "vllm/vllm-openai:v0.32.0"
+    rsp = _replica_response(xr)
+    assert "warnings" not in resource.struct_to_dict(rsp.desired.composite.resource)["status"]
+
+
+def test_a_replica_whose_layout_cannot_start_is_fatal_and_keeps_what_was_composed():
+    xr = _yaml(REPLICA_XR)
+    _engine(xr)["args"] = ["m", "-tp", "64"]
+    rsp = _replica_response(xr)
+    (fatal,) = _results(rsp, fnv1.SEVERITY_FATAL)
+    assert f"{ARGS0}: the parallel layout written (-tp 64) needs 64 accelerators" in fatal
+    assert list(rsp.desired.resources) == []
+
+
+def _deployment_response(xr: dict, observed_replica: dict | None = None):
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    if observed_replica is not None:
+        req.observed.resources["modelreplica-us-east-1"].resource.update(observed_replica)
+    req.required_resources[REQUIRED_CLUSTERS].SetInParent()
+    req.required_resources[REQUIRED_CLUSTERS].items.add().resource.update(_yaml(US_EAST))
+    clock = lambda: datetime(2026, 12, 7, tzinfo=UTC)  # noqa: E731
+    return asyncio.run(deployment_fn.FunctionRunner(clock=clock).RunFunction(req))
+
+
+def test_the_deployment_lists_its_replicas_warnings_in_its_own_terms():
+    xr = _yaml(DEPLOYMENT_XR)
+    first = _deployment_response(xr)
+    replica = resource.struct_to_dict(first.desired.resources["modelreplica-us-east-1"].resource)
+    replica["status"] = {
+        "readyReplicas": 0,
+        "warnings": [
+            {
+                "field": f"{ARGS0}[3]",
+                "reason": "UndefinedVariable",
+                "message": "$(X) is not defined in this container, ...",
+            }
+        ],
+    }
+    rsp = _deployment_response(xr, replica)
+    written = resource.struct_to_dict(rsp.desired.composite.resource)["status"]["warnings"]
+    assert written == [
+        {
+            "field": "spec.template.spec.engines[0].members[0].template.spec.containers[0].args[3]",
+            "reason": "UndefinedVariable",
+            "message": "$(X) is not defined in this container, ...",
+            "clusters": ["us-east-1"],
+        }
+    ]
+
+
+def test_the_deployment_says_worker_nodes_on_a_worker_and_refuses_a_layout_too_large():
+    xr = copy.deepcopy(DEPLOYMENT)
+    xr["spec"]["template"]["spec"]["engines"][0]["members"][1]["worker"] = {"nodes": 1}
+    rsp = _deployment_response(xr)
+    assert not _results(rsp, fnv1.SEVERITY_FATAL)
+    written = resource.struct_to_dict(rsp.desired.composite.resource)["status"]["warnings"]
+    assert [w["reason"] for w in written] == ["WorkerNodesOnWorker"]
+    assert "clusters" not in written[0]
+    assert any(
+        "worker.nodes is read only on the Leader" in m for m in _results(rsp, fnv1.SEVERITY_WARNING)
+    )
+
+    members = xr["spec"]["template"]["spec"]["engines"][0]["members"]
+    members[0]["template"]["spec"]["containers"][0]["args"] = ["m", "-tp", "32"]
+    rsp = _deployment_response(xr)
+    (fatal,) = _results(rsp, fnv1.SEVERITY_FATAL)
+    assert "needs 32 accelerators, but one replica claims 16" in fatal
+    assert list(rsp.desired.resources) == []
