@@ -545,3 +545,39 @@ def test_a_device_class_missing_on_every_cluster_is_the_unplaceable_reason(
     for replica in replicas.values():
         assert replica["spec"]["replicas"] == 0
         assert replica["spec"]["unavailable"] == {"reason": "Unplaceable", "message": reason}
+
+
+def test_launch_warnings_are_listed_once_with_the_clusters_that_reported_them(
+    function_servers, tmp_path
+):
+    composite, replicas, results, _conds = _parts(
+        _render(function_servers, "launch-warnings", tmp_path)
+    )
+    assert list(replicas) == ["modelreplica-dev-1"]
+    image = "spec.template.spec.engines[0].members[0].template.spec.containers[0].image"
+    worker_nodes = "spec.template.spec.engines[0].members[1].worker.nodes"
+    found = {w["field"]: w for w in composite["status"]["warnings"]}
+    assert set(found) == {image, worker_nodes}
+    assert found[image]["reason"] == "ImageOlderThanChecked"
+    assert found[image]["clusters"] == ["dev-1"]
+    assert found[worker_nodes]["reason"] == "WorkerNodesOnWorker"
+    assert "clusters" not in found[worker_nodes]
+    said = [r.get("message", "") for r in results if r.get("severity") == "SEVERITY_WARNING"]
+    assert any(f"{worker_nodes}: worker.nodes is read only on the Leader" in m for m in said)
+
+
+def test_worker_nodes_on_a_worker_that_disagrees_is_fatal_and_names_both_fields(
+    function_servers, tmp_path
+):
+    xr = yaml.safe_load((TESTDATA / "launch-warnings" / "xr.yaml").read_text())
+    xr["spec"]["template"]["spec"]["engines"][0]["members"][1]["worker"] = {"nodes": 3}
+    path = tmp_path / "xr.yaml"
+    path.write_text(yaml.safe_dump(xr))
+    required = tmp_path / "required.yaml"
+    required.write_text((TESTDATA / "clusters.yaml").read_text())
+    result = render.render(function_servers, path, required=required)
+    assert result.returncode != 0
+    assert (
+        "spec.template.spec.engines[0].members[1].worker.nodes: worker.nodes belongs on the "
+        "Leader member (spec.template.spec.engines[0].members[0].worker.nodes, which says 1)"
+    ) in result.stderr

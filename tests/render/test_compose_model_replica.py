@@ -8,6 +8,7 @@ on: every Object is composed, status and conditions say what is going on and wha
 and the ModelReplica is Ready only when its replicas are.
 """
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 import render
-from functions.common import conditions, contracts
+from functions.common import answers, conditions, contracts
 from functions.common.contracts import MULTINODE_ENV, OBJECT_API_VERSION, OBJECT_KIND
 from functions.compose_model_replica.compose import compose
 from functions.compose_model_replica.model import parse
@@ -156,8 +157,19 @@ def test_parked_model_answers_with_503_instead_of_routing(function_servers, tmp_
             ),
             "spec.engines[0].members[0].template.spec.containers[1].ports[0].name",
         ),
+        (
+            lambda spec: spec["engines"][0]["members"][0]["template"]["spec"]["containers"][
+                0
+            ].update(args=["m", "--tensor-parallel-size", "64"]),
+            "spec.engines[0].members[0].template.spec.containers[0].args: the parallel layout "
+            "written (--tensor-parallel-size 64) needs 64 accelerators",
+        ),
     ],
-    ids=["unified_with_a_prefill_member", "sidecar_claims_the_engine_port_name"],
+    ids=[
+        "unified_with_a_prefill_member",
+        "sidecar_claims_the_engine_port_name",
+        "a_layout_larger_than_the_claim_cannot_start",
+    ],
 )
 def test_bad_input_is_fatal_and_names_the_field(function_servers, tmp_path, change, named):
     xr = yaml.safe_load(XR.read_text())
@@ -408,3 +420,48 @@ def test_an_on_demand_replica_with_nothing_ready_routes_to_the_members_activator
     assert grant["spec"]["to"] == [
         {"group": "", "kind": "Service", "name": contracts.ACTIVATOR_SERVICE_NAME}
     ]
+
+
+def test_launch_warnings_reach_the_replicas_status_and_its_events(function_servers, tmp_path):
+    xr = yaml.safe_load(XR.read_text())  # its engine image is vllm/vllm-openai:v0.11.0
+    container = xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
+    container["args"] = [*(container.get("args") or []), "--x", "$(MODELPLANE_RANK)"]
+    path = tmp_path / "warned.yaml"
+    path.write_text(yaml.safe_dump(xr))
+    result = render.render(function_servers, path, required=CLUSTER)
+    assert result.returncode == 0, result.stderr
+    composite = result.documents[0]
+    engine = "spec.engines[0].members[0].template.spec.containers[0]"
+    assert [(w["field"], w["reason"]) for w in composite["status"]["warnings"]] == [
+        (f"{engine}.args[{len(container['args']) - 1}]", "UndefinedVariable"),
+        (f"{engine}.image", "ImageOlderThanChecked"),
+    ]
+    said = [d.get("message", "") for d in result.documents if d["kind"] == "Result"]
+    assert any("$(MODELPLANE_RANK) is not defined in this container" in m for m in said)
+
+
+def test_a_503_body_names_no_cluster_device_class_or_spec_path(function_servers, tmp_path):
+    xr = yaml.safe_load(XR.read_text())
+    xr["spec"]["replicas"] = 0
+    operator = (
+        "needs 8 free H100 per replica; most free: eu-west-1/b200 2; DeviceClass gpu.nvidia.com "
+        "missing on ap-south-1 (status.deviceClasses); spec.template.spec.engines[0] asks for it"
+    )
+    xr["spec"]["unavailable"] = {"reason": "Unplaceable", "message": operator}
+    path = tmp_path / "unplaceable.yaml"
+    path.write_text(yaml.safe_dump(xr))
+    composite, composed = _render(function_servers, xr=path)
+    manifests = {
+        d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d for d in composed
+    }
+    response = manifests["route-unavailable"]["spec"]["forProvider"]["manifest"]
+    body = response["spec"]["directResponse"]["body"]["inline"]
+    for word in ("eu-west-1", "ap-south-1", "us-east-1", "gpu.nvidia.com", "DeviceClass", "spec."):
+        assert word not in body
+    error = json.loads(body)["error"]
+    assert (error["reason"], error["message"]) == (
+        "Unplaceable",
+        answers.caller_message("Unplaceable"),
+    )
+    # The operator's detail stays in the replica's status.
+    assert operator in _condition(composite, conditions.SERVING)["message"]
