@@ -116,7 +116,8 @@ def written_sizes(engine_type: str, args: list[str]) -> tuple[Written, ...] | No
         if found is None:
             continue
         spelling, text = found
-        if not text.isdigit() or int(text) < 1:
+        # ASCII digits only, and few: `int` refuses other digits and very long numbers.
+        if not (text.isascii() and text.isdigit() and len(text) <= 6) or int(text) < 1:
             return None
         written.append(Written(dimension, spelling, int(text)))
     return tuple(written)

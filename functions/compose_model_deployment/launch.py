@@ -79,7 +79,7 @@ def worker_nodes_warnings(xr: dict) -> list[LaunchWarning]:
 
 def _engine_args(member: Member) -> tuple[int, list[str], list[str]] | None:
     containers = (member.template.get("spec") or {}).get("containers") or []
-    if not containers:
+    if not containers or not all(isinstance(c, dict) for c in containers):
         return None
     c = engine_container_index(containers)
     command = [str(a) for a in containers[c].get("command") or []]

@@ -17,6 +17,8 @@ import pytest
 import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from hypothesis import given
+from hypothesis import strategies as st
 
 from functions.common import launch_warnings, layout
 from functions.common.launch_warnings import LaunchWarning
@@ -30,6 +32,7 @@ from functions.compose_model_replica import launch
 from functions.compose_model_replica.cluster import REQUIRED_CLUSTER
 from functions.compose_model_replica.compose import compose
 from functions.compose_model_replica.model import InvalidReplica, parse
+from tests.engines.containers import expand
 from tests.unit.test_model_replica import load, manifests, workload_pods
 
 REPO = Path(__file__).resolve().parents[2]
@@ -652,3 +655,26 @@ def test_the_deployment_says_worker_nodes_on_a_worker_and_refuses_a_layout_too_l
     (fatal,) = _results(rsp, fnv1.SEVERITY_FATAL)
     assert "needs 32 accelerators, but one replica claims 16" in fatal
     assert list(rsp.desired.resources) == []
+
+
+# --- Properties: the reference scanner reads text as the kubelet does ---------------------
+
+
+@given(st.text(alphabet="$()AB_x -", max_size=40))
+def test_references_are_exactly_what_the_kubelet_looks_up(text):
+    asked: list[str] = []
+    expand(text, asked.append)
+    assert list(launch.references(text)) == asked
+
+
+@given(st.lists(st.sampled_from(["-tp", "-pp", "-dp", "2", "4", "x", "--tensor-parallel-size=8"])))
+def test_a_layout_fit_never_asks_for_less_than_it_uses_nor_completes_past_the_claim(args):
+    found = layout.fit("vllm", args, per_pod=8, pods=2, multinode=True)
+    if found is None:
+        return
+    assert found.claimed == 16
+    if found.added:
+        assert found.used * int(found.added[1]) == found.claimed
+        assert found.unused == 0
+    else:
+        assert found.unused == max(0, 16 - found.used)
