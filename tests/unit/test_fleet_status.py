@@ -1,5 +1,6 @@
 """The fleet summary behind `modelplane status`, from recorded control-plane objects."""
 
+import copy
 import json
 from datetime import UTC, datetime
 
@@ -269,6 +270,30 @@ def test_explain_says_what_to_do_next():
     text = fleet_status.explain(SHORT, [replica("qwen", "eu-west", health=health(2))])
     assert "eu-west/a100: 0 of 2 ready" in text
     assert "2 consecutive start failures" in text
+
+
+def test_explain_lists_the_launch_warnings_with_the_clusters_that_reported_them():
+    deployment = copy.deepcopy(SHORT)
+    deployment["status"]["warnings"] = [
+        {
+            "field": "spec.template.spec.engines[0].members[0].template.spec.containers[0].image",
+            "reason": "ImageOlderThanChecked",
+            "message": "image tag v0.11.0 is older than vLLM v0.32.0, ...",
+            "clusters": ["eu-west"],
+        },
+        {
+            "field": "spec.template.spec.engines[0].members[1].worker.nodes",
+            "reason": "WorkerNodesOnWorker",
+            "message": "worker.nodes is read only on the Leader member ...",
+        },
+    ]
+    text = fleet_status.explain(deployment, [])
+    assert (
+        "  launch warning ImageOlderThanChecked (on eu-west): "
+        "spec.template.spec.engines[0].members[0].template.spec.containers[0].image: "
+        "image tag v0.11.0 is older than vLLM v0.32.0, ...\n"
+    ) in text
+    assert "  launch warning WorkerNodesOnWorker: spec.template" in text
 
 
 def test_operator_commands_are_the_ones_the_entrypoint_dispatches():

@@ -901,6 +901,22 @@ def _idle_seconds(
     return out
 
 
+def launch_warning_lines(deployment: Mapping[str, Any]) -> list[str]:
+    """The deployment's launch warnings (status.warnings), one line each, with the
+    clusters whose ModelReplica reported it."""
+    lines = []
+    for warning in (deployment.get("status") or {}).get("warnings") or []:
+        if not isinstance(warning, Mapping):
+            continue
+        clusters = [str(c) for c in warning.get("clusters") or []]
+        where = f" (on {', '.join(clusters)})" if clusters else ""
+        lines.append(
+            f"  launch warning {warning.get('reason', '?')}{where}: "
+            f"{warning.get('field', '?')}: {warning.get('message', '')}"
+        )
+    return lines
+
+
 def explain(
     deployment: Mapping[str, Any],
     replicas: Iterable[Mapping[str, Any]],
@@ -952,6 +968,7 @@ def explain(
                 f"start failures (definition {health.get('definitionHash', '?')}, "
                 f"{health.get('observedAt', '?')}): {health.get('lastError', '')}"
             )
+    lines += launch_warning_lines(deployment)
     if model.on_demand:
         lines += on_demand_lines(deployment, model, clusters, now or datetime.now(UTC))
     if model.state in (STATE_UNPLACEABLE, STATE_SHORT):
