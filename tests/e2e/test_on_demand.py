@@ -26,7 +26,7 @@ import yaml
 from fleetbox.control_plane import CROSSPLANE_NAMESPACE
 from fleetbox.process import Process
 from fleetbox.wait import wait_for
-from functions.common import contracts
+from functions.common import answers, contracts
 from functions.runtime.activator import core as activator_core
 from functions.runtime.operator import fleet_status
 from tests.e2e import claims
@@ -244,7 +244,7 @@ def test_a_request_to_a_scaled_to_zero_model_that_fits_is_served_after_one_attem
     wait_for(f"{FITS}'s route off the activator", routed_direct, claims.CONVERGE_SECONDS)
 
 
-def test_a_request_to_a_model_that_fits_nowhere_is_answered_at_once_with_why(box, activator):
+def test_a_request_to_a_model_that_fits_nowhere_is_answered_at_once(box, activator):
     port, engine, _process = activator
     served_before = len(engine.requests)
     claims.apply_document(box, _deployment(NOWHERE, product="NVIDIA H200"))
@@ -256,7 +256,11 @@ def test_a_request_to_a_model_that_fits_nowhere_is_answered_at_once_with_why(box
     error = json.loads(body)["error"]
     assert error["reason"] == "Unplaceable"
     assert error["model"] == NOWHERE
-    assert "NVIDIA H200" in error["message"], error
+    # What the caller can do; why (no pool has an H200) is the operator's, in status.
+    assert error["message"] == answers.caller_message("Unplaceable"), error
+    assert "NVIDIA H200" not in body
+    attempt = claims.get(box, "modeldeployment", NOWHERE, NAMESPACE)["status"]["onDemand"]
+    assert "NVIDIA H200" in attempt["attempt"]["reason"], attempt
     assert total < AT_ONCE_SECONDS, f"held {total:.1f}s, not answered at once"
     assert len(engine.requests) == served_before  # nothing was proxied
 
