@@ -27,9 +27,8 @@ from functions.common.launch_warnings import (
 )
 from functions.common.reader import InputError
 from functions.common.served_name import engine_container_index
+from functions.common.shell import is_shell_script
 from functions.compose_model_deployment.model import Deployment, Holding, Member
-
-SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
 
 
 def _members(raw_engine: Any) -> list[dict]:
@@ -87,11 +86,6 @@ def _engine_args(member: Member) -> tuple[int, list[str], list[str]] | None:
     return c, command, args
 
 
-def _is_shell_script(command: list[str], args: list[str]) -> bool:
-    argv = [*command, *args]
-    return bool(argv) and argv[0].rsplit("/", 1)[-1] in SHELLS and "-c" in argv[1:3]
-
-
 def check_layouts(deployment: Deployment) -> None:
     """InputError for a parallel layout needing more accelerators than a replica claims."""
     for engine in deployment.engines:
@@ -101,7 +95,7 @@ def check_layouts(deployment: Deployment) -> None:
             if found is None:
                 continue
             c, command, args = found
-            if _is_shell_script(command, args):
+            if is_shell_script(command, args):
                 continue
             if leader is not None:
                 fit = layout.fit(

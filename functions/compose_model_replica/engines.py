@@ -56,6 +56,7 @@ from functions.common.contracts import (
 )
 from functions.common.modelcache import MODEL_FLAG, engine_argv, model_flag_in
 from functions.common.served_name import SERVED_NAME_FLAG
+from functions.common.shell import is_shell_script
 
 if TYPE_CHECKING:
     from functions.compose_model_replica.pods import Wiring
@@ -88,7 +89,6 @@ TRACES_FLAGS = {"vllm": lambda endpoint: ["--otlp-traces-endpoint", f"http://{en
 TRACES_ENDPOINT_FLAG = "--otlp-traces-endpoint"
 SGLANG_DIST_INIT_PORT = 5000
 LAYOUT_DIMENSIONS = (layout.TENSOR, layout.PIPELINE, layout.DATA)
-SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
 # vLLM's KV transfer for prefill/decode through llm-d's routing sidecar (its `nixlv2`
 # connector): NIXL on both roles, each told which side it is. vLLM 0.32's NixlConnector
 # deprecates `kv_both` (it logs a warning when the connector starts, after argument
@@ -152,12 +152,6 @@ def _var(name: str) -> str:
 
 def _has(args: list[str], spellings: tuple[str, ...]) -> bool:
     return any(a == s or a.startswith(s + "=") for a in args for s in spellings)
-
-
-def is_shell_script(command: list[str], args: list[str]) -> bool:
-    """`sh -c "..."` (or bash, ...): the script owns the launch line."""
-    argv = [*command, *args]
-    return bool(argv) and argv[0].rsplit("/", 1)[-1] in SHELLS and "-c" in argv[1:3]
 
 
 def runs_vllm_serve(command: list[str]) -> bool:

@@ -48,6 +48,7 @@ from functions.common.launch_warnings import (
     REASON_UNUSED_ACCELERATORS,
     LaunchWarning,
 )
+from functions.common.shell import is_shell_script
 from functions.compose_model_replica.backends.base import Workload
 from functions.compose_model_replica.engines import (
     CHECKED_IMAGES,
@@ -56,7 +57,6 @@ from functions.compose_model_replica.engines import (
     VLLM_KV_ROLE_DEPRECATED,
     VLLM_KV_ROLES,
     MultiNode,
-    is_shell_script,
     layout_fit,
 )
 from functions.compose_model_replica.model import (
