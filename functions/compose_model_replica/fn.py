@@ -4,8 +4,8 @@ Reads the ModelReplica and its InferenceCluster, composes its cluster's Objects
 (compose.py), checks the launch lines it built (launch.py: warnings in the status, or a
 refusal for a launch that cannot start), reads what the cluster shows back through the
 observed Objects (status.py), and writes desired resources, status, conditions and
-readiness, in that order. Bad input is a fatal result naming the field and the rule; Crossplane then
-applies nothing, so what was composed before stays as it was.
+readiness, in that order. Bad input is a fatal result naming the field and the rule;
+Crossplane then applies nothing, so what was composed before stays as it was.
 
 The InferenceCluster is read for what a ModelReplica must not decide for itself (one
 written directly, not by compose-model-deployment, could say anything): the provider

@@ -23,9 +23,9 @@ nothing about which models exist.
 
 Everything a client sent is untrusted: the identity is checked as a Kubernetes name
 before it reaches an API path, the request's framing before anything is read past the
-headers, and every message goes out JSON-encoded. A message says what the caller can do, never
-the fleet's detail: no other cluster's name, no DeviceClass, no spec path (those stay in
-the ModelDeployment's status and `modelplane explain`).
+headers, and every message goes out JSON-encoded. A message says what the caller can
+do, never the fleet's detail: no other cluster's name, no DeviceClass, no spec path
+(those stay in the ModelDeployment's status and `modelplane explain`).
 
 Pure: plain dicts in, plain values out; the shell (server.py) does the I/O.
 """
