@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from functions.common import contracts
+from functions.common import contracts, sizing
 from functions.common.cost import PoolPrice, format_pool_price
 from functions.common.inventory import (
     INVENTORY_RECORD_API_VERSION,
@@ -284,6 +284,7 @@ def _deployment(
     extra_args: Sequence[str] = (),
     volumes: Sequence[tuple[str, str]] = (),
     probes: dict[str, Any] | None = None,
+    size: str,
 ) -> Composed:
     """`volumes` are (Secret name, mount path) pairs, mounted read-only; `probes` are the
     container's readinessProbe / livenessProbe."""
@@ -331,6 +332,7 @@ def _deployment(
                                     for secret, path in volumes
                                 ],
                                 **(probes or {}),
+                                "resources": sizing.resources(size),
                                 "securityContext": {
                                     "allowPrivilegeEscalation": False,
                                     "readOnlyRootFilesystem": True,
@@ -487,6 +489,7 @@ def _activator(target: Target, image: str) -> list[Composed]:
             ACTIVATOR,
             image,
             command="activator",
+            size=sizing.ACTIVATOR,
             replicas=ACTIVATOR_REPLICAS,
             extra_args=[
                 "--control-plane",
@@ -656,6 +659,7 @@ def runtime_hosting(
             AGENT,
             image,
             command="agent",
+            size=sizing.AGENT,
             replicas=AGENT_REPLICAS,
             # Every configured member, this one included: the hub needs a majority of them.
             extra_args=[
@@ -692,6 +696,7 @@ def runtime_hosting(
             SCALER,
             image,
             command="scaler",
+            size=sizing.SCALER,
             replicas=SCALER_REPLICAS,
             extra_args=["--tls-cert-dir", SCALER_TLS_MOUNT],
             volumes=[(contracts.SCALER_TLS_SECRET, SCALER_TLS_MOUNT)],
