@@ -36,6 +36,7 @@ from functions.common.health import (
     HealthRecord,
     health_record_name,
 )
+from functions.common.redact import redact_text
 from functions.runtime.kube.rest import APPLY_PATCH, kube_request
 from functions.runtime.shared.control_chars import escape
 from functions.runtime.shared.policy import parse_time, rfc3339
@@ -60,10 +61,12 @@ _HEAD: Final = 256
 
 
 def stored_error(text: str) -> str:
-    """`text` as lastError stores it: every control character escaped (`\x1b`, `\n`;
+    """`text` as lastError stores it: every credential-looking value replaced
+    (common/redact.py: a termination message is the container's own output, which may
+    print its token), every control character escaped (`\x1b`, `\n`;
     shared/control_chars.py), then cut to LAST_ERROR_MAX bytes of UTF-8 at character
     boundaries: its first _HEAD bytes, "…", and as much of its end as fits."""
-    safe = escape(text)
+    safe = escape(redact_text(text))
     raw = safe.encode()
     if len(raw) <= LAST_ERROR_MAX:
         return safe
