@@ -3,7 +3,7 @@
 Read from the composed outputs: the render golden files (each compared with the real
 `crossplane render` by the tests beside this one) and compose-model-replica's unit
 goldens (every serving shape; tests/render/test_compose_model_replica.py proves the shell
-writes exactly those). Containers inside a provider-kubernetes Object's manifest, a
+writes exactly those) and compose-telemetry's gateway goldens. Containers inside a provider-kubernetes Object's manifest, a
 workload's pod template, an LWS or Grove template: wherever a pod spec is.
 
 The engine containers are exempt on purpose (functions/common/sizing.py): they are the
@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDENS = [
     *sorted((REPO / "tests" / "render" / "testdata").rglob("*.yaml")),
     *sorted((REPO / "tests" / "unit" / "testdata" / "model_replica" / "golden").glob("*.yaml")),
+    # compose-telemetry's gateway collector (tests/unit/test_gateway.py's goldens).
+    *sorted((REPO / "tests" / "unit" / "testdata" / "gateway").glob("*.yaml")),
 ]
 COMPOSED = "crossplane.io/composition-resource-name"
 # Containers we add to a pod whose other containers are the user's engine.
@@ -34,7 +36,7 @@ OURS_IN_ENGINE_PODS = {ROUTING_SIDECAR_NAME}
 
 
 def _composed(path: Path) -> Iterator[dict]:
-    unit_golden = "golden" in path.parts
+    unit_golden = "golden" in path.parts or "gateway" in path.parts
     for doc in yaml.safe_load_all(path.read_text()):
         if not isinstance(doc, dict):
             continue
@@ -87,8 +89,10 @@ def composed_containers() -> list[tuple[str, str, dict, bool]]:
 def test_the_goldens_hold_the_containers_we_compose():
     """Non-vacuous: the runtime, the collectors, the picker, the routing sidecar, the
     CRD apply and download Jobs are all among what is checked."""
-    names = {c["name"] for _, _, c, users in composed_containers() if not users}
+    found = composed_containers()
+    names = {c["name"] for _, _, c, users in found if not users}
     assert {"agent", "scaler", "activator", "otelcol", "epp", "routing-sidecar"} <= names
+    assert any("gateway" in golden for golden, _, _, _ in found)
     assert {"apply", "download"} <= names
 
 
