@@ -3,8 +3,9 @@
 Read from the composed outputs: the render golden files (each compared with the real
 `crossplane render` by the tests beside this one) and compose-model-replica's unit
 goldens (every serving shape; tests/render/test_compose_model_replica.py proves the shell
-writes exactly those) and compose-telemetry's gateway goldens. Containers inside a provider-kubernetes Object's manifest, a
-workload's pod template, an LWS or Grove template: wherever a pod spec is.
+writes exactly those) and compose-telemetry's gateway goldens. Containers inside a
+provider-kubernetes Object's manifest, a workload's pod template, an LWS or Grove
+template: wherever a pod spec is.
 
 The engine containers are exempt on purpose (functions/common/sizing.py): they are the
 user's template, and what a GPU engine needs is the model's, not ours to invent. Every
