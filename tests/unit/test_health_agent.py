@@ -1,7 +1,11 @@
 """Start failures counted from what pods show: what counts, what does not, and that a
 poll (or an agent restart) never counts the same failure twice."""
 
+from types import SimpleNamespace
+
 import pytest
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
 from functions.common.health import (
@@ -10,6 +14,7 @@ from functions.common.health import (
     HealthRecord,
     health_record_name,
 )
+from functions.runtime.agent import health as agent_health
 from functions.runtime.agent.health import (
     ANNOTATION_COUNTED,
     Counted,
@@ -297,3 +302,38 @@ def test_a_record_written_by_someone_else_is_redacted_when_read():
     assert "hunter2" not in record.last_error
     status = HealthRecord.from_status({KEY_LAST_ERROR: "boom: password=hunter2"}, lambda v, p: 0)
     assert "hunter2" not in status.last_error
+
+
+def test_a_record_the_agent_may_not_write_yet_does_not_stop_the_others(monkeypatch):
+    """The agent may write a health record only by name, in a Role compose-serving-stack
+    composes once it sees the replica (issue 44): a new replica's record is refused (403)
+    until then, and every other replica's record is still written on the same pass."""
+
+    def replica_pod(namespace, replica):
+        body = pod(restarts=1, last_terminated=CRASH, name=f"{replica}-0")
+        body["metadata"].update(namespace=namespace, labels={LABEL_SERVING: replica})
+        return body
+
+    api = ApiClient()
+    pods = [replica_pod("team-new", "new-us-east-1"), replica_pod("team-old", "old-us-east-1")]
+    core = SimpleNamespace(
+        api_client=api,
+        list_pod_for_all_namespaces=lambda **_: SimpleNamespace(items=pods),
+        list_namespaced_pod=None,
+        list_config_map_for_all_namespaces=lambda **_: SimpleNamespace(items=[]),
+        list_namespaced_config_map=None,
+    )
+    written = []
+
+    def kube_request(_api, method, path, **_):
+        if "/team-new/" in path:
+            raise ApiException(status=403, reason="Forbidden")
+        written.append((method, path))
+        return {}
+
+    monkeypatch.setattr(agent_health, "kube_request", kube_request)
+    records = agent_health.HealthAgent(core).sync(NOW)
+    assert written == [
+        ("PATCH", f"/api/v1/namespaces/team-old/configmaps/{health_record_name('old-us-east-1')}")
+    ]
+    assert records[("team-new", "new-us-east-1")].consecutive_start_failures == 1

@@ -21,11 +21,13 @@ keys stay exactly those `functions/common/health.py` defines.
 """
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
 from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
 
 from functions.common.conditions import is_ready
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
@@ -40,6 +42,8 @@ from functions.common.redact import redact_text
 from functions.runtime.kube.rest import APPLY_PATCH, kube_request
 from functions.runtime.shared.control_chars import escape
 from functions.runtime.shared.policy import parse_time, rfc3339
+
+log = logging.getLogger(__name__)
 
 ANNOTATION_COUNTED: Final = "modelplane.ai/health-counted"
 UNSCHEDULABLE_AFTER_SECONDS: Final = 900.0
@@ -343,14 +347,27 @@ class HealthAgent:
             if unchanged:
                 continue
             body = record_object(namespace, replica, tally)
-            kube_request(
-                api,
-                "PATCH",
-                f"/api/v1/namespaces/{namespace}/configmaps/{body['metadata']['name']}",
-                query=[("fieldManager", self.FIELD_MANAGER), ("force", "true")],
-                body=body,
-                content_type=APPLY_PATCH,
-            )
+            try:
+                kube_request(
+                    api,
+                    "PATCH",
+                    f"/api/v1/namespaces/{namespace}/configmaps/{body['metadata']['name']}",
+                    query=[("fieldManager", self.FIELD_MANAGER), ("force", "true")],
+                    body=body,
+                    content_type=APPLY_PATCH,
+                )
+            except ApiException as err:
+                # One record not written never stops the others. A replica new on this
+                # member is refused (403) until compose-serving-stack names its record in
+                # the namespace's health Role; nothing counted is lost: the pods' restart
+                # counts are read again next pass against the last record written.
+                log.warning(
+                    "health record %s/%s not written: %s %s",
+                    namespace,
+                    body["metadata"]["name"],
+                    err.status,
+                    err.reason,
+                )
         return out
 
 
