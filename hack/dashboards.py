@@ -64,6 +64,11 @@ class Query:
     by: tuple[str, ...] = ()
 
 
+# Prices are currency-free (spec.nodePools[].pricePerGPUHour is in whatever unit the
+# platform prices in): a cost panel shows plain numbers, never a currency sign.
+PRICE_UNIT = "short"
+
+
 @dataclass(frozen=True)
 class PanelSpec:
     title: str
@@ -300,7 +305,7 @@ def model() -> DashboardSpec:
                                 (CLUSTER, cost_contract.LABEL_POOL),
                             ),
                         ),
-                        unit="currencyUSD",
+                        unit=PRICE_UNIT,
                     ),
                 ),
             ),
@@ -363,7 +368,7 @@ def cluster() -> DashboardSpec:
                                 (*COST_BY, cost_contract.LABEL_POOL),
                             ),
                         ),
-                        unit="currencyUSD",
+                        unit=PRICE_UNIT,
                     ),
                 ),
             ),
@@ -617,7 +622,7 @@ def cost() -> DashboardSpec:
                         "Fleet cost per hour",
                         "Every model's GPUs, every cluster.",
                         (_q(f"sum({COST}{{{FLEET}}})", (), "fleet"),),
-                        unit="currencyUSD",
+                        unit=PRICE_UNIT,
                         kind="stat",
                         width=6,
                     ),
@@ -625,7 +630,7 @@ def cost() -> DashboardSpec:
                         "Cost per hour, per model",
                         "Summed over clusters (the fleet roll-up).",
                         (_q(_sum(COST_BY, f"{COST}{{{FLEET}}}"), COST_BY),),
-                        unit="currencyUSD",
+                        unit=PRICE_UNIT,
                         width=18,
                     ),
                     PanelSpec(
@@ -640,7 +645,7 @@ def cost() -> DashboardSpec:
                                 (CLUSTER, cost_contract.LABEL_POOL),
                             ),
                         ),
-                        unit="currencyUSD",
+                        unit=PRICE_UNIT,
                     ),
                     PanelSpec(
                         "Cost per model and cluster",
@@ -651,13 +656,13 @@ def cost() -> DashboardSpec:
                                 (CLUSTER, *COST_BY),
                             ),
                         ),
-                        unit="currencyUSD",
+                        unit=PRICE_UNIT,
                     ),
                     PanelSpec(
                         "Cost per million generated tokens, per model",
                         "Cost per hour / generated tokens per hour (1 h window) x 1e6.",
                         (_q(_cost_per_million_tokens(), COST_BY),),
-                        unit="currencyUSD",
+                        unit=PRICE_UNIT,
                         width=24,
                     ),
                 ),

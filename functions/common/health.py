@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from functions.common.naming import dns_label
+from functions.common.redact import redact_text
 
 HEALTH_RECORD_KIND: Final = "ConfigMap"
 HEALTH_RECORD_API_VERSION: Final = "v1"
@@ -62,7 +63,7 @@ class HealthRecord:
                 status.get(KEY_CONSECUTIVE_START_FAILURES),
                 f"status.health.{KEY_CONSECUTIVE_START_FAILURES}",
             ),
-            last_error=str(status.get(KEY_LAST_ERROR, "")),
+            last_error=redact_text(str(status.get(KEY_LAST_ERROR, ""))),
             observed_at=str(status.get(KEY_OBSERVED_AT, "")),
         )
 
@@ -76,7 +77,7 @@ class HealthRecord:
         return cls(
             definition_hash=data.get(KEY_DEFINITION_HASH, ""),
             consecutive_start_failures=failures,
-            last_error=data.get(KEY_LAST_ERROR, ""),
+            last_error=redact_text(str(data.get(KEY_LAST_ERROR, ""))),
             observed_at=data.get(KEY_OBSERVED_AT, ""),
         )
 

@@ -41,6 +41,7 @@ LedgerError naming the field.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -50,6 +51,12 @@ from functions.common.cpu_slots import Request, bytes_of, millicores, pod_slots
 from functions.common.reader import InputError
 
 NO_TIMESTAMP: Final = "-"
+# A Kubernetes object may hold at most 1.5 MiB (etcd's request limit); the ledger lives in
+# the InferenceCluster's status beside its conditions and inventory. Past this many bytes
+# of ledger (as JSON) the holders are not written: the ledger says it overflowed, and
+# placement refuses to read it (a ledger that lists only some holders would offer room
+# the others hold). About 13,000 holders fit, each one a ModelReplica holding something.
+MAX_LEDGER_BYTES: Final = 1024 * 1024
 FIELDS: Final = 6
 CPU_PREFIX: Final = "cpu:"
 
@@ -158,15 +165,18 @@ def decode(pool: str, line: Any, path: str) -> Entry:
     )
 
 
-def ledger_status(entries: Iterable[Entry], summarized: int) -> dict:
+def ledger_status(
+    entries: Iterable[Entry], summarized: int, max_bytes: int = MAX_LEDGER_BYTES
+) -> dict:
     """status.ledger for `entries` (what each ModelReplica holds; those at 0 replicas
     are left out) summarized from `summarized` ModelReplicas: pools by name, holders
-    oldest first."""
+    oldest first. Past `max_bytes` the pools keep their counts, no holders are written
+    and `overflow` says how many there were and how large they would be."""
     by_pool: dict[str, list[Entry]] = {}
     for entry in entries:
         if entry.replicas > 0:
             by_pool.setdefault(entry.pool, []).append(entry)
-    return {
+    ledger: dict[str, Any] = {
         "replicas": summarized,
         "pools": [
             {
@@ -177,12 +187,34 @@ def ledger_status(entries: Iterable[Entry], summarized: int) -> dict:
             for pool, held in sorted(by_pool.items())
         ],
     }
+    size = len(json.dumps(ledger, separators=(",", ":")))
+    if size <= max_bytes:
+        return ledger
+    holders = sum(len(p["holders"]) for p in ledger["pools"])
+    for pool in ledger["pools"]:
+        pool["holders"] = []
+    ledger["overflow"] = {"holders": holders, "bytes": size, "maxBytes": max_bytes}
+    return ledger
+
+
+def overflow_message(overflow: Any) -> str:
+    """Why an overflowed ledger is not read, for a status, a warning and a refusal."""
+    overflow = overflow if isinstance(overflow, dict) else {}
+    return (
+        f"the cluster's {overflow.get('holders', '?')} holding ModelReplicas need "
+        f"{overflow.get('bytes', '?')} bytes of ledger, more than the "
+        f"{overflow.get('maxBytes', MAX_LEDGER_BYTES)} an InferenceCluster's status can "
+        "hold; placement adds nothing here until some are removed or moved to another "
+        "InferenceCluster"
+    )
 
 
 def read_ledger(ledger: Any) -> list[Entry]:
     """Every entry of a status.ledger, pool by pool, oldest first within a pool."""
     if not isinstance(ledger, dict):
         raise LedgerError("status.ledger", "want an object")
+    if ledger.get("overflow") is not None:
+        raise LedgerError("status.ledger.overflow", overflow_message(ledger["overflow"]))
     pools = ledger.get("pools") or []
     if not isinstance(pools, list):
         raise LedgerError("status.ledger.pools", "want a list")

@@ -13,8 +13,11 @@ only one for what the function does not see).
 
 The rules are the Kubernetes Pod Security Standards (baseline and restricted, as
 published for Kubernetes 1.33) plus two of ours that no admission level covers: a pod
-template may not pin itself to a node (`nodeName`) and may tolerate only the taints the
-platform declared on the cluster's pools or allowed by key. An exception the platform
+template may not pin itself to a node (`nodeName`, or a `nodeSelector` / node affinity
+on the node's host name or `metadata.name`: all under the rule `nodeName`), may not name
+the scheduling policy the platform keeps (`priorityClassName`, `runtimeClassName`,
+`schedulerName`: each its own rule), and may tolerate only the taints the platform
+declared on the cluster's pools or allowed by key. An exception the platform
 grants that the declared level would refuse lowers the Namespace's enforced level to
 the lowest that admits it (the declared level stays as the `warn` and `audit` labels).
 
@@ -59,6 +62,9 @@ RULE_LEVEL: Final = {
     # ours
     "nodeName": "",
     "tolerations": "",
+    "priorityClassName": "",
+    "runtimeClassName": "",
+    "schedulerName": "",
 }
 RULES: Final = tuple(RULE_LEVEL)
 
@@ -123,6 +129,12 @@ DEFAULT_TOLERATED: Final = frozenset(
     {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 )
 APPARMOR_ANNOTATION: Final = "container.apparmor.security.beta.kubernetes.io/"
+# Node pinning by label or field: the well-known host-name label and a node's own name.
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+NODE_NAME_FIELD: Final = "metadata.name"
+# Fields that pick the pod's scheduling policy: the platform's, each refused unless the
+# cluster's policy allows it by the field's name.
+SCHEDULING_FIELDS: Final = ("priorityClassName", "runtimeClassName", "schedulerName")
 
 MAX_VIOLATIONS: Final = 20
 # The schema's bounds on the policy's lists (apis/inferenceclusters/definition.yaml).
@@ -249,6 +261,15 @@ class _Checker:
                 "nodeName",
                 "a pod may not pin itself to a node; placement chooses the nodes",
             )
+        self.node_pinning(spec, path)
+        for field in SCHEDULING_FIELDS:
+            if spec.get(field) not in (None, ""):
+                self.refuse(
+                    f"{path}.{field}",
+                    field,
+                    f"{_shown(spec[field])}: the scheduling policy is the platform's "
+                    f"(spec.podSecurity.allow: {field})",
+                )
         psc = _obj(spec.get("securityContext"))
         self.security_context(psc, f"{path}.securityContext")
         for i, sysctl in enumerate(_list(psc.get("sysctls"))):
@@ -282,6 +303,37 @@ class _Checker:
                     "appArmor",
                     f"AppArmor profile {_shown(value)} is not runtime/default or localhost/*",
                 )
+
+    def node_pinning(self, spec: Mapping, path: str) -> None:
+        """A node selector or node affinity on one node's host name or name: `nodeName`
+        by another road."""
+        detail = "a pod may not pin itself to a node; placement chooses the nodes"
+        if HOSTNAME_LABEL in _obj(spec.get("nodeSelector")):
+            self.refuse(f"{path}.nodeSelector[{HOSTNAME_LABEL}]", "nodeName", detail)
+        node = _obj(_obj(spec.get("affinity")).get("nodeAffinity"))
+        required = _obj(node.get("requiredDuringSchedulingIgnoredDuringExecution"))
+        terms = [
+            (f"requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]", _obj(t))
+            for i, t in enumerate(_list(required.get("nodeSelectorTerms")))
+        ]
+        terms += [
+            (
+                f"preferredDuringSchedulingIgnoredDuringExecution[{i}].preference",
+                _obj(_obj(p).get("preference")),
+            )
+            for i, p in enumerate(
+                _list(node.get("preferredDuringSchedulingIgnoredDuringExecution"))
+            )
+        ]
+        base = f"{path}.affinity.nodeAffinity"
+        for where, term in terms:
+            for field, key in (
+                ("matchExpressions", HOSTNAME_LABEL),
+                ("matchFields", NODE_NAME_FIELD),
+            ):
+                for j, expression in enumerate(_list(term.get(field))):
+                    if _obj(expression).get("key") == key:
+                        self.refuse(f"{base}.{where}.{field}[{j}].key", "nodeName", detail)
 
     def volume(self, volume: Mapping, path: str) -> None:
         if "hostPath" in volume:

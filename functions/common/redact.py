@@ -103,3 +103,67 @@ def redact(text: str) -> str:
     return _QUERY_PAIR_RE.sub(
         lambda m: f"{m[1]}{m[2]}={REDACTED}" if is_credential_param(m[2]) else m[0], text
     )
+
+
+# Free text that may hold a credential (a container's termination message: its own output,
+# FallbackToLogsOnError's log tail): `name=value` / `name: value` where the name looks like
+# a credential (HF_TOKEN=…, "api_key": "…", Password: …), an HTTP authorization scheme's
+# token (Bearer …, Basic …), and token shapes that are credentials whatever surrounds them
+# (JWTs, provider-prefixed keys, AWS access key ids, PEM private keys).
+_TEXT_NAME_RE: Final = re.compile(
+    r"(?i)(?<![a-z0-9_.-])[\"']?([a-z][a-z0-9_.-]{0,63})[\"']?\s*[=:]\s*"
+)
+_TEXT_VALUE_RE: Final = re.compile(r"\"[^\"\n]*\"|'[^'\n]*'|[^\s,;&\"'}\]]+")
+# In free text a name counts when it is a credential's name or ends like one (HF_TOKEN,
+# db_password, OPENAI_API_KEY), not when it merely contains one (tokenizer, num_tokens).
+_CREDENTIAL_SUFFIXES: Final = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "apikey",
+    "accesskey",
+    "secretkey",
+    "privatekey",
+    "credential",
+    "credentials",
+    "authorization",
+    "signature",
+)
+_AUTH_SCHEMES: Final = frozenset({"bearer", "basic", "token"})
+_AUTH_SCHEME_RE: Final = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9._~+/=-]{8,})")
+_TOKEN_SHAPES: Final = re.compile(
+    r"""(?x)
+    \beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}   # a JWT
+    | \b(?:hf|sk|pk|rk|ghp|gho|ghu|ghs|ghr|glpat|xox[abprs]|AIza)[_-][A-Za-z0-9_-]{12,}
+    | \b(?:AKIA|ASIA)[A-Z0-9]{16}\b
+    | -----BEGIN[A-Z ]*PRIVATE\ KEY-----[\s\S]*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|$)
+    """
+)
+
+
+def redact_text(text: str) -> str:
+    """`text` (free text such as a termination message) with every credential-looking
+    value replaced: what `redact` replaces in URLs, plus credential-named pairs, tokens
+    after an authorization scheme, and well-known token shapes."""
+    text = redact(text)
+    text = _TOKEN_SHAPES.sub(REDACTED, text)
+    text = _AUTH_SCHEME_RE.sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
+
+    out, at = [], 0
+    for m in _TEXT_NAME_RE.finditer(text):
+        if m.start() < at:
+            continue  # inside a value already replaced
+        name = _normalized(m[1])
+        if not (name in _CREDENTIAL_PARAMS or name.endswith(_CREDENTIAL_SUFFIXES)):
+            continue
+        value = _TEXT_VALUE_RE.match(text, m.end())
+        if value is None:
+            continue
+        raw = value[0].strip("\"'")
+        if raw in ("", REDACTED) or raw.lower() in _AUTH_SCHEMES:
+            continue
+        quote = value[0][0] if value[0][0] in "\"'" else ""
+        out += [text[at : m.end()], f"{quote}{REDACTED}{quote}"]
+        at = value.end()
+    return "".join(out) + text[at:]

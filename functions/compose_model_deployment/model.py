@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
 
-from functions.common import contracts, ledger, tenancy
+from functions.common import contracts, ledger, pod_shape, tenancy
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
 from functions.common.launch_warnings import LaunchWarning, from_status
@@ -253,6 +253,7 @@ def read_deployment(xr: dict) -> Deployment:
     refuse_system_namespace(meta, "deploy models")
     spec = xr.get("spec") or {}
     template = spec.get("template") or {}
+    pod_shape.check_pod_metadata(template.get("metadata"), "spec.template.metadata")
     tspec = template.get("spec") or {}
     mode = (tspec.get("serving") or {}).get("mode") or contracts.SERVING_UNIFIED
     raw_engines = _list_of(tspec.get("engines"), "spec.template.spec.engines", 4)
@@ -381,6 +382,7 @@ def _read_engine(raw: dict, path: str, mode: str) -> Engine:
     members = []
     for j, m in enumerate(raw_members):
         mpath = f"{path}.members[{j}]"
+        pod_shape.check_pod_template(m.get("template"), f"{mpath}.template")
         role = m.get("role")
         if role not in contracts.ROLES:
             raise InputError(f"{mpath}.role", f"must be one of {', '.join(contracts.ROLES)}")

@@ -43,7 +43,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import BeforeValidator, Field, PlainValidator, model_validator
 
-from functions.common import contracts, tenancy
+from functions.common import contracts, sizing, tenancy
 from functions.common.conditions import Condition, condition_status
 from functions.common.modelcache import (
     PHASE_DOWNLOADING,
@@ -367,6 +367,7 @@ def _downloader(cache: ModelCache) -> tuple[dict, list[dict]]:
     if env:
         container["env"] = env
     container["volumeMounts"] = mounts
+    container["resources"] = sizing.resources(sizing.DOWNLOAD)
     return container, volumes
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from functions.common import answers, tenancy
+from functions.common import answers, pod_shape, tenancy
 from functions.common.adaptivepolicy import manages_traffic
 from functions.common.contracts import (
     LABEL_DEPLOYMENT,
@@ -453,6 +453,10 @@ def _check_prefill_decode(replica: ModelReplica) -> None:
 
 
 def _check_template(path: str, template: dict, *, serves: bool) -> None:
+    try:
+        pod_shape.check_pod_template(template, path)
+    except InputError as err:
+        raise InvalidReplica(err.path, err.rule) from None
     spec = template.get("spec")
     if not isinstance(spec, dict) or not spec.get("containers"):
         raise InvalidReplica(f"{path}.spec.containers", "a pod template needs a container")

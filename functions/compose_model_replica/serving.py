@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 
-from functions.common import answers
+from functions.common import answers, sizing
 from functions.common.adaptivepolicy import cluster_backend_name, manages_traffic, steady_shares
 from functions.common.adaptivepolicy import endpoint_name as model_endpoint_name
 from functions.common.contracts import (
@@ -251,6 +251,7 @@ def endpoint_picker(replica: ModelReplica) -> dict[str, dict]:
             "data": {PD_EPP_CONFIG_FILE: pd_picker_config()},
         }
     container["args"] = args
+    container["resources"] = sizing.resources(sizing.PICKER)
     return extra | {
         "epp-serviceaccount": {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         "epp-role": {

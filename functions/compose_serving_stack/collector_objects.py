@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import yaml
 
-from functions.common import contracts
+from functions.common import contracts, sizing
 from functions.common.limits import check_config_map
 from functions.common.naming import stable_hash
 from functions.compose_serving_stack import collector
@@ -253,10 +253,7 @@ def _pod_spec(
                 "ports": ports,
                 "readinessProbe": {"httpGet": {"path": "/", "port": "health"}},
                 "livenessProbe": {"httpGet": {"path": "/", "port": "health"}},
-                "resources": {
-                    "requests": {"cpu": "200m", "memory": "256Mi"},
-                    "limits": {"memory": MEMORY_LIMIT},
-                },
+                "resources": sizing.resources(sizing.COLLECTOR),
                 "volumeMounts": mounts,
                 "securityContext": {
                     "allowPrivilegeEscalation": False,

@@ -338,7 +338,10 @@ def plan(
     unmapped: Sequence[str],
     runtime_image: str,
     signals_for: Sequence[str] = (),
+    health_records: Sequence[tuple[str, str]] = (),
 ) -> Plan:
+    """`health_records`: (namespace, ModelReplica) of the replicas on this cluster, whose
+    health records the agent may write (runtime_hosting)."""
     stack = substrate.substrate(cluster.target, cluster.stack)
     stack += runtime_hosting.runtime_hosting(
         cluster.target,
@@ -348,6 +351,7 @@ def plan(
         fabric_labels=cluster.fabric_labels,
         pool_prices=cluster.pool_prices,
         cpu_pools=cluster.cpu_pools,
+        health_records=health_records,
     )
     # Provider configs report no readiness of their own; they are not part of the
     # stack's (the Objects sent through them are). Nor do the DeviceClass observers: a

@@ -160,6 +160,7 @@ class FunctionRunner(GuardedRunner):
                 ),
                 runtime_image=os.environ.get(ENV_RUNTIME_IMAGE, DEFAULT_RUNTIME_IMAGE),
                 signals_for=status.replicas_needing_signals(replicas, cluster.name),
+                health_records=status.replicas_on(replicas, cluster.name),
             )
         except TooLarge as err:
             # Refused here, naming what to shrink, rather than applied to fail on the

@@ -4,14 +4,22 @@ that target this InferenceCluster hold, per pool, oldest first.
 compose-serving-stack already asks for this cluster's ModelReplicas by label
 (`modelplane.ai/cluster`). A ModelReplica whose spec names another cluster is not this
 cluster's; one that cannot be read is left out with a warning (placement would not
-count it either), and so is one whose names cannot be written on one ledger line.
+count it either), and so is one whose names cannot be written on one ledger line. A
+ledger too large for the object (common/ledger.py MAX_LEDGER_BYTES) is written without
+its holders, with `overflow` and a warning; placement then refuses to read it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from functions.common.ledger import Entry, LedgerError, ledger_status, read_entry
+from functions.common.ledger import (
+    Entry,
+    LedgerError,
+    ledger_status,
+    overflow_message,
+    read_entry,
+)
 
 
 def cluster_ledger(cluster: str, replicas: Iterable[dict]) -> tuple[dict, list[str]]:
@@ -36,4 +44,7 @@ def cluster_ledger(cluster: str, replicas: Iterable[dict]) -> tuple[dict, list[s
             )
             continue
         entries.append(entry)
-    return ledger_status(entries, len(entries)), warnings
+    ledger = ledger_status(entries, len(entries))
+    if "overflow" in ledger:
+        warnings.append(f"status.ledger lists no holders: {overflow_message(ledger['overflow'])}")
+    return ledger, warnings

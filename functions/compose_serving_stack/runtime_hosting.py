@@ -2,12 +2,15 @@
 one active through the agent Lease), the KEDA scaler and its Service, least-privilege
 RBAC for each, and one ClusterProfile per peer member.
 
-RBAC is split by who needs what. The agent reads AdaptivePolicies and writes their
-status, counts start failures from pods, keeps health records (ConfigMaps), and holds the
-Leases in modelplane-system. The scaler only reads AdaptivePolicies and this member's hub
-Lease. A peer's agent reaches this member as the `modelplane-peer` ServiceAccount, which
-may touch only the hub Lease and AdaptivePolicy status, the two things hub election and
-hub decisions write on other members.
+RBAC is split by who needs what, and holds exactly the calls the runtime's code makes
+(tests/unit/test_runtime_rbac.py reads them from the code). The agent lists
+AdaptivePolicies and patches their status, lists pods, nodes and the DRA and Karpenter
+objects, applies its inventory record (by name, in modelplane-system) and each replica's
+health record (by name, in that replica's namespace only), and holds the hub Lease. The
+scaler only lists and watches AdaptivePolicies and this member's hub Lease. A peer's
+agent reaches this member as the `modelplane-peer` ServiceAccount, which may do only what
+hub election and the hub's decisions do on other members: the hub Lease, the policy
+copies and their status, Events, and route weights.
 
 Peers are reached with a kubeconfig the platform team provides per member on the control
 plane (Secret PEER_SECRET_PREFIX + member, key `kubeconfig`, in the composed namespace,
@@ -28,8 +31,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from functions.common import contracts
+from functions.common import contracts, sizing
 from functions.common.cost import PoolPrice, format_pool_price
+from functions.common.health import health_record_name
 from functions.common.inventory import (
     INVENTORY_RECORD_API_VERSION,
     INVENTORY_RECORD_KIND,
@@ -171,98 +175,139 @@ def _rule(
     return rule
 
 
-READ: Final = ["get", "list", "watch"]
-WRITE_STATUS: Final = ["get", "update", "patch"]
-LEASE_VERBS: Final = ["get", "list", "watch", "create", "update", "patch"]
+# The scale targets a policy's ScaledObject may name (collect.py reads the workload and
+# its scale subresource by kind): the workloads compose-model-replica composes.
+SCALE_TARGETS: Final = (
+    ("apps", "deployments"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+    ("grove.io", "podcliquesets"),
+)
+HEALTH_ROLE: Final = f"{AGENT}-health"
 
 
-def _rbac(target: Target) -> list[Composed]:
+def _rbac(target: Target, health_records: Sequence[tuple[str, str]]) -> list[Composed]:
+    """Exactly the calls runtime code makes (tests/unit/test_runtime_rbac.py compares
+    them): verbs the code never uses are not granted, and writes are scoped to the
+    namespace or the object names they touch where RBAC can say so."""
     autoscaling = contracts.AUTOSCALING_GROUP
-    agent_namespaced = [
-        _rule(["coordination.k8s.io"], ["leases"], LEASE_VERBS),
-        _rule(["multicluster.x-k8s.io"], ["clusterprofiles"], READ),
+    lease = ["coordination.k8s.io"]
+    # The election's compare-and-swap (read, create once, replace): the same calls on
+    # this member (the agent) and on a peer (modelplane-peer). Create cannot be
+    # restricted by name (RBAC sees no name on a create), get and update can.
+    election = [
+        _rule(lease, ["leases"], ["get", "update"], [contracts.HUB_LEASE_NAME]),
+        _rule(lease, ["leases"], ["create"]),
     ]
-    # The hub records its decisions as Events on the policy copies and sets route weights
-    # (spec.rules of the model's HTTPRoute, its own field manager) wherever they live.
-    hub_writes = [
-        _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
+    # Read and written on every member by the hub: the policy copies (list, get, the
+    # report and the intent in status by merge patch), the decisions as core Events
+    # (POST), the route weights (get, then patch spec.rules).
+    hub = [
+        _rule([autoscaling], AUTOSCALING_RESOURCES, ["get", "list"]),
+        _rule([autoscaling], ["adaptivepolicies/status"], ["patch"]),
+        _rule([""], ["events"], ["create"]),
         _rule(["gateway.networking.k8s.io"], ["httproutes"], ["get", "patch"]),
     ]
-    return [
-        *_role(target, AGENT, agent_namespaced, cluster=False),
+    composed = [
         *_role(
             target,
             AGENT,
             [
-                _rule([autoscaling], AUTOSCALING_RESOURCES, READ),
-                _rule([autoscaling], ["adaptivepolicies/status"], WRITE_STATUS),
-                # Start failures are counted where pods are seen.
-                _rule([""], ["pods"], READ),
-                # The report: static room on registered nodes, NodePool headroom, and the
-                # workload behind the policy's ScaledObject (its scale subresource).
-                _rule([""], ["nodes"], READ),
-                # The inventory: the GPUs the DRA driver publishes and what claims hold.
-                _rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"], READ),
-                _rule(["karpenter.sh"], ["nodepools", "nodeclaims"], READ),
-                # DRA: the devices a pod's claims take and each node still has free.
+                *election,
+                # The inventory record: read back, then server-side applied.
+                _rule([""], ["configmaps"], ["get", "patch"], [INVENTORY_RECORD_NAME]),
+            ],
+            cluster=False,
+        ),
+        *_role(
+            target,
+            AGENT,
+            [
+                *hub,
+                # Start failures counted from pods; static room on nodes; the inventory's
+                # ResourceSlices and ResourceClaims; NodePool headroom; DRA claims and
+                # device classes for what a pod takes. Lists only: nothing is watched.
+                _rule([""], ["pods", "nodes"], ["list"]),
                 _rule(
                     ["resource.k8s.io"],
-                    ["resourceclaimtemplates", "resourceslices", "resourceclaims", "deviceclasses"],
-                    READ,
+                    ["resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses"],
+                    ["list"],
                 ),
-                _rule(["keda.sh"], ["scaledobjects"], READ),
-                _rule(
-                    ["apps", "leaderworkerset.x-k8s.io", "grove.io"],
-                    # The workload itself too: the report reads its pod template.
-                    [
-                        "deployments",
-                        "leaderworkersets",
-                        "podcliquesets",
-                        "deployments/scale",
-                        "leaderworkersets/scale",
-                        "podcliquesets/scale",
-                    ],
-                    ["get"],
-                ),
-                *hub_writes,
-                # Health records live beside each ModelReplica's pods, in its namespace.
-                _rule([""], ["configmaps"], [*READ, "create", "update", "patch"]),
+                _rule(["karpenter.sh"], ["nodepools", "nodeclaims"], ["list"]),
+                # The ScaledObject a policy names, the workload behind it and its scale
+                # subresource.
+                _rule(["keda.sh"], ["scaledobjects"], ["get"]),
+                *(_rule([g], [r, f"{r}/scale"], ["get"]) for g, r in SCALE_TARGETS),
+                # Health records: listed by label in every namespace; written only in the
+                # namespaces of the replicas here, by name (HEALTH_ROLE below).
+                _rule([""], ["configmaps"], ["list"]),
             ],
             cluster=True,
         ),
         *_role(
             target,
             SCALER,
-            [_rule(["coordination.k8s.io"], ["leases"], READ, [contracts.HUB_LEASE_NAME])],
-            cluster=False,
-        ),
-        *_role(target, SCALER, [_rule([autoscaling], AUTOSCALING_RESOURCES, READ)], cluster=True),
-        # What a peer's agent does here: compare-and-swap this member's hub Lease, and
-        # write the hub's intent into AdaptivePolicy status.
-        *_role(
-            target,
-            PEER,
-            [
-                _rule(
-                    ["coordination.k8s.io"],
-                    ["leases"],
-                    ["get", "create", "update"],
-                    [contracts.HUB_LEASE_NAME],
-                )
-            ],
+            [_rule(lease, ["leases"], ["list", "watch"], [contracts.HUB_LEASE_NAME])],
             cluster=False,
         ),
         *_role(
             target,
-            PEER,
-            [
-                _rule([autoscaling], AUTOSCALING_RESOURCES, READ),
-                _rule([autoscaling], ["adaptivepolicies/status"], WRITE_STATUS),
-                *hub_writes,
-            ],
+            SCALER,
+            [_rule([autoscaling], AUTOSCALING_RESOURCES, ["list", "watch"])],
             cluster=True,
         ),
+        # What a peer's agent does here: the election on this member's hub Lease, and the
+        # hub's reads and writes.
+        *_role(target, PEER, election, cluster=False),
+        *_role(target, PEER, hub, cluster=True),
     ]
+    composed += _health_roles(target, health_records)
+    return composed
+
+
+def _health_roles(target: Target, records: Sequence[tuple[str, str]]) -> list[Composed]:
+    """Per namespace with replicas here: a Role that may server-side apply (patch) only
+    those replicas' health records, bound to the agent. An apply that creates the record
+    is authorized as that patch."""
+    by_namespace: dict[str, list[str]] = {}
+    for namespace, replica in records:
+        by_namespace.setdefault(namespace, []).append(health_record_name(replica))
+    composed = []
+    for namespace, names in sorted(by_namespace.items()):
+        metadata = {"name": HEALTH_ROLE, "namespace": namespace, "labels": _labels(AGENT)}
+        composed += [
+            object_(
+                target,
+                f"runtime-role-{HEALTH_ROLE}-{namespace}",
+                {
+                    "apiVersion": RBAC,
+                    "kind": "Role",
+                    "metadata": metadata,
+                    "rules": [_rule([""], ["configmaps"], ["patch"], sorted(names))],
+                },
+            ),
+            object_(
+                target,
+                f"runtime-rolebinding-{HEALTH_ROLE}-{namespace}",
+                {
+                    "apiVersion": RBAC,
+                    "kind": "RoleBinding",
+                    "metadata": dict(metadata),
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role",
+                        "name": HEALTH_ROLE,
+                    },
+                    "subjects": [
+                        {
+                            "kind": "ServiceAccount",
+                            "name": AGENT,
+                            "namespace": contracts.SYSTEM_NAMESPACE,
+                        }
+                    ],
+                },
+            ),
+        ]
+    return composed
 
 
 def _pod_env(cluster: str) -> list[dict[str, Any]]:
@@ -284,6 +329,7 @@ def _deployment(
     extra_args: Sequence[str] = (),
     volumes: Sequence[tuple[str, str]] = (),
     probes: dict[str, Any] | None = None,
+    size: str,
 ) -> Composed:
     """`volumes` are (Secret name, mount path) pairs, mounted read-only; `probes` are the
     container's readinessProbe / livenessProbe."""
@@ -331,6 +377,7 @@ def _deployment(
                                     for secret, path in volumes
                                 ],
                                 **(probes or {}),
+                                "resources": sizing.resources(size),
                                 "securityContext": {
                                     "allowPrivilegeEscalation": False,
                                     "readOnlyRootFilesystem": True,
@@ -487,6 +534,7 @@ def _activator(target: Target, image: str) -> list[Composed]:
             ACTIVATOR,
             image,
             command="activator",
+            size=sizing.ACTIVATOR,
             replicas=ACTIVATOR_REPLICAS,
             extra_args=[
                 "--control-plane",
@@ -631,6 +679,7 @@ def runtime_hosting(
     fabric_labels: Sequence[FabricLabel] = (),
     pool_prices: Sequence[PoolPrice] = (),
     cpu_pools: Sequence[CpuPool] = (),
+    health_records: Sequence[tuple[str, str]] = (),
 ) -> list[Composed]:
     """The runtime's resources on one member; `peers` are the other members' names;
     `fabric_labels` which node label names each pool's fabric (the agent's inventory);
@@ -650,12 +699,13 @@ def runtime_hosting(
         _service_account(target, AGENT),
         _service_account(target, SCALER),
         _service_account(target, PEER),
-        *_rbac(target),
+        *_rbac(target, health_records),
         _deployment(
             target,
             AGENT,
             image,
             command="agent",
+            size=sizing.AGENT,
             replicas=AGENT_REPLICAS,
             # Every configured member, this one included: the hub needs a majority of them.
             extra_args=[
@@ -692,6 +742,7 @@ def runtime_hosting(
             SCALER,
             image,
             command="scaler",
+            size=sizing.SCALER,
             replicas=SCALER_REPLICAS,
             extra_args=["--tls-cert-dir", SCALER_TLS_MOUNT],
             volumes=[(contracts.SCALER_TLS_SECRET, SCALER_TLS_MOUNT)],

@@ -128,6 +128,21 @@ def replicas_needing_signals(
     return tuple(sorted(found))
 
 
+def replicas_on(replicas: Iterable[Mapping[str, Any]], cluster: str) -> tuple[tuple[str, str], ...]:
+    """(namespace, name) of the ModelReplicas on this cluster: where the agent keeps a
+    health record for each (runtime_hosting's per-namespace health Roles)."""
+    found = set()
+    for replica in replicas:
+        if _spec_on(replica, cluster) is None:
+            continue
+        meta = replica.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        namespace, name = meta.get("namespace"), meta.get("name")
+        if isinstance(namespace, str) and namespace and isinstance(name, str) and name:
+            found.add((namespace, name))
+    return tuple(sorted(found))
+
+
 def is_ready(observed: Mapping[str, Any] | None) -> bool | None:
     """A composed resource's Ready condition: True, False, or None when not observed yet."""
     return None if not observed else conditions.is_ready(observed)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from functions.common import contracts
+from functions.common import contracts, sizing
 from functions.compose_serving_stack import substrate_targets as targets
 from functions.compose_serving_stack.envelope import Chart, Composed, Target, object_, release
 
@@ -146,6 +146,7 @@ def _inference_extension_crds(target: Target) -> list[Composed]:
                                         "-f",
                                         INFERENCE_EXTENSION_MANIFEST,
                                     ],
+                                    "resources": sizing.resources(sizing.CRD_APPLY),
                                     "securityContext": {
                                         "runAsNonRoot": True,
                                         "allowPrivilegeEscalation": False,

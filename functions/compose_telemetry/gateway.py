@@ -22,10 +22,10 @@ from typing import Any, Final
 
 import yaml
 
+from functions.common import sizing
 from functions.common.contracts import (
     ANNOTATION_CONFIG_HASH,
     COLLECTOR_IMAGE,
-    COLLECTOR_MEMORY_LIMIT,
     COLLECTOR_RUNTIME_ENV,
     GATEWAY_OTLP_GRPC_PORT,
     GATEWAY_OTLP_HTTP_PORT,
@@ -437,10 +437,7 @@ def _deployment(destination: TelemetryDestination, config_text: str, *, has_tls:
                             ],
                             "readinessProbe": probe,
                             "livenessProbe": probe,
-                            "resources": {
-                                "requests": {"cpu": "200m", "memory": "256Mi"},
-                                "limits": {"memory": COLLECTOR_MEMORY_LIMIT},
-                            },
+                            "resources": sizing.resources(sizing.COLLECTOR),
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "readOnlyRootFilesystem": True,

@@ -15,7 +15,7 @@ install_otelcol() {
   local dest="$MODELPLANE_TOOLS/otelcol-$OTELCOL_VERSION"
   if [[ ! -x $dest/bin/otelcol ]] || ! cmp -s "$OTELCOL_MANIFEST" "$dest/manifest.yaml"; then
     log "building otelcol $OTELCOL_VERSION (about 10 minutes the first time)"
-    command -v go >/dev/null || die "go is not installed (Go ≥ 1.25 is needed to build the test tools)"
+    command -v go >/dev/null || die "go is not installed (Go ≥ $GO_MIN is needed to build the test tools)"
     mkdir -p "$dest/bin"
     _otelcol_builder "$dest"
 

@@ -11,7 +11,7 @@ install_otelcol_node() {
   local dest="$MODELPLANE_TOOLS/otelcol-node-$OTELCOL_NODE_VERSION"
   if [[ ! -x $dest/bin/otelcol-node ]] || ! cmp -s "$OTELCOL_NODE_MANIFEST" "$dest/manifest.yaml"; then
     log "building otelcol-node $OTELCOL_NODE_VERSION (about 15 minutes the first time)"
-    command -v go >/dev/null || die "go is not installed (Go ≥ 1.25 is needed to build the test tools)"
+    command -v go >/dev/null || die "go is not installed (Go ≥ $GO_MIN is needed to build the test tools)"
     mkdir -p "$dest/bin"
     if [[ ! -x $dest/builder/ocb ]]; then
       log "installing the collector builder $OTELCOL_NODE_VERSION"

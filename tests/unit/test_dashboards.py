@@ -169,3 +169,11 @@ def test_the_checked_in_json_is_what_the_code_builds():
         targets = [t for p in board["panels"] for t in p.get("targets", [])]
         assert targets
         assert all(t["expr"] for t in targets)
+
+
+def test_cost_panels_name_no_currency():
+    """Prices are currency-free (pricePerGPUHour is in the platform's own unit): no panel
+    shows a currency sign (issue 44 found dollars)."""
+    for path in sorted(dashboards.OUT.glob("*.json")):
+        text = path.read_text()
+        assert "currency" not in text.lower(), path.name

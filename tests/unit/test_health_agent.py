@@ -1,10 +1,20 @@
 """Start failures counted from what pods show: what counts, what does not, and that a
 poll (or an agent restart) never counts the same failure twice."""
 
+from types import SimpleNamespace
+
 import pytest
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
-from functions.common.health import HEALTH_RECORD_LABEL, HealthRecord, health_record_name
+from functions.common.health import (
+    HEALTH_RECORD_LABEL,
+    KEY_LAST_ERROR,
+    HealthRecord,
+    health_record_name,
+)
+from functions.runtime.agent import health as agent_health
 from functions.runtime.agent.health import (
     ANNOTATION_COUNTED,
     Counted,
@@ -254,3 +264,76 @@ def test_a_short_message_is_kept_whole_with_its_escapes_visible():
     crash = {"exitCode": 1, "reason": "Error", "message": "bad\tweights\x1b[31m"}
     stored = tally([pod(restarts=1, last_terminated=crash)]).record.last_error
     assert stored == "container engine exited 1 (Error) before ready: bad\\tweights\\x1b[31m"
+
+
+# A termination message that prints a credential (issue 44): the engine echoing its
+# environment, an HTTP client logging its request, a key in a config dump.
+CREDENTIAL_MESSAGES = {
+    "env": ("HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUv rejected by the hub", "hf_AbCdEfGhIjKlMnOpQrStUv"),
+    "header": ("GET /v1 401; Authorization: Bearer s3cr3tT0kenValue99", "s3cr3tT0kenValue99"),
+    "json": ('config {"api_key": "plain-but-secret-1234"} invalid', "plain-but-secret-1234"),
+    "url": ("pull s3://bucket/m?X-Amz-Signature=deadbeefcafe0123 failed", "deadbeefcafe0123"),
+    "userinfo": ("connect https://admin:hunter2@db.internal failed", "hunter2"),
+    "aws": ("AccessDenied for AKIAABCDEFGHIJKLMNOP", "AKIAABCDEFGHIJKLMNOP"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CREDENTIAL_MESSAGES))
+def test_a_credential_in_a_termination_message_is_redacted_before_it_is_stored(case):
+    message, secret = CREDENTIAL_MESSAGES[case]
+    crash = {"exitCode": 1, "reason": "Error", "message": message}
+    stored = tally([pod(restarts=1, last_terminated=crash)]).record.last_error
+    assert secret not in stored
+    assert "<redacted>" in stored
+    assert stored.startswith("container engine exited 1 (Error) before ready: ")
+
+
+def test_a_message_without_credentials_is_kept_as_written():
+    text = "max_model_len=512 exceeds num_tokens: 256 (tokenizer=llama); monkey: 3"
+    crash = {"exitCode": 1, "reason": "Error", "message": text}
+    stored = tally([pod(restarts=1, last_terminated=crash)]).record.last_error
+    assert stored.endswith(text)
+
+
+def test_a_record_written_by_someone_else_is_redacted_when_read():
+    """A health record lives in the tenant's namespace: one written there by hand (or by
+    an older agent) is redacted when the functions and the CLI read it."""
+    record = HealthRecord.from_data({KEY_LAST_ERROR: "boom: password=hunter2"})
+    assert "hunter2" not in record.last_error
+    status = HealthRecord.from_status({KEY_LAST_ERROR: "boom: password=hunter2"}, lambda v, p: 0)
+    assert "hunter2" not in status.last_error
+
+
+def test_a_record_the_agent_may_not_write_yet_does_not_stop_the_others(monkeypatch):
+    """The agent may write a health record only by name, in a Role compose-serving-stack
+    composes once it sees the replica (issue 44): a new replica's record is refused (403)
+    until then, and every other replica's record is still written on the same pass."""
+
+    def replica_pod(namespace, replica):
+        body = pod(restarts=1, last_terminated=CRASH, name=f"{replica}-0")
+        body["metadata"].update(namespace=namespace, labels={LABEL_SERVING: replica})
+        return body
+
+    api = ApiClient()
+    pods = [replica_pod("team-new", "new-us-east-1"), replica_pod("team-old", "old-us-east-1")]
+    core = SimpleNamespace(
+        api_client=api,
+        list_pod_for_all_namespaces=lambda **_: SimpleNamespace(items=pods),
+        list_namespaced_pod=None,
+        list_config_map_for_all_namespaces=lambda **_: SimpleNamespace(items=[]),
+        list_namespaced_config_map=None,
+    )
+    written = []
+
+    def kube_request(_api, method, path, **_):
+        if "/team-new/" in path:
+            raise ApiException(status=403, reason="Forbidden")
+        written.append((method, path))
+        return {}
+
+    monkeypatch.setattr(agent_health, "kube_request", kube_request)
+    records = agent_health.HealthAgent(core).sync(NOW)
+    assert written == [
+        ("PATCH", f"/api/v1/namespaces/team-old/configmaps/{health_record_name('old-us-east-1')}")
+    ]
+    assert records[("team-new", "new-us-east-1")].consecutive_start_failures == 1

@@ -17,6 +17,7 @@ own replicas among them, the deployment itself asking for devices or for CPU):
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from functions.common import contracts
 from functions.common.ledger import (
+    MAX_LEDGER_BYTES,
     Entry,
     LedgerError,
     decode,
@@ -578,3 +580,38 @@ def test_a_ledger_names_this_deployments_pools_so_they_are_replayed_not_read_sum
     assert [h.name for h in counted.listed] == ["me-c0"]
     assert set(counted.rooms) == {("c0", "a100")}
     assert manifests.replica_key("c0") == "modelreplica-c0"
+
+
+# --- The ledger is bounded (issue 44) ------------------------------------------------------
+
+OBJECT_LIMIT = int(1.5 * 1024 * 1024)  # what etcd accepts for one object
+
+
+def test_a_cluster_holding_more_than_its_ledger_can_record_says_so_and_stays_in_one_object():
+    """Tens of thousands of holders: the ledger keeps the pools' counts, lists no holders,
+    says it overflowed (in status and as a warning), and stays far under the object limit;
+    placement refuses to read it, naming the field, rather than offering room the unlisted
+    holders take."""
+    replicas = [
+        replica_body(f"team-{i % 50:02d}", f"model-{i:05d}", "c0", "h100", 1) for i in range(30_000)
+    ]
+    ledger, warnings = cluster_ledger("c0", replicas)
+    size = len(json.dumps(ledger))
+    assert size < OBJECT_LIMIT // 10
+    assert ledger["replicas"] == 30_000
+    assert ledger["pools"] == [{"name": "h100", "replicas": 30_000, "holders": []}]
+    assert ledger["overflow"]["holders"] == 30_000
+    assert ledger["overflow"]["bytes"] > MAX_LEDGER_BYTES
+    assert any("status.ledger lists no holders" in w for w in warnings)
+    with pytest.raises(LedgerError) as err:
+        read_ledger(ledger)
+    assert err.value.path == "status.ledger.overflow"
+    assert "placement adds nothing here" in err.value.rule
+
+
+def test_a_ledger_just_under_the_bound_is_written_whole():
+    replicas = [replica_body("ns", f"m{i}", "c0", "h100", 1) for i in range(100)]
+    ledger, warnings = cluster_ledger("c0", replicas)
+    assert "overflow" not in ledger
+    assert not warnings
+    assert len(read_ledger(ledger)) == 100

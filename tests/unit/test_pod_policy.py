@@ -84,6 +84,101 @@ HOSTILE = {
     "hostPID": (lambda s: s.update(hostPID=True), ".spec.hostPID", "hostNamespaces"),
     "hostIPC": (lambda s: s.update(hostIPC=True), ".spec.hostIPC", "hostNamespaces"),
     "nodeName": (lambda s: s.update(nodeName="gpu-node-1"), ".spec.nodeName", "nodeName"),
+    # The same pin by label or field (issue 44): nodeName's rule by another road.
+    "nodeSelector_hostname": (
+        lambda s: s.update(nodeSelector={"kubernetes.io/hostname": "gpu-node-1"}),
+        ".spec.nodeSelector[kubernetes.io/hostname]",
+        "nodeName",
+    ),
+    "required_affinity_hostname": (
+        lambda s: s.update(
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/hostname",
+                                        "operator": "In",
+                                        "values": ["gpu-node-1"],
+                                    }
+                                ]
+                            },
+                        ]
+                    }
+                }
+            }
+        ),
+        ".spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms[1].matchExpressions[0].key",
+        "nodeName",
+    ),
+    "required_affinity_node_field": (
+        lambda s: s.update(
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchFields": [
+                                    {
+                                        "key": "metadata.name",
+                                        "operator": "In",
+                                        "values": ["gpu-node-1"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            }
+        ),
+        ".spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms[0].matchFields[0].key",
+        "nodeName",
+    ),
+    "preferred_affinity_hostname": (
+        lambda s: s.update(
+            affinity={
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "preference": {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/hostname",
+                                        "operator": "In",
+                                        "values": ["gpu-node-1"],
+                                    }
+                                ]
+                            },
+                        }
+                    ]
+                }
+            }
+        ),
+        ".spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+        ".preference.matchExpressions[0].key",
+        "nodeName",
+    ),
+    "priorityClassName": (
+        lambda s: s.update(priorityClassName="system-node-critical"),
+        ".spec.priorityClassName",
+        "priorityClassName",
+    ),
+    "runtimeClassName": (
+        lambda s: s.update(runtimeClassName="unsandboxed"),
+        ".spec.runtimeClassName",
+        "runtimeClassName",
+    ),
+    "schedulerName": (
+        lambda s: s.update(schedulerName="my-scheduler"),
+        ".spec.schedulerName",
+        "schedulerName",
+    ),
     "tolerate_everything": (
         lambda s: s.update(tolerations=[{"operator": "Exists"}]),
         ".spec.tolerations[0]",

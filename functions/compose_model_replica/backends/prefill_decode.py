@@ -16,6 +16,7 @@ PodCliqueSet (see grove.py) with the same pods.
 
 from __future__ import annotations
 
+from functions.common import sizing
 from functions.common.contracts import PORT_SERVING, ROLE_DECODE, ROLE_PREFILL
 from functions.compose_model_replica.backends.base import Workload, workload_name
 from functions.compose_model_replica.backends.deployment import deployment
@@ -49,6 +50,7 @@ def routing_sidecar(replica: ModelReplica, decode: Engine, member: Member) -> di
         ],
         "ports": [{"name": ROUTING_PORT_NAME, "containerPort": PORT_SERVING, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": ROUTING_PORT_NAME}, "periodSeconds": 5},
+        "resources": sizing.resources(sizing.ROUTING_SIDECAR),
     }
 
 

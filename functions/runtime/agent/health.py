@@ -21,11 +21,13 @@ keys stay exactly those `functions/common/health.py` defines.
 """
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
 from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
 
 from functions.common.conditions import is_ready
 from functions.common.contracts import ANNOTATION_DEFINITION_HASH, LABEL_SERVING
@@ -36,9 +38,12 @@ from functions.common.health import (
     HealthRecord,
     health_record_name,
 )
+from functions.common.redact import redact_text
 from functions.runtime.kube.rest import APPLY_PATCH, kube_request
 from functions.runtime.shared.control_chars import escape
 from functions.runtime.shared.policy import parse_time, rfc3339
+
+log = logging.getLogger(__name__)
 
 ANNOTATION_COUNTED: Final = "modelplane.ai/health-counted"
 UNSCHEDULABLE_AFTER_SECONDS: Final = 900.0
@@ -60,10 +65,12 @@ _HEAD: Final = 256
 
 
 def stored_error(text: str) -> str:
-    """`text` as lastError stores it: every control character escaped (`\x1b`, `\n`;
+    """`text` as lastError stores it: every credential-looking value replaced
+    (common/redact.py: a termination message is the container's own output, which may
+    print its token), every control character escaped (`\x1b`, `\n`;
     shared/control_chars.py), then cut to LAST_ERROR_MAX bytes of UTF-8 at character
     boundaries: its first _HEAD bytes, "…", and as much of its end as fits."""
-    safe = escape(text)
+    safe = escape(redact_text(text))
     raw = safe.encode()
     if len(raw) <= LAST_ERROR_MAX:
         return safe
@@ -340,14 +347,27 @@ class HealthAgent:
             if unchanged:
                 continue
             body = record_object(namespace, replica, tally)
-            kube_request(
-                api,
-                "PATCH",
-                f"/api/v1/namespaces/{namespace}/configmaps/{body['metadata']['name']}",
-                query=[("fieldManager", self.FIELD_MANAGER), ("force", "true")],
-                body=body,
-                content_type=APPLY_PATCH,
-            )
+            try:
+                kube_request(
+                    api,
+                    "PATCH",
+                    f"/api/v1/namespaces/{namespace}/configmaps/{body['metadata']['name']}",
+                    query=[("fieldManager", self.FIELD_MANAGER), ("force", "true")],
+                    body=body,
+                    content_type=APPLY_PATCH,
+                )
+            except ApiException as err:
+                # One record not written never stops the others. A replica new on this
+                # member is refused (403) until compose-serving-stack names its record in
+                # the namespace's health Role; nothing counted is lost: the pods' restart
+                # counts are read again next pass against the last record written.
+                log.warning(
+                    "health record %s/%s not written: %s %s",
+                    namespace,
+                    body["metadata"]["name"],
+                    err.status,
+                    err.reason,
+                )
         return out
 
 
