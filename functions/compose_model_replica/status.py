@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from functions.common import conditions
 from functions.common.conditions import Condition
+from functions.common.contracts import LABEL_REVISION
 from functions.common.health import HealthRecord
 from functions.compose_model_replica.backends.base import Workload
 from functions.compose_model_replica.model import REASON_WAITING_FOR_CACHE, ModelReplica
@@ -33,6 +34,9 @@ class ReplicaStatus:
     health: HealthRecord | None
     conditions: tuple[Condition, ...]
     ready_objects: frozenset[str]  # keys of composed Objects whose Ready is True
+    # The revision every workload has fully rolled to and is Ready at ("" otherwise): what
+    # a rollout's Ready gate reads (old pods still ready mid-roll do not count).
+    revision: str = ""
 
     @property
     def ready(self) -> bool:
@@ -40,6 +44,8 @@ class ReplicaStatus:
 
     def to_status(self) -> dict:
         status: dict = {"readyReplicas": self.ready_replicas}
+        if self.revision:
+            status["revision"] = self.revision
         if self.health is not None:
             status["health"] = self.health.to_status()
         return status
@@ -62,6 +68,26 @@ def _count(value) -> int:
         return max(0, int(value))
     except (TypeError, ValueError):
         return 0
+
+
+def rolled(manifest: dict, revision: str, ready_field: str) -> bool:
+    """Whether an observed workload runs `revision` on every pod and all are ready: the
+    revision was applied (its label), the controller has seen that spec (observed
+    generation), every pod is of it (updated = wanted, no old pod left) and ready. A
+    count the kind does not report is not required."""
+    meta = manifest.get("metadata") or {}
+    status = manifest.get("status") or {}
+    if not revision or (meta.get("labels") or {}).get(LABEL_REVISION) != revision:
+        return False
+    generation, seen = meta.get("generation"), status.get("observedGeneration")
+    if generation is not None and (seen is None or _count(seen) < _count(generation)):
+        return False
+    wanted = _count((manifest.get("spec") or {}).get("replicas", 1))
+    if "updatedReplicas" in status and _count(status["updatedReplicas"]) < wanted:
+        return False
+    if "replicas" in status and _count(status["replicas"]) > wanted:
+        return False
+    return _count(status.get(ready_field)) >= wanted
 
 
 def observe(
@@ -164,7 +190,15 @@ def observe(
             f"no replica is ready {where} yet",
         )
 
+    manifests = [remote(observed.get(w.key)) for w in workloads]
     return ReplicaStatus(
+        revision=replica.revision
+        if all_observed
+        and all(
+            m is not None and rolled(m, replica.revision, w.ready_field)
+            for m, w in zip(manifests, workloads, strict=True)
+        )
+        else "",
         observed=all_observed,
         ready_replicas=ready,
         desired_replicas=desired,
