@@ -348,6 +348,7 @@ def plan(  # noqa: PLR0915 (one decision read top to bottom)
             previous_template=state.previous_template,
             previous_definition=state.previous_definition,
         )
+        events.append((False, state.message))
         state = _assign(state, policy, names, labels, stamp)
         events.append((False, _wave_message(state, "started")))
 
@@ -694,7 +695,7 @@ def _evaluate(
             "it does not pass unless spec.rollout.gates.allowUnmeasured",
         )
         if now >= deadline:
-            gate = unmeasured[0]
+            gate = replace(unmeasured[0], state=STATE_FAILED)
             return (
                 replace(held, failed_gate=gate, reason=REASON_DEADLINE),
                 STATE_FAILED,
