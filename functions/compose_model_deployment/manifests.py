@@ -21,6 +21,7 @@ from functions.common.adaptivepolicy import (
     endpoint_name,
     fit_cluster_weights,
     manages_traffic,
+    with_rollout_signals,
 )
 from functions.common.naming import dns_label, label_value, resource_key
 from functions.common.pod_policy import DEFAULT_POLICY
@@ -64,11 +65,26 @@ def member_provider_config(cluster: Cluster) -> dict:
     }
 
 
+def rollout_signal_names(deployment: Deployment) -> tuple[str, ...]:
+    """The extra signals a deployment's rollout gates read (adaptivepolicy.ROLLOUT_SIGNALS)."""
+    gates = deployment.rollout.gates
+    names = []
+    if gates.error_rate_max is not None or gates.error_rate_max_increase is not None:
+        names.append("rolloutErrorRate")
+    if gates.ttft_max_seconds is not None or gates.ttft_max_ratio is not None:
+        names.append("rolloutTtftP95")
+    return tuple(names)
+
+
 def autoscaling_spec(deployment: Deployment, used: list[tuple[Cluster, str]]) -> dict | None:
     """AdaptivePolicy.spec without `workload`, for every cluster the deployment uses."""
     if not deployment.autoscaling:
         return None
-    spec = {k: deployment.autoscaling[k] for k in PASSTHROUGH_FIELDS if k in deployment.autoscaling}
+    asked = rollout_signal_names(deployment)
+    source = (
+        with_rollout_signals(deployment.autoscaling, asked) if asked else deployment.autoscaling
+    )
+    spec = {k: source[k] for k in PASSTHROUGH_FIELDS if k in source}
     settings = {c["name"]: c for c in deployment.autoscaling.get("clusters") or []}
     spec["clusters"] = fit_cluster_weights(
         [

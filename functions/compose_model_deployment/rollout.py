@@ -93,6 +93,7 @@ REASON_UNDO: Final = "UndoRequested"
 REASON_PAUSED: Final = "PausedByAnnotation"
 REASON_SUPERSEDED: Final = "Superseded"
 REASON_FIRST: Final = "FirstRevision"
+REASON_ADOPTED: Final = "Adopted"
 REASON_NOT_SERVING: Final = "NothingServing"
 REASON_WAITING: Final = "WaitingForGates"
 REASON_NOT_IN_WAVE: Final = "NotInWaveYet"
@@ -279,6 +280,8 @@ def plan(  # noqa: PLR0915 (one decision read top to bottom)
     `previous`: status.rollout as written before (None: never written). `observed_template`:
     the template an observed ModelReplica carries (the first in cluster order) when there
     is no state to read it from — a deployment created before rollouts existed.
+    An observed template of the same definition (source, profile, engines) is adopted as
+    the deployment's own: only a changed engine is rolled out from it.
     `serving`: the model serves its current revision somewhere (not parked, a replica
     observed): with nothing to protect, a new revision applies at once.
     """
@@ -289,6 +292,15 @@ def plan(  # noqa: PLR0915 (one decision read top to bottom)
     definition = str(template.get("definitionHash", ""))
 
     state = previous
+    if (
+        state is None
+        and observed_template is not None
+        and observed_template.get("definitionHash") == template.get("definitionHash")
+    ):
+        # Composed before rollouts existed, its engines unchanged since: what runs is the
+        # deployment's own template (read back through the API server it may carry
+        # defaults, or fields an older function wrote differently; none changes an engine).
+        return _complete_at_once(revision, template, names, stamp, REASON_ADOPTED)
     if state is None and observed_template is not None:
         old = revision_of(observed_template)
         state = State(

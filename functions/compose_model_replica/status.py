@@ -9,9 +9,11 @@ wait or to look at the pods.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from functions.common import conditions
+from functions.common.adaptivepolicy import ROLLOUT_SIGNALS
 from functions.common.conditions import Condition
 from functions.common.contracts import LABEL_REVISION
 from functions.common.health import HealthRecord
@@ -37,6 +39,9 @@ class ReplicaStatus:
     # The revision every workload has fully rolled to and is Ready at ("" otherwise): what
     # a rollout's Ready gate reads (old pods still ready mid-roll do not count).
     revision: str = ""
+    # The rollout gates' signals (ModelReplica status.signals), from the AdaptivePolicy
+    # copy's report on the member; empty without autoscaling or before a report.
+    signals: dict = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
@@ -46,6 +51,8 @@ class ReplicaStatus:
         status: dict = {"readyReplicas": self.ready_replicas}
         if self.revision:
             status["revision"] = self.revision
+        if self.signals:
+            status["signals"] = dict(self.signals)
         if self.health is not None:
             status["health"] = self.health.to_status()
         return status
@@ -68,6 +75,21 @@ def _count(value) -> int:
         return max(0, int(value))
     except (TypeError, ValueError):
         return 0
+
+
+def rollout_signals(policy_copy: dict | None) -> dict[str, float]:
+    """The rollout signals (adaptivepolicy.ROLLOUT_SIGNALS) the member's agent reported
+    in the AdaptivePolicy copy's status.report.extra, under the ModelReplica's names. A
+    value that is not a finite number is left out (the gate reading it is Unmeasured)."""
+    if policy_copy is None:
+        return {}
+    extra = ((policy_copy.get("status") or {}).get("report") or {}).get("extra") or {}
+    out = {}
+    for name, (status_name, _signal) in ROLLOUT_SIGNALS.items():
+        value = extra.get(name) if isinstance(extra, dict) else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            out[status_name] = float(value)
+    return out
 
 
 def rolled(manifest: dict, revision: str, ready_field: str) -> bool:
@@ -95,6 +117,7 @@ def observe(
     workloads: list[Workload],
     observed: dict[str, dict],
     health_key: str,
+    policy_key: str = "",
 ) -> ReplicaStatus:
     """Status and conditions from the observed Objects, by resource key."""
     ready_counts = []
@@ -192,6 +215,7 @@ def observe(
 
     manifests = [remote(observed.get(w.key)) for w in workloads]
     return ReplicaStatus(
+        signals=rollout_signals(remote(observed.get(policy_key))) if policy_key else {},
         revision=replica.revision
         if all_observed
         and all(

@@ -409,6 +409,28 @@ def test_a_deployment_from_before_rollouts_rolls_its_next_change_from_the_observ
     assert plan.template_for("b", NEXT) == GOOD
 
 
+def test_a_deployment_from_before_rollouts_with_unchanged_engines_is_adopted_as_it_is():
+    """Read back through the API server, an old ModelReplica may differ in a field an
+    engine never sees; the same definition is no rollout."""
+    fleet = Fleet(["a", "b"])
+    plan = r.plan(
+        policy=r.DEFAULT_POLICY,
+        previous=None,
+        revision=r.revision_of(GOOD),
+        template=GOOD,
+        targets=fleet.targets(),
+        observed={},
+        observed_template={**GOOD, "servingMode": "Unified"},
+        serving=True,
+        paused=False,
+        undo="",
+        now=T0,
+    )
+    assert plan.state.phase == r.PHASE_COMPLETE
+    assert plan.state.reason == r.REASON_ADOPTED
+    assert set(plan.revision_at.values()) == {r.revision_of(GOOD)}
+
+
 def test_new_start_failures_of_an_unchanged_definition_do_not_fail_a_wave():
     """A revision that changes only tolerations keeps the definition: its health record
     cannot tell the revisions apart, so the gate does not blame the new one."""
