@@ -800,6 +800,7 @@ def _slo_gates(
 # --- reading spec.rollout ------------------------------------------------------------
 
 WAVES_MAX: Final = 10
+_REVISION: Final = re.compile(r"^[0-9a-f]{10}$")
 _PERCENT: Final = re.compile(r"^([1-9][0-9]?|100)%$")
 
 
@@ -952,10 +953,17 @@ def to_status(state: State) -> dict[str, Any]:
     return out
 
 
+def _listed(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
 def read_state(raw: Any) -> State | None:
     """status.rollout as written by to_status; None when absent or unreadable (a status
     that cannot be read starts over from the observed ModelReplicas, never crashes)."""
-    if not isinstance(raw, Mapping) or not raw.get("revision") or not raw.get("previous"):
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(raw.get(k), str) and _REVISION.match(raw[k]) for k in ("revision", "previous")
+    ):
+        # A revision becomes a label value and a ModelReplica field: only our own hashes.
         return None
     phase = raw.get("phase")
     if phase not in contracts.ROLLOUT_PHASES:
@@ -985,7 +993,7 @@ def read_state(raw: Any) -> State | None:
             str(c.get("reason", "")),
             integer(c.get("wave")),
         )
-        for c in raw.get("clusters") or []
+        for c in _listed(raw.get("clusters"))
         if isinstance(c, Mapping)
         and c.get("cluster")
         and c.get("revision") in (raw["revision"], raw["previous"])
@@ -1004,7 +1012,7 @@ def read_state(raw: Any) -> State | None:
         wave_started_at=str(raw.get("waveStartedAt", "")),
         baking_since=str(raw.get("bakingSince", "")),
         clusters=clusters,
-        gates=tuple(g for g in (gate(e) for e in raw.get("gates") or []) if g is not None),
+        gates=tuple(g for g in (gate(e) for e in _listed(raw.get("gates"))) if g is not None),
         failed_gate=gate(raw.get("failedGate"), STATE_FAILED),
         previous_template=dict(template),
         previous_definition=str(raw.get("previousDefinitionHash", "")),

@@ -458,8 +458,20 @@ def test_the_status_reads_back_to_the_same_state():
     ("status", "why"),
     [
         ({}, "absent"),
-        ({"revision": "a", "previous": "a", "phase": "Sideways", "previousTemplate": {}}, "phase"),
-        ({"revision": "a", "previous": "a", "phase": "Complete"}, "no template"),
+        (
+            {
+                "revision": "0" * 10,
+                "previous": "0" * 10,
+                "phase": "Sideways",
+                "previousTemplate": {},
+            },
+            "phase",
+        ),
+        ({"revision": "0" * 10, "previous": "0" * 10, "phase": "Complete"}, "no template"),
+        (
+            {"revision": "x y", "previous": "0" * 10, "phase": "Complete", "previousTemplate": {}},
+            "not a revision",
+        ),
         ("garbage", "not an object"),
     ],
 )
@@ -639,3 +651,94 @@ def test_waves_never_skip_or_overlap_and_at_most_two_revisions_exist(scenario):
         if state.phase == r.PHASE_COMPLETE and state.revision != good:
             assert set(plan.revision_at.values()) == {state.revision}
         now += timedelta(seconds=gap)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 2000)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+policy_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "waves": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "clusters": st.one_of(st.integers(-1, 2000), st.text(max_size=5), json_values),
+                    "selector": json_values,
+                },
+            )
+            | json_values,
+            max_size=12,
+        )
+        | json_values,
+        "bakeTime": st.sampled_from(["2m", "0s", "25h", "1x"]) | json_values,
+        "progressDeadline": json_values,
+        "onFailure": st.sampled_from(["Rollback", "Pause"]) | json_values,
+        "gates": json_values,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(policy_like | json_values)
+def test_any_rollout_policy_is_read_or_refused_naming_a_field(raw):
+    refused = ""
+    try:
+        policy = r.read_policy(raw)
+    except InputError as err:
+        refused = str(err)
+    if refused:
+        assert refused.startswith("spec.rollout")
+    else:
+        assert 1 <= len(policy.waves) <= r.WAVES_MAX
+        assert 0 <= policy.bake_seconds <= 86400
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {
+            "revision": st.sampled_from(["a" * 10, "b" * 10, "", "a"]),
+            "previous": st.sampled_from(["a" * 10, "b" * 10]),
+            "phase": st.sampled_from([*contracts.ROLLOUT_PHASES, "x"]),
+            "previousTemplate": st.just(GOOD) | json_values,
+        },
+        optional={
+            "wave": json_values,
+            "clusters": st.lists(
+                json_values
+                | st.fixed_dictionaries(
+                    {"cluster": st.text(max_size=3), "revision": json_values, "wave": json_values}
+                ),
+                max_size=4,
+            ),
+            "gates": json_values,
+            "failedGate": json_values,
+        },
+    )
+    | json_values
+)
+def test_any_status_is_read_or_ignored_and_the_planner_goes_on(raw):
+    state = r.read_state(raw)
+    plan = r.plan(
+        policy=r.DEFAULT_POLICY,
+        previous=state,
+        revision=r.revision_of(NEXT),
+        template=NEXT,
+        targets=[r.Target("a"), r.Target("b")],
+        observed={},
+        observed_template=None,
+        serving=True,
+        paused=False,
+        undo="",
+        now=T0,
+    )
+    assert set(plan.revision_at.values()) <= {plan.state.previous, plan.state.revision}
