@@ -106,8 +106,10 @@ DEFAULT_DEADLINE_SECONDS: Final = 900.0
 
 
 def revision_of(template: Mapping[str, Any]) -> str:
-    """The revision a template is: a stable short hash of its TEMPLATE_FIELDS."""
-    return stable_hash({k: template[k] for k in TEMPLATE_FIELDS if k in template}, 10)
+    """The revision a template is: a stable short hash of its TEMPLATE_FIELDS, after an
+    `r` (hex digits alone may read as a number in YAML: `46138708e3` is a float to a
+    YAML 1.2 reader, and an operator types it into an annotation)."""
+    return "r" + stable_hash({k: template[k] for k in TEMPLATE_FIELDS if k in template}, 10)
 
 
 def template_of(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -800,7 +802,7 @@ def _slo_gates(
 # --- reading spec.rollout ------------------------------------------------------------
 
 WAVES_MAX: Final = 10
-_REVISION: Final = re.compile(r"^[0-9a-f]{10}$")
+_REVISION: Final = re.compile(r"^r[0-9a-f]{10}$")
 _PERCENT: Final = re.compile(r"^([1-9][0-9]?|100)%$")
 
 
@@ -923,8 +925,6 @@ def to_status(state: State) -> dict[str, Any]:
         "wave": state.wave,
         "waves": state.waves,
         "reason": state.reason,
-        "message": state.message,
-        "gates": [_gate_status(g) for g in state.gates],
         "clusters": [
             {
                 "cluster": c.cluster,
@@ -937,6 +937,10 @@ def to_status(state: State) -> dict[str, Any]:
         ],
         "previousDefinitionHash": state.previous_definition,
     }
+    if state.message:
+        out["message"] = state.message
+    if state.gates:
+        out["gates"] = [_gate_status(g) for g in state.gates]
     for key, value in (
         ("startedAt", state.started_at),
         ("waveStartedAt", state.wave_started_at),

@@ -6,6 +6,7 @@ the last good template byte for byte, a restart continues where the status says.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -281,7 +282,7 @@ def test_undo_names_the_revision_it_rolls_back():
     fleet = Fleet(["a", "b"])
     plan, now = settled(fleet)
     started = step(fleet, plan.state, NEXT, now)
-    ignored = step(fleet, started.state, NEXT, now, undo="0123456789")
+    ignored = step(fleet, started.state, NEXT, now, undo="r0123456789")
     assert ignored.state.phase == r.PHASE_PROGRESSING
     undone = step(fleet, ignored.state, NEXT, now, undo=r.revision_of(NEXT))
     assert undone.state.phase == r.PHASE_ROLLED_BACK
@@ -467,9 +468,17 @@ def test_the_status_reads_back_to_the_same_state():
             },
             "phase",
         ),
-        ({"revision": "0" * 10, "previous": "0" * 10, "phase": "Complete"}, "no template"),
         (
-            {"revision": "x y", "previous": "0" * 10, "phase": "Complete", "previousTemplate": {}},
+            {"revision": "r" + "0" * 10, "previous": "r" + "0" * 10, "phase": "Complete"},
+            "no template",
+        ),
+        (
+            {
+                "revision": "x y",
+                "previous": "r" + "0" * 10,
+                "phase": "Complete",
+                "previousTemplate": {},
+            },
             "not a revision",
         ),
         ("garbage", "not an object"),
@@ -509,6 +518,11 @@ def test_the_default_policy_is_one_cluster_then_the_rest():
         r.Wave(count=2),
         r.Wave(percent=100),
     )
+
+
+def test_a_revision_reads_as_a_string_in_any_yaml():
+    revision = r.revision_of(GOOD)
+    assert re.fullmatch(r"r[0-9a-f]{10}", revision)
 
 
 def test_phases_are_the_shared_contract():
@@ -706,8 +720,8 @@ def test_any_rollout_policy_is_read_or_refused_naming_a_field(raw):
 @given(
     st.fixed_dictionaries(
         {
-            "revision": st.sampled_from(["a" * 10, "b" * 10, "", "a"]),
-            "previous": st.sampled_from(["a" * 10, "b" * 10]),
+            "revision": st.sampled_from(["r" + "a" * 10, "r" + "b" * 10, "", "a"]),
+            "previous": st.sampled_from(["r" + "a" * 10, "r" + "b" * 10]),
             "phase": st.sampled_from([*contracts.ROLLOUT_PHASES, "x"]),
             "previousTemplate": st.just(GOOD) | json_values,
         },
