@@ -5,7 +5,10 @@ rollout gates add to its policy (valid for the runtime, nothing else changed).""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from functions.common import contracts
 from functions.common.adaptivepolicy import (
@@ -13,6 +16,8 @@ from functions.common.adaptivepolicy import (
     EXTRA_SIGNALS_MAX,
     with_rollout_signals,
 )
+from functions.compose_model_deployment import manifests
+from functions.compose_model_deployment.model import Cluster, read_deployment
 from functions.compose_model_replica.status import rolled, rollout_signals
 from functions.runtime.shared.policy import DEFAULT_SIGNALS, Signals
 
@@ -83,3 +88,31 @@ def test_rollout_signals_are_not_added_twice_nor_past_the_extras_limit():
         "signals": {"extra": [{"name": f"x{i}", "metric": "m"} for i in range(EXTRA_SIGNALS_MAX)]}
     }
     assert with_rollout_signals(full, ("rolloutErrorRate",)) == full
+
+
+def _deployment(rollout: dict | None):
+    path = Path(__file__).resolve().parents[2] / "examples/modeldeployments/llama-8b-vllm.yaml"
+    xr = yaml.safe_load(path.read_text())
+    if rollout is not None:
+        xr["spec"]["rollout"] = rollout
+    return read_deployment(xr)
+
+
+def test_a_deployment_whose_gates_read_signals_asks_its_policy_for_them_and_only_then():
+    cluster = Cluster("c1", {}, "", "Standard", {}, ())
+    plain = manifests.autoscaling_spec(_deployment(None), [(cluster, "pool")])
+    gated = manifests.autoscaling_spec(
+        _deployment({"gates": {"timeToFirstTokenP95": {"maxSeconds": 2}}}), [(cluster, "pool")]
+    )
+    assert plain is not None
+    assert gated is not None
+    names = [e["name"] for e in gated["signals"]["extra"]]
+    assert "rolloutTtftP95" in names
+    assert "rolloutErrorRate" not in names
+    assert "rolloutTtftP95" not in [
+        e.get("name") for e in (plain.get("signals") or {}).get("extra") or []
+    ]
+    # Everything else in the policy is as the deployment wrote it.
+    assert {k: v for k, v in gated.items() if k != "signals"} == {
+        k: v for k, v in plain.items() if k != "signals"
+    }
