@@ -144,8 +144,18 @@ def _admitted(
     return True
 
 
+def _revisions(deployment: Deployment, previous: dict) -> tuple[rollout.State | None, dict, str]:
+    """Where the rollout stood (status.rollout), the deployment's template and its
+    revision, computed once per reconcile."""
+    template = manifests.replica_template(deployment)
+    return rollout.read_state(previous.get("rollout")), template, rollout.revision_of(template)
+
+
 def _parking_definition(
-    deployment: Deployment, before: rollout.State | None, parked: parking.Parked | None
+    deployment: Deployment,
+    revision: str,
+    before: rollout.State | None,
+    parked: parking.Parked | None,
 ) -> str:
     """What parking counts failures for: while a new revision rolls out (or was rolled
     back) the model still serves the last good one, and only its failures may park the
@@ -155,7 +165,7 @@ def _parking_definition(
         before is not None
         and parked is None
         and before.previous_definition
-        and rollout.revision_of(manifests.replica_template(deployment)) != before.previous
+        and revision != before.previous
     ):
         return before.previous_definition
     return deployment.definition_hash
@@ -250,9 +260,11 @@ class FunctionRunner(GuardedRunner):
 
         # 2. Decide: parking first, then placement (a parked model places nothing), then
         # which revision each placed cluster runs.
-        before = rollout.read_state(previous.get("rollout"))
+        before, template, revision = _revisions(deployment, previous)
         decision = parking.decide(
-            definition=_parking_definition(deployment, before, status.read_parked(previous)),
+            definition=_parking_definition(
+                deployment, revision, before, status.read_parked(previous)
+            ),
             retry=deployment.retry,
             records=[h.health for h in own if h.health is not None],
             previous=status.read_parked(previous),
@@ -291,6 +303,8 @@ class FunctionRunner(GuardedRunner):
 
         rolled = self._rollout(
             deployment,
+            template=template,
+            revision=revision,
             before=before,
             decided=decided,
             observed_own=observed_own,
@@ -308,6 +322,7 @@ class FunctionRunner(GuardedRunner):
             cache_ready_at=modelcache.ready_at(cache, own),
             activator_at=targets.activator_at(activity, decided, own),
             rollout_plan=rolled,
+            template=template,
         )
 
         # 4. Status, results and conditions.
@@ -353,6 +368,8 @@ class FunctionRunner(GuardedRunner):
     def _rollout(
         deployment: Deployment,
         *,
+        template: dict,
+        revision: str,
         before: rollout.State | None,
         decided: targets.Targets,
         observed_own: dict[str, struct_pb2.Struct],
@@ -372,11 +389,10 @@ class FunctionRunner(GuardedRunner):
         if before is None and observed_own:
             first = plain(observed_own[sorted(observed_own)[0]])
             observed_template = rollout.template_of(first.get("spec") or {}) or None
-        template = manifests.replica_template(deployment)
         return rollout.plan(
             policy=deployment.rollout,
             previous=before,
-            revision=rollout.revision_of(template),
+            revision=revision,
             template=template,
             targets=[rollout.Target(c.name, c.labels) for c, _, _ in decided.replicas],
             observed=observed,
@@ -475,6 +491,7 @@ class FunctionRunner(GuardedRunner):
         cache_ready_at: frozenset[str],
         activator_at: set[str] | None,
         rollout_plan: rollout.Plan | None = None,
+        template: dict | None = None,
     ) -> None:
         """Write each ModelReplica (manifests.model_replicas). They are the same but for a
         few per-cluster fields, and the autoscaling member list in each grows with the
@@ -491,6 +508,7 @@ class FunctionRunner(GuardedRunner):
             cache_ready_at=cache_ready_at,
             activator_at=activator_at,
             rollout_plan=rollout_plan,
+            template=template,
         ):
             target = rsp.desired.resources[key].resource
             shared = shared_by_revision.setdefault(body["spec"].get("revision", ""), {})

@@ -255,13 +255,15 @@ def model_replicas(
     cache_ready_at: frozenset[str],
     activator_at: set[str] | None,
     rollout_plan: Plan | None = None,
+    template: dict | None = None,
 ) -> Iterator[tuple[str, dict]]:
     """(composed-resource key, ModelReplica) for each decided target, but the frozen ones
     (kept as observed) and any whose pool is gone. `activator_at`: for an on-demand model,
     the clusters whose route goes through the member's activator (no ready replica
     there); None for any other model. `rollout_plan`: which revision each cluster runs
-    (rollout.py); without one every cluster gets the deployment's template."""
-    new_template = replica_template(deployment)
+    (rollout.py); without one every cluster gets the deployment's template (`template`:
+    replica_template of the deployment, when the caller has it already)."""
+    new_template = template if template is not None else replica_template(deployment)
     autoscaling = autoscaling_spec(deployment, [(c, p) for c, p, _ in decided.replicas])
     for cluster, pool_name, replicas in decided.replicas:
         pool = cluster.pool(pool_name)
