@@ -303,6 +303,7 @@ class FunctionRunner(GuardedRunner):
 
         rolled = self._rollout(
             deployment,
+            frozen_keys=readable.frozen_keys,
             template=template,
             revision=revision,
             before=before,
@@ -370,6 +371,7 @@ class FunctionRunner(GuardedRunner):
         *,
         template: dict,
         revision: str,
+        frozen_keys: set[str],
         before: rollout.State | None,
         decided: targets.Targets,
         observed_own: dict[str, struct_pb2.Struct],
@@ -394,7 +396,13 @@ class FunctionRunner(GuardedRunner):
             previous=before,
             revision=revision,
             template=template,
-            targets=[rollout.Target(c.name, c.labels) for c, _, _ in decided.replicas],
+            # A frozen ModelReplica is kept as observed whatever its revision: no wave
+            # waits for a cluster that cannot be read, and none is given it.
+            targets=[
+                rollout.Target(c.name, c.labels)
+                for c, _, _ in decided.replicas
+                if manifests.replica_key(c.name) not in frozen_keys
+            ],
             observed=observed,
             observed_template=observed_template,
             serving=not decision.is_parked and any(o.ready_replicas > 0 for o in observed.values()),
