@@ -99,6 +99,7 @@ REASON_WAITING: Final = "WaitingForGates"
 REASON_NOT_IN_WAVE: Final = "NotInWaveYet"
 REASON_IN_WAVE: Final = "InWave"
 REASON_RETURNED: Final = "ReturnedToLastGood"
+REASON_KEPT: Final = "KeptLastGood"
 
 DEFAULT_WAVES: Final = ({"clusters": 1}, {"clusters": "100%"})
 DEFAULT_BAKE_SECONDS: Final = 120.0
@@ -125,13 +126,6 @@ class Wave:
     count: int | None = None  # N more clusters
     percent: int | None = None  # until P % of the clusters run the new revision
     selector: tuple[tuple[str, str], ...] | None = None  # matchLabels
-
-    def describe(self) -> str:
-        if self.selector is not None:
-            return "clusters labelled " + ",".join(f"{k}={v}" for k, v in self.selector)
-        if self.percent is not None:
-            return f"up to {self.percent}% of the clusters"
-        return f"{self.count} more cluster{'s' if self.count != 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -239,10 +233,6 @@ class Plan:
             return new_template
         assert self.state.previous_template is not None
         return self.state.previous_template
-
-    @property
-    def in_progress(self) -> bool:
-        return self.state.previous != self.state.revision
 
 
 # --- time ----------------------------------------------------------------------------
@@ -367,7 +357,7 @@ def plan(  # noqa: PLR0915 (one decision read top to bottom)
         events.append((False, _wave_message(state, "started")))
 
     # From here: a rollout of state.revision, in progress, paused, or rolled back.
-    waves = _resolved_waves(policy, names, state)
+    waves = _resolved_waves(policy)
     state = replace(state, waves=len(waves))
 
     if state.phase in (PHASE_PROGRESSING, PHASE_PAUSED) and undo and undo == state.revision:
@@ -510,9 +500,13 @@ def _completed(state: State, template: Mapping[str, Any], names: list[str], stam
 
 
 def _returned(state: State, stamp: str) -> tuple[ClusterState, ...]:
+    """Every cluster on the last good revision: those given the new one return to it, the
+    others keep it (and now say so rather than that their wave is still to come)."""
     return tuple(
         ClusterState(c.cluster, state.previous, stamp, REASON_RETURNED, c.wave)
         if c.revision != state.previous
+        else replace(c, reason=REASON_KEPT)
+        if c.reason == REASON_NOT_IN_WAVE
         else c
         for c in state.clusters
     )
@@ -540,7 +534,7 @@ def _finish(
     return Plan(state, {c.cluster: c.revision for c in entries}, tuple(events), requeue)
 
 
-def _resolved_waves(policy: Policy, names: list[str], state: State) -> tuple[Wave, ...]:
+def _resolved_waves(policy: Policy) -> tuple[Wave, ...]:
     """The policy's waves, and an implicit last one for the clusters none of them took
     (unless a wave already takes 100 %): no cluster gets the revision ungated."""
     waves = policy.waves or (Wave(percent=100),)
@@ -557,7 +551,7 @@ def _assign(
     stamp: str,
 ) -> State:
     """Give the current wave its clusters, from those not given the revision yet."""
-    waves = _resolved_waves(policy, names, state)
+    waves = _resolved_waves(policy)
     if state.wave > len(waves):
         return state
     wave = waves[state.wave - 1]
