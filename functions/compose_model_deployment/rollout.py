@@ -353,8 +353,10 @@ def plan(  # noqa: PLR0915 (one decision read top to bottom)
             previous_definition=state.previous_definition,
         )
         events.append((False, state.message))
-        state = _assign(state, policy, names, labels, stamp)
-        events.append((False, _wave_message(state, "started")))
+        if not paused:
+            # Paused before it started: no cluster is given it until resumed.
+            state = _assign(state, policy, names, labels, stamp)
+            events.append((False, _wave_message(state, "started")))
 
     # From here: a rollout of state.revision, in progress, paused, or rolled back.
     waves = _resolved_waves(policy)
@@ -399,6 +401,10 @@ def plan(  # noqa: PLR0915 (one decision read top to bottom)
             baking_since="",
         )
         events.append((False, f"rollout of {state.revision} resumed at wave {state.wave}"))
+        if not any(c.wave == state.wave for c in state.clusters):
+            # Paused before its wave was given any cluster: give them now.
+            state = _assign(state, policy, names, labels, stamp)
+            events.append((False, _wave_message(state, "started")))
 
     # Evaluate the current wave, and go on while waves pass in this same reconcile (an
     # empty wave passes at once).

@@ -278,6 +278,18 @@ def test_the_paused_annotation_holds_the_wave_and_resuming_restarts_its_clocks()
     assert resumed.state.wave_started_at == "2026-01-01T06:00:00Z"
 
 
+def test_a_revision_that_arrives_while_paused_reaches_no_cluster_until_resumed():
+    fleet = Fleet(["a", "b"])
+    plan, now = settled(fleet)
+    paused = step(fleet, plan.state, NEXT, now, paused=True)
+    assert paused.state.phase == r.PHASE_PAUSED
+    assert set(paused.revision_at.values()) == {r.revision_of(GOOD)}
+    resumed = step(fleet, paused.state, NEXT, now + timedelta(minutes=5))
+    assert resumed.state.phase == r.PHASE_PROGRESSING
+    assert resumed.state.wave == 1
+    assert resumed.revision_at == {"a": r.revision_of(NEXT), "b": r.revision_of(GOOD)}
+
+
 def test_undo_names_the_revision_it_rolls_back():
     fleet = Fleet(["a", "b"])
     plan, now = settled(fleet)
