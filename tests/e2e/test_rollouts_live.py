@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client, watch
@@ -49,7 +50,12 @@ from fleetbox.podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE
 from fleetbox.process import Process
 from fleetbox.serving import REQUIRED_TOOLS as REAL_TOOLS
 from fleetbox.serving import TINY_MODEL_URI
-from functions.common.contracts import LABEL_DEPLOYMENT, LABEL_REVISION
+from functions.common.contracts import (
+    API_VERSION,
+    AUTOSCALING_GROUP,
+    LABEL_DEPLOYMENT,
+    LABEL_REVISION,
+)
 from tests.conftest import require_tool
 from tests.e2e import claims
 from tests.e2e.conftest import measured
@@ -66,6 +72,7 @@ TIER = "fleet.example.com/tier"
 # no example deployment selects it, so the examples' replicas never move.
 ROLLOUT_LABEL = "e2e.modelplane.ai/rollout"
 GROUP, VERSION, PLURAL = "modelplane.ai", "v1alpha1", "modeldeployments"
+AUTOSCALING_VERSION = API_VERSION
 BAKE = 10.0  # seconds, spec.rollout.bakeTime
 POLICY = {
     # us-east-1 is the example's production cluster; the spare's copy is not.
@@ -108,6 +115,7 @@ class Recorder:
 
     box: object
     member: str
+    name: str = NAME  # the deployment's
     changes: list[Change] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -131,7 +139,7 @@ class Recorder:
                 try:
                     if version is None:
                         listed = apps.list_namespaced_deployment(
-                            NAMESPACE, label_selector=f"{LABEL_DEPLOYMENT}={NAME}"
+                            NAMESPACE, label_selector=f"{LABEL_DEPLOYMENT}={self.name}"
                         )
                         version = listed.metadata.resource_version
                         for item in listed.items:
@@ -139,7 +147,7 @@ class Recorder:
                     for event in watch.Watch().stream(
                         apps.list_namespaced_deployment,
                         NAMESPACE,
-                        label_selector=f"{LABEL_DEPLOYMENT}={NAME}",
+                        label_selector=f"{LABEL_DEPLOYMENT}={self.name}",
                         resource_version=version,
                         timeout_seconds=5,
                         deserialize=False,
@@ -380,7 +388,7 @@ def _document(extra_args: tuple[str, ...] = ()) -> dict:
     return document
 
 
-def _deployment(box, check: Callable[[dict], object], what: str, timeout: float):
+def _deployment(box, check: Callable[[dict], object], what: str, timeout: float, name: str = NAME):
     api = box.api()
     try:
         return watch_until(
@@ -392,7 +400,7 @@ def _deployment(box, check: Callable[[dict], object], what: str, timeout: float)
             VERSION,
             NAMESPACE,
             PLURAL,
-            field_selector=f"metadata.name={NAME}",
+            field_selector=f"metadata.name={name}",
         )
     finally:
         api.close()
@@ -597,3 +605,112 @@ def test_a_bad_flag_rolls_back_after_the_first_wave_while_the_old_engine_serves(
     assert set(sender.pods()) <= old_pods, (sender.pods(), old_pods)
     measured("rollout bad: apply → RolledBack seen", rolled_back_seen - began)
     measured("rollout bad: apply → wave 1 member back on the good revision", rolled_back.at - began)
+
+
+SLO_NAME = "e2e-rollout-slo"
+ERROR_RATE_MAX = 0.05
+STAND_IN_ERROR_RATE = 0.25
+
+
+def _slo_document(extra_args: tuple[str, ...] = ()) -> dict:
+    """KWOK pods on both clusters (no real engine), autoscaled (shadow) so its members
+    report signals, an error-rate gate; the spare cluster first, paused on a failure."""
+    document = _document(extra_args)
+    document["metadata"]["name"] = SLO_NAME
+    spec = document["spec"]
+    del spec["template"]["metadata"]["labels"][REAL_RUN_LABEL]
+    autoscaling = claims.example("modeldeployments/llama-8b-vllm.yaml")["spec"]["autoscaling"]
+    autoscaling["minReplicas"] = autoscaling["maxReplicas"] = 2
+    spec["autoscaling"] = autoscaling
+    spec["rollout"] = {
+        **copy.deepcopy(POLICY),
+        "waves": [{"selector": {"matchLabels": {TIER: "e2e"}}}, {"clusters": "100%"}],
+        "onFailure": "Pause",
+        "gates": {"errorRate": {"max": ERROR_RATE_MAX}},
+    }
+    return document
+
+
+def _gate(md: dict, name: str) -> dict:
+    return next((g for g in _rollout(md).get("gates") or [] if g["name"] == name), {})
+
+
+def test_an_slo_gate_holds_a_wave_whose_error_rate_exceeds_its_threshold(box, fleet):
+    """The spare cluster's agent is played by the test (a stand-in: no agent runs on
+    that member): it writes the AdaptivePolicy copy's report as an agent does, with an
+    error rate above the gate's threshold. Until then the gate cannot be measured and
+    holds the wave, saying so; then it fails it, the status showing the numbers, and the
+    next wave's cluster is never changed."""
+    recorders = {m: Recorder(box, m, SLO_NAME).start() for m in (REAL, SPARE)}
+    claims.apply_document(box, _slo_document())
+    try:
+        md = _deployment(
+            box,
+            lambda md: _rollout(md).get("phase") == "Complete" and md,
+            f"{SLO_NAME}'s first revision Complete",
+            claims.CONVERGE_SECONDS,
+            SLO_NAME,
+        )
+        first = _rollout(md)["revision"]
+        for recorder in recorders.values():
+            _wait_rolled(recorder, first, claims.CONVERGE_SECONDS)
+        began = time.time()
+        claims.apply_document(box, _slo_document(GOOD_FLAG))
+        held = _deployment(
+            box,
+            lambda md: (
+                _rollout(md).get("revision") != first
+                and _gate(md, "ErrorRate").get("state") == "Unmeasured"
+                and md
+            ),
+            f"{SLO_NAME}'s error-rate gate Unmeasured after the bake",
+            claims.CONVERGE_SECONDS,
+            SLO_NAME,
+        )
+        new = _rollout(held)["revision"]
+        assert _rollout(held)["phase"] == "Progressing", _rollout(held)
+        assert _rollout(held)["wave"] == 1, _rollout(held)
+        assert "cannot be measured" in _rollout(held)["message"], _rollout(held)
+        assert {c.revision for c in recorders[SPARE].changed_since(began)} == {new}
+        # The stand-in agent's report on the spare member.
+        api = box.api(SPARE)
+        try:
+            client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+                AUTOSCALING_GROUP,
+                AUTOSCALING_VERSION,
+                NAMESPACE,
+                "adaptivepolicies",
+                SLO_NAME,
+                {
+                    "status": {
+                        "report": {
+                            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                            "extra": {"rolloutErrorRate": STAND_IN_ERROR_RATE},
+                        }
+                    }
+                },
+            )
+        finally:
+            api.close()
+        md = _deployment(
+            box,
+            lambda md: _rollout(md).get("phase") == "Paused" and md,
+            f"{SLO_NAME} paused by its error-rate gate",
+            claims.CONVERGE_SECONDS,
+            SLO_NAME,
+        )
+        rollout = _rollout(md)
+        print(f"\nSLO gate: {rollout.get('reason')}: {rollout.get('message')}")
+        assert rollout["reason"] == "GateFailed", rollout
+        assert rollout["failedGate"]["name"] == "ErrorRate", rollout
+        assert float(rollout["failedGate"]["observed"]) == STAND_IN_ERROR_RATE, rollout
+        assert float(rollout["failedGate"]["threshold"]) == ERROR_RATE_MAX, rollout
+        # The next wave's cluster never saw the held revision.
+        assert recorders[REAL].changed_since(began) == [], recorders[REAL].snapshot()
+    finally:
+        for recorder in recorders.values():
+            recorder.close()
+        claims.delete(box, "modeldeployment", SLO_NAME, NAMESPACE)
+        _deployment(
+            box, lambda md: not md, f"{SLO_NAME} deleted", claims.CONVERGE_SECONDS, SLO_NAME
+        )
