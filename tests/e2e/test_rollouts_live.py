@@ -410,6 +410,10 @@ def _rollout(md: dict) -> dict:
     return (md.get("status") or {}).get("rollout") or {}
 
 
+def _time(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
 def _wait_rolled(recorder: Recorder, revision: str, timeout: float) -> Change:
     """Until the member's engine workload has fully rolled to `revision`: the first
     change that saw it so."""
@@ -523,6 +527,11 @@ def test_a_good_change_rolls_wave_by_wave_while_the_real_engine_serves(box, serv
     by_cluster = {c["cluster"]: c for c in rollout["clusters"]}
     assert by_cluster[REAL]["wave"] == 1, rollout
     assert by_cluster[SPARE_CLUSTER]["wave"] == 2, rollout
+    # Each member's workload changed when the function gave its cluster the revision
+    # (its `since`, whole seconds), not before, and soon after.
+    for cluster, changes in ((REAL, real_changes), (SPARE_CLUSTER, spare_changes)):
+        given = _time(by_cluster[cluster]["since"])
+        assert given - 1 <= changes[0].at <= given + NEXT_WAVE_SECONDS, (cluster, given, changes)
     serving.revision = new
 
 
