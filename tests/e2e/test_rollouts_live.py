@@ -233,6 +233,8 @@ class Client:
     sent: list[tuple[float, str, str]] = field(default_factory=list)  # (at, pod, error)
     stop: threading.Event = field(default_factory=threading.Event)
     answered: threading.Condition = field(default_factory=threading.Condition)
+    # Every container exit the engine pods showed: (pod, exit code, restarts, message).
+    exits: set[tuple[str, int, int, str]] = field(default_factory=set)
 
     def start(self) -> Client:
         self.thread = threading.Thread(target=self._run, daemon=True, name="client")
@@ -255,6 +257,20 @@ class Client:
                         NAMESPACE, label_selector=f"{LABEL_DEPLOYMENT}={NAME}"
                     ).items
                 ]
+                for pod in pods:
+                    for status in pod["status"].get("containerStatuses") or []:
+                        ended = (status.get("lastState") or {}).get("terminated") or (
+                            status.get("state") or {}
+                        ).get("terminated")
+                        if ended:
+                            self.exits.add(
+                                (
+                                    pod["metadata"]["name"],
+                                    ended.get("exitCode", 0),
+                                    status.get("restartCount", 0),
+                                    ended.get("message") or "",
+                                )
+                            )
                 serving = [
                     p
                     for p in pods
@@ -535,33 +551,47 @@ def test_a_good_change_rolls_wave_by_wave_while_the_real_engine_serves(box, serv
     serving.revision = new
 
 
+def _engine_workload(box) -> dict:
+    """The deployment's engine Deployment on REAL, as the API server returns it."""
+    api = box.api(REAL)
+    try:
+        found = client.AppsV1Api(api).list_namespaced_deployment(
+            NAMESPACE, label_selector=f"{LABEL_DEPLOYMENT}={NAME}"
+        )
+        (deployment,) = [
+            d
+            for d in found.items
+            if any(c.name == "engine" for c in d.spec.template.spec.containers)
+        ]
+        return api.sanitize_for_serialization(deployment)
+    finally:
+        api.close()
+
+
+def _pod_names(box) -> set[str]:
+    api = box.api(REAL)
+    try:
+        found = client.CoreV1Api(api).list_namespaced_pod(
+            NAMESPACE, label_selector=f"{LABEL_DEPLOYMENT}={NAME}"
+        )
+        return {p.metadata.name for p in found.items}
+    finally:
+        api.close()
+
+
 def test_a_bad_flag_rolls_back_after_the_first_wave_while_the_old_engine_serves(
     box, serving, runtime
 ):
     real, spare = serving.recorders[REAL], serving.recorders[SPARE]
     good = serving.revision
-    api = box.api(REAL)
-    try:
-        (deployment,) = [
-            d
-            for d in client.AppsV1Api(api)
-            .list_namespaced_deployment(NAMESPACE, label_selector=f"{LABEL_DEPLOYMENT}={NAME}")
-            .items
-            if any(c.name == "engine" for c in d.spec.template.spec.containers)
-        ]
-        # Kept while a new pod is not Ready: one replica, a quarter unavailable at most
-        # rounds down to none.
-        assert deployment.spec.replicas == 1
-        assert deployment.spec.strategy.rolling_update.max_unavailable in ("25%", 0), deployment
-        good_template = api.sanitize_for_serialization(deployment.spec.template)
-        old_pods = {
-            p.metadata.name
-            for p in client.CoreV1Api(api)
-            .list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_DEPLOYMENT}={NAME}")
-            .items
-        }
-    finally:
-        api.close()
+    deployment = _engine_workload(box)
+    # Kept while a new pod is not Ready: one replica, a quarter unavailable at most
+    # rounds down to none.
+    assert deployment["spec"]["replicas"] == 1
+    strategy = deployment["spec"]["strategy"]["rollingUpdate"]
+    assert strategy["maxUnavailable"] in ("25%", 0), deployment["spec"]
+    good_template = deployment["spec"]["template"]
+    old_pods = _pod_names(box)
     sender = Client(box).start()
     try:
         sender.wait_served(1)
@@ -588,6 +618,11 @@ def test_a_bad_flag_rolls_back_after_the_first_wave_while_the_old_engine_serves(
     assert rollout["failedGate"]["name"] == "StartFailures", rollout
     assert "--max-num-seqz" in rollout["message"], rollout
     assert rollout["wave"] == 1, rollout
+    # The evidence: the new revision's pod, run for real, exited (argparse's 2) and
+    # was restarted, its message the engine's words.
+    crashed = [e for e in sender.exits if e[0] not in old_pods and e[1] != 0]
+    print(f"  exits of the bad revision's pods: {sorted(e[:3] for e in crashed)}")
+    assert any(e[1] == 2 and "--max-num-seqz" in e[3] for e in crashed), sender.exits
     # The model still serves its previous revision: not parked.
     assert not status.get("parked"), status
     # us-east-1 was given the bad revision, then returned to the good one, its pod
@@ -597,18 +632,7 @@ def test_a_bad_flag_rolls_back_after_the_first_wave_while_the_old_engine_serves(
         real.snapshot()
     )
     assert spare.changed_since(began) == [], spare.snapshot()
-    api = box.api(REAL)
-    try:
-        (deployment,) = [
-            d
-            for d in client.AppsV1Api(api)
-            .list_namespaced_deployment(NAMESPACE, label_selector=f"{LABEL_DEPLOYMENT}={NAME}")
-            .items
-            if any(c.name == "engine" for c in d.spec.template.spec.containers)
-        ]
-        assert api.sanitize_for_serialization(deployment.spec.template) == good_template
-    finally:
-        api.close()
+    assert _engine_workload(box)["spec"]["template"] == good_template
     # The previous pod served every request, none failed.
     assert not sender.failures(), sender.failures()
     assert set(sender.pods()) <= old_pods, (sender.pods(), old_pods)
