@@ -332,12 +332,17 @@ def _spare_cluster() -> dict:
 
 
 @pytest.fixture(scope="module")
-def fleet(box):
-    """us-east-1 serving for real and labelled for this module; the spare member made a
-    KWOK GPU member with its InferenceCluster."""
+def runner(box):
+    """us-east-1 serving for real."""
     for tool in REAL_TOOLS:
         require_tool(tool)
-    runner = box.serve_for_real(REAL)
+    return box.serve_for_real(REAL)
+
+
+@pytest.fixture(scope="module")
+def fleet(box):
+    """us-east-1 labelled for this module; the spare member made a KWOK GPU member with
+    its InferenceCluster."""
     cluster = _spare_cluster()
     nodes = [n for pool in cluster["spec"]["nodePools"] for n in gpu.pool_nodes(cluster, pool)]
     member = box.members[SPARE]
@@ -378,7 +383,7 @@ def fleet(box):
             )
         finally:
             api.close()
-        yield runner
+        yield
     finally:
         claims.delete(box, "inferencecluster", SPARE_CLUSTER)
         box.kubectl(claims.CONTROL, "label", "inferencecluster", REAL, f"{ROLLOUT_LABEL}-")
@@ -448,7 +453,7 @@ class Serving:
 
 
 @pytest.fixture(scope="module")
-def serving(box, fleet):
+def serving(box, fleet, runner):
     """The deployment applied, watched on both members from before the apply, its real
     engine Ready and both clusters rolled to its first revision."""
     recorders = {m: Recorder(box, m).start() for m in (REAL, SPARE)}
