@@ -74,6 +74,8 @@ def main() -> int:
         )
         claims.apply_document(box, first)
         claims.apply_document(box, spare)
+        for cluster in (REAL, live.SPARE_CLUSTER):
+            live.wait_ledger(box, cluster)
         recorders = {m: live.Recorder(box, m).start() for m in (REAL, SPARE)}
         claims.apply_document(box, _document(args.bake, 0))
         md = live._deployment(

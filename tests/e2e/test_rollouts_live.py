@@ -331,6 +331,25 @@ def _spare_cluster() -> dict:
     return document
 
 
+def wait_ledger(box, cluster: str) -> None:
+    """Until the InferenceCluster's capacity ledger has been written (placement counts
+    a cluster's room from it)."""
+    api = box.api()
+    try:
+        watch_until(
+            f"{cluster}'s first ledger",
+            client.CustomObjectsApi(api).list_cluster_custom_object,
+            lambda found: found and (found[0].get("status") or {}).get("ledger") is not None,
+            claims.CONVERGE_SECONDS,
+            GROUP,
+            VERSION,
+            "inferenceclusters",
+            field_selector=f"metadata.name={cluster}",
+        )
+    finally:
+        api.close()
+
+
 @pytest.fixture(scope="module")
 def runner(box):
     """us-east-1 serving for real."""
@@ -367,22 +386,7 @@ def fleet(box):
     try:
         # Its first ledger (nothing held yet) before anything is placed: placed before,
         # both replicas would go to us-east-1.
-        api = box.api()
-        try:
-            watch_until(
-                f"{SPARE_CLUSTER}'s first ledger",
-                client.CustomObjectsApi(api).list_cluster_custom_object,
-                lambda found: (
-                    found and ((found[0].get("status") or {}).get("ledger") or {}).get("pools")
-                ),
-                claims.CONVERGE_SECONDS,
-                GROUP,
-                VERSION,
-                "inferenceclusters",
-                field_selector=f"metadata.name={SPARE_CLUSTER}",
-            )
-        finally:
-            api.close()
+        wait_ledger(box, SPARE_CLUSTER)
         yield
     finally:
         claims.delete(box, "inferencecluster", SPARE_CLUSTER)
