@@ -176,3 +176,56 @@ def needs_vocabulary_signals(autoscaling: object) -> bool:
     if isinstance(extra, list):
         named += extra
     return any(isinstance(s, dict) and "metric" in s for s in named)
+
+
+# What a deployment that names no signal at all is scaled by (the runtime's policy builds
+# its defaults from these; compose-model-deployment writes them out when it must add a
+# signal of its own to a policy that named none).
+DEFAULT_VOCABULARY_SIGNALS: Final = {
+    "demand": {"metric": "modelplane_requests_total", "function": "rate"},
+    "pressure": {"metric": "modelplane_requests_waiting", "function": "perReadyReplica"},
+    "latency": {
+        "metric": "modelplane_time_to_first_token",
+        "function": "quantile",
+        "quantile": 0.9,
+    },
+}
+# Extra signals (status.report.extra) a rollout's SLO gates read: compose-model-deployment
+# adds them to a deployment's policy when spec.rollout.gates asks for them, the agent
+# computes them for the replicas on its cluster, compose-model-replica copies them into
+# the ModelReplica's status.signals under the second name.
+ROLLOUT_SIGNALS: Final = {
+    "rolloutErrorRate": (
+        "errorRate",
+        {
+            "metric": "modelplane_requests_total",
+            "function": "ratio",
+            "where": {"finish_reason": ["abort"]},
+        },
+    ),
+    "rolloutTtftP95": (
+        "timeToFirstTokenP95",
+        {"metric": "modelplane_time_to_first_token", "function": "quantile", "quantile": 0.95},
+    ),
+}
+# AdaptivePolicy.spec.signals.extra's maxItems: a rollout signal that does not fit is not
+# added (its gate is then Unmeasured and says why).
+EXTRA_SIGNALS_MAX: Final = 8
+
+
+def with_rollout_signals(autoscaling: dict, names: tuple[str, ...]) -> dict:
+    """`autoscaling` with the named ROLLOUT_SIGNALS among its extra signals (the
+    defaults written out when it named no signal, so adding one changes nothing else);
+    unchanged when they are there already or do not fit."""
+    signals = autoscaling.get("signals")
+    if not isinstance(signals, dict):
+        if signals is not None:
+            return autoscaling
+        signals = dict(DEFAULT_VOCABULARY_SIGNALS)
+    extra = list(signals.get("extra") or [])
+    have = {e.get("name") for e in extra if isinstance(e, dict)}
+    missing = [n for n in names if n not in have]
+    if not missing or len(extra) + len(missing) > EXTRA_SIGNALS_MAX:
+        return autoscaling
+    extra += [{"name": n, **ROLLOUT_SIGNALS[n][1]} for n in missing]
+    return {**autoscaling, "signals": {**signals, "extra": extra}}

@@ -44,6 +44,24 @@ LABEL_PICKER_ENGINE_TYPE: Final = "inference.networking.k8s.io/engine-type"
 PICKER_ENGINE_TYPES: Final = {"vllm": "vllm", "sglang": "sglang"}
 
 ANNOTATION_RETRY: Final = "modelplane.ai/retry"  # a new value unparks a parked model
+# Rollouts (compose-model-deployment's rollout.py; the operator CLI writes the annotations
+# and reads status.rollout). Each composed ModelReplica carries its revision in
+# spec.revision and in this label.
+LABEL_REVISION: Final = "modelplane.ai/revision"
+# Present with "true": the rollout holds where it stands; removed: it resumes.
+ANNOTATION_ROLLOUT_PAUSED: Final = "modelplane.ai/rollout-paused"
+# "<revision>": roll that in-progress revision back to the last good one.
+ANNOTATION_ROLLOUT_UNDO: Final = "modelplane.ai/rollout-undo"
+ROLLOUT_PHASE_PROGRESSING: Final = "Progressing"
+ROLLOUT_PHASE_PAUSED: Final = "Paused"
+ROLLOUT_PHASE_COMPLETE: Final = "Complete"
+ROLLOUT_PHASE_ROLLED_BACK: Final = "RolledBack"
+ROLLOUT_PHASES: Final = (
+    ROLLOUT_PHASE_PROGRESSING,
+    ROLLOUT_PHASE_PAUSED,
+    ROLLOUT_PHASE_COMPLETE,
+    ROLLOUT_PHASE_ROLLED_BACK,
+)
 # Set by a member's on-demand activator on a ModelDeployment (a new value each time) when a
 # request found no ready replica: compose-model-deployment makes one fresh placement attempt
 # for that value and answers it in status.onDemand.attempt.

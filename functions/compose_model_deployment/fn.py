@@ -24,6 +24,7 @@ every reconcile, and converting protobuf Structs is the costliest part of a requ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
@@ -33,6 +34,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from functions.common import contracts
+from functions.common.conditions import Event
 from functions.common.sdk import (
     GuardedRunner,
     Required,
@@ -43,7 +45,7 @@ from functions.common.sdk import (
     required,
     set_conditions,
 )
-from functions.common.structs import ParsedByContent, plain, shared_struct_bytes
+from functions.common.structs import ParsedByContent, plain, plain_only, shared_struct_bytes
 from functions.compose_model_deployment import (
     advice,
     cel_env,
@@ -55,6 +57,7 @@ from functions.compose_model_deployment import (
     ondemand,
     parking,
     pod_security,
+    rollout,
     status,
     targets,
 )
@@ -142,6 +145,58 @@ def _admitted(
     return True
 
 
+def _revisions(deployment: Deployment, previous: dict) -> tuple[rollout.State | None, dict, str]:
+    """Where the rollout stood (status.rollout), the deployment's template and its
+    revision, computed once per reconcile."""
+    template = manifests.replica_template(deployment)
+    return rollout.read_state(previous.get("rollout")), template, rollout.revision_of(template)
+
+
+def _parking_definition(
+    deployment: Deployment,
+    revision: str,
+    before: rollout.State | None,
+    parked: parking.Parked | None,
+) -> str:
+    """What parking counts failures for: while a new revision rolls out (or was rolled
+    back) the model still serves the last good one, and only its failures may park the
+    model; the new revision's start failures fail its wave instead. A parked model
+    serves nothing to protect: its new definition is counted (and unparks it) at once."""
+    if (
+        before is not None
+        and parked is None
+        and before.previous_definition
+        and revision != before.previous
+    ):
+        return before.previous_definition
+    return deployment.definition_hash
+
+
+def _write_rollout(
+    rsp: fnv1.RunFunctionResponse, name: str, rolled: rollout.Plan, written: dict
+) -> None:
+    """The status with status.rollout, an event per wave transition, and a call back
+    when a bake or a deadline ends: time passing is no event, and a function is only
+    called on one."""
+    resource.update(
+        rsp.desired.composite,
+        {"status": {**written, "rollout": rollout.to_status(rolled.state)}},
+    )
+    emit(rsp, *(Event(warning, f"{name}: {message}") for warning, message in rolled.events))
+    if rolled.requeue_after is not None:
+        ttl = max(1, math.ceil(rolled.requeue_after))
+        if not rsp.meta.HasField("ttl") or ttl < rsp.meta.ttl.seconds:
+            rsp.meta.ttl.FromSeconds(ttl)
+
+
+def _read_spec(xr: dict) -> tuple[Deployment, list]:
+    """The deployment, and the launch mistakes its spec itself shows (launch.py),
+    refused (InputError) before anything is placed."""
+    deployment = read_deployment(xr)
+    check_selectors(deployment)
+    return deployment, launch.check_spec(xr, deployment)
+
+
 class FunctionRunner(GuardedRunner):
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         super().__init__()
@@ -158,10 +213,7 @@ class FunctionRunner(GuardedRunner):
 
         # 1. Resolve inputs.
         try:
-            deployment = read_deployment(xr)
-            check_selectors(deployment)
-            # Launch mistakes the spec itself shows (launch.py): refused before placing.
-            spec_launch_warnings = launch.check_spec(xr, deployment)
+            deployment, spec_launch_warnings = _read_spec(xr)
         except InputError as err:
             response.fatal(rsp, f"{name}: {err}")
             return rsp
@@ -214,9 +266,13 @@ class FunctionRunner(GuardedRunner):
         )
         desired = deployment.replicas if activity is None else activity.desired(deployment.replicas)
 
-        # 2. Decide: parking first, then placement (a parked model places nothing).
+        # 2. Decide: parking first, then placement (a parked model places nothing), then
+        # which revision each placed cluster runs.
+        before, template, revision = _revisions(deployment, previous)
         decision = parking.decide(
-            definition=deployment.definition_hash,
+            definition=_parking_definition(
+                deployment, revision, before, status.read_parked(previous)
+            ),
             retry=deployment.retry,
             records=[h.health for h in own if h.health is not None],
             previous=status.read_parked(previous),
@@ -253,6 +309,18 @@ class FunctionRunner(GuardedRunner):
                 decided, existing_at, clusters, deployment, idle=desired == 0
             )
 
+        rolled = self._rollout(
+            deployment,
+            frozen_keys=readable.frozen_keys,
+            template=template,
+            revision=revision,
+            before=before,
+            decided=decided,
+            observed_own=observed_own,
+            decision=decision,
+            now=now,
+        )
+
         # 3. Compose one ModelReplica per cluster used.
         self._compose(
             rsp,
@@ -262,6 +330,8 @@ class FunctionRunner(GuardedRunner):
             cache_mount=modelcache.replica_mount(cache) if cache is not None else None,
             cache_ready_at=modelcache.ready_at(cache, own),
             activator_at=targets.activator_at(activity, decided, own),
+            rollout_plan=rolled,
+            template=template,
         )
 
         # 4. Status, results and conditions.
@@ -277,8 +347,8 @@ class FunctionRunner(GuardedRunner):
             now=now,
         )
         outcome.status.update(launch.status_warnings(own, spec_launch_warnings))
-        resource.update(rsp.desired.composite, {"status": outcome.status})
         emit(rsp, *status.events(name, plan, decision, outcome.unplaceable))
+        _write_rollout(rsp, name, rolled, outcome.status)
         for message in [
             *advice.spec_warnings(deployment, cache, plan),
             *map(str, spec_launch_warnings),
@@ -306,6 +376,52 @@ class FunctionRunner(GuardedRunner):
             parked=decision.is_parked,
         )
         return rsp
+
+    @staticmethod
+    def _rollout(
+        deployment: Deployment,
+        *,
+        template: dict,
+        revision: str,
+        frozen_keys: set[str],
+        before: rollout.State | None,
+        decided: targets.Targets,
+        observed_own: dict[str, struct_pb2.Struct],
+        decision: parking.Decision,
+        now: datetime,
+    ) -> rollout.Plan:
+        """Which revision each placed cluster runs (rollout.py), from status.rollout and
+        what the observed ModelReplicas report. Without a status.rollout (a deployment
+        composed before rollouts), the template an observed ModelReplica carries is the
+        last good one."""
+        observed: dict[str, rollout.Observed] = {}
+        for key in sorted(observed_own):
+            seen = rollout.read_observed(plain_only(observed_own[key], rollout.OBSERVED_FIELDS))
+            if seen is not None:
+                observed.setdefault(seen.cluster, seen)
+        observed_template = None
+        if before is None and observed_own:
+            first = plain(observed_own[sorted(observed_own)[0]])
+            observed_template = rollout.template_of(first.get("spec") or {}) or None
+        return rollout.plan(
+            policy=deployment.rollout,
+            previous=before,
+            revision=revision,
+            template=template,
+            # A frozen ModelReplica is kept as observed whatever its revision: no wave
+            # waits for a cluster that cannot be read, and none is given it.
+            targets=[
+                rollout.Target(c.name, c.labels)
+                for c, _, _ in decided.replicas
+                if manifests.replica_key(c.name) not in frozen_keys
+            ],
+            observed=observed,
+            observed_template=observed_template,
+            serving=not decision.is_parked and any(o.ready_replicas > 0 for o in observed.values()),
+            paused=deployment.rollout_paused,
+            undo=deployment.rollout_undo,
+            now=now,
+        )
 
     @staticmethod
     def _activity(
@@ -394,13 +510,16 @@ class FunctionRunner(GuardedRunner):
         cache_mount: dict | None,
         cache_ready_at: frozenset[str],
         activator_at: set[str] | None,
+        rollout_plan: rollout.Plan | None = None,
+        template: dict | None = None,
     ) -> None:
         """Write each ModelReplica (manifests.model_replicas). They are the same but for a
         few per-cluster fields, and the autoscaling member list in each grows with the
         clusters used (the output grows with their square): each shared entry's Struct
         bytes are written once, only what differs per cluster is written again, and upb
-        parses each ModelReplica in one call."""
-        shared: dict[tuple[str, ...], bytes] = {}
+        parses each ModelReplica in one call. Mid-rollout the clusters carry one of two
+        templates: what is shared is kept per revision."""
+        shared_by_revision: dict[str, dict[tuple[str, ...], bytes]] = {}
         for key, body in manifests.model_replicas(
             deployment,
             decided,
@@ -408,6 +527,9 @@ class FunctionRunner(GuardedRunner):
             cache_mount=cache_mount,
             cache_ready_at=cache_ready_at,
             activator_at=activator_at,
+            rollout_plan=rollout_plan,
+            template=template,
         ):
             target = rsp.desired.resources[key].resource
+            shared = shared_by_revision.setdefault(body["spec"].get("revision", ""), {})
             target.MergeFromString(shared_struct_bytes(body, manifests.VARYING_FIELDS, shared))

@@ -10,8 +10,8 @@ by cluster name), so the AdaptivePolicy copies built from it are byte-identical.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
 
 from functions.common import contracts
 from functions.common.adaptivepolicy import (
@@ -21,10 +21,12 @@ from functions.common.adaptivepolicy import (
     endpoint_name,
     fit_cluster_weights,
     manages_traffic,
+    with_rollout_signals,
 )
 from functions.common.naming import dns_label, label_value, resource_key
 from functions.common.pod_policy import DEFAULT_POLICY
 from functions.compose_model_deployment.model import Cluster, Deployment, Pool
+from functions.compose_model_deployment.rollout import Plan
 from functions.compose_model_deployment.targets import Targets
 
 # The only fields in which a deployment's ModelReplicas differ from one another; the
@@ -37,7 +39,10 @@ PER_CLUSTER_FIELDS: Final = {
 # The same, with what `model_replicas` sets per cluster besides (the cache's readiness
 # there, and whether the route leads to the activator).
 VARYING_FIELDS: Final = {
-    section: (*fields, *(("modelCache", "activator") if section == "spec" else ()))
+    section: (
+        *fields,
+        *(("modelCache", "activator") if section == "spec" else ()),
+    )
     for section, fields in PER_CLUSTER_FIELDS.items()
 }
 
@@ -60,11 +65,26 @@ def member_provider_config(cluster: Cluster) -> dict:
     }
 
 
+def rollout_signal_names(deployment: Deployment) -> tuple[str, ...]:
+    """The extra signals a deployment's rollout gates read (adaptivepolicy.ROLLOUT_SIGNALS)."""
+    gates = deployment.rollout.gates
+    names = []
+    if gates.error_rate_max is not None or gates.error_rate_max_increase is not None:
+        names.append("rolloutErrorRate")
+    if gates.ttft_max_seconds is not None or gates.ttft_max_ratio is not None:
+        names.append("rolloutTtftP95")
+    return tuple(names)
+
+
 def autoscaling_spec(deployment: Deployment, used: list[tuple[Cluster, str]]) -> dict | None:
     """AdaptivePolicy.spec without `workload`, for every cluster the deployment uses."""
     if not deployment.autoscaling:
         return None
-    spec = {k: deployment.autoscaling[k] for k in PASSTHROUGH_FIELDS if k in deployment.autoscaling}
+    asked = rollout_signal_names(deployment)
+    source = (
+        with_rollout_signals(deployment.autoscaling, asked) if asked else deployment.autoscaling
+    )
+    spec = {k: source[k] for k in PASSTHROUGH_FIELDS if k in source}
     settings = {c["name"]: c for c in deployment.autoscaling.get("clusters") or []}
     spec["clusters"] = fit_cluster_weights(
         [
@@ -102,6 +122,53 @@ def managed_routes(deployment: Deployment) -> list[dict]:
     return [own, *listed]
 
 
+def replica_template(deployment: Deployment) -> dict:
+    """The part of a ModelReplica's spec a revision is made of (rollout.TEMPLATE_FIELDS):
+    the same on every cluster, and what a cluster not yet in a rollout's wave keeps from
+    the last good revision."""
+    template: dict = {
+        "definitionHash": deployment.definition_hash,
+        "source": deployment.source,
+        "profile": deployment.profile,
+        "servingMode": deployment.serving_mode,
+        "engines": [
+            {
+                "name": engine.name,
+                "type": engine.type,
+                "port": engine.port,
+                "members": [
+                    {
+                        "role": member.role,
+                        **(
+                            {"workerNodes": member.worker_nodes}
+                            if member.role == contracts.ROLE_LEADER
+                            else {}
+                        ),
+                        "devices": [
+                            {
+                                "name": d.name,
+                                "count": d.count,
+                                **({"deviceClassName": d.device_class} if d.device_class else {}),
+                                "selectors": list(d.selectors),
+                            }
+                            for d in member.devices
+                        ],
+                        **({"cpu": member.cpu, "memory": member.memory} if member.cpu_only else {}),
+                        "template": member.template,
+                    }
+                    for member in engine.members
+                ],
+            }
+            for engine in deployment.engines
+        ],
+    }
+    if deployment.raw_tolerations:
+        template["tolerations"] = deployment.raw_tolerations
+    if deployment.pod_metadata:
+        template["podMetadata"] = deployment.pod_metadata
+    return template
+
+
 def model_replica(
     deployment: Deployment,
     cluster: Cluster,
@@ -112,7 +179,11 @@ def model_replica(
     unavailable: dict | None = None,
     fabrics: tuple[str, ...] = (),
     model_cache: dict | None = None,
+    template: Mapping[str, Any] | None = None,
+    revision: str = "",
 ) -> dict:
+    """`template`: the revision's part of the spec (replica_template of the deployment
+    when None); `revision`: its name, in spec.revision and the revision label."""
     provider = {"name": cluster.provider_config_ref.get("name", cluster.name)}
     if cluster.provider_config_ref.get("kind"):
         provider["kind"] = cluster.provider_config_ref["kind"]
@@ -150,45 +221,10 @@ def model_replica(
             ),
         },
         "replicas": replicas,
-        "definitionHash": deployment.definition_hash,
-        "source": deployment.source,
-        "profile": deployment.profile,
-        "servingMode": deployment.serving_mode,
-        "engines": [
-            {
-                "name": engine.name,
-                "type": engine.type,
-                "port": engine.port,
-                "members": [
-                    {
-                        "role": member.role,
-                        **(
-                            {"workerNodes": member.worker_nodes}
-                            if member.role == contracts.ROLE_LEADER
-                            else {}
-                        ),
-                        "devices": [
-                            {
-                                "name": d.name,
-                                "count": d.count,
-                                **({"deviceClassName": d.device_class} if d.device_class else {}),
-                                "selectors": list(d.selectors),
-                            }
-                            for d in member.devices
-                        ],
-                        **({"cpu": member.cpu, "memory": member.memory} if member.cpu_only else {}),
-                        "template": member.template,
-                    }
-                    for member in engine.members
-                ],
-            }
-            for engine in deployment.engines
-        ],
+        **(template if template is not None else replica_template(deployment)),
     }
-    if deployment.raw_tolerations:
-        spec["tolerations"] = deployment.raw_tolerations
-    if deployment.pod_metadata:
-        spec["podMetadata"] = deployment.pod_metadata
+    if revision:
+        spec["revision"] = revision
     if autoscaling is not None:
         spec["autoscaling"] = autoscaling
     if unavailable is not None:
@@ -203,6 +239,7 @@ def model_replica(
             "labels": {
                 contracts.LABEL_DEPLOYMENT: label_value(deployment.name),
                 contracts.LABEL_CLUSTER: label_value(cluster.name),
+                **({contracts.LABEL_REVISION: revision} if revision else {}),
             },
         },
         "spec": spec,
@@ -217,11 +254,16 @@ def model_replicas(
     cache_mount: dict | None,
     cache_ready_at: frozenset[str],
     activator_at: set[str] | None,
+    rollout_plan: Plan | None = None,
+    template: dict | None = None,
 ) -> Iterator[tuple[str, dict]]:
     """(composed-resource key, ModelReplica) for each decided target, but the frozen ones
     (kept as observed) and any whose pool is gone. `activator_at`: for an on-demand model,
     the clusters whose route goes through the member's activator (no ready replica
-    there); None for any other model."""
+    there); None for any other model. `rollout_plan`: which revision each cluster runs
+    (rollout.py); without one every cluster gets the deployment's template (`template`:
+    replica_template of the deployment, when the caller has it already)."""
+    new_template = template if template is not None else replica_template(deployment)
     autoscaling = autoscaling_spec(deployment, [(c, p) for c, p, _ in decided.replicas])
     for cluster, pool_name, replicas in decided.replicas:
         pool = cluster.pool(pool_name)
@@ -240,6 +282,16 @@ def model_replicas(
                 {**cache_mount, "ready": cluster.name in cache_ready_at}
                 if cache_mount is not None
                 else None
+            ),
+            template=(
+                rollout_plan.template_for(cluster.name, new_template)
+                if rollout_plan is not None
+                else new_template
+            ),
+            revision=(
+                rollout_plan.revision_at.get(cluster.name, rollout_plan.state.revision)
+                if rollout_plan is not None
+                else ""
             ),
         )
         if activator_at is not None:

@@ -24,7 +24,7 @@ from functions.common.quantity import parse_quantity
 from functions.common.reader import InputError
 from functions.common.redact import url_credentials
 from functions.common.scheduling import Taint, Toleration
-from functions.compose_model_deployment import cpu, ondemand, parking
+from functions.compose_model_deployment import cpu, ondemand, parking, rollout
 from functions.compose_model_deployment.cel_env import (
     DeviceProfile,
     Semver,
@@ -150,6 +150,9 @@ class Deployment:
     model_cache: str = ""  # spec.modelCacheRef.name ("" without a cache)
     on_demand: ondemand.OnDemand | None = None
     activate: str = ""  # the modelplane.ai/activate annotation ("" if unset)
+    rollout: rollout.Policy = rollout.DEFAULT_POLICY  # spec.rollout
+    rollout_paused: bool = False  # the modelplane.ai/rollout-paused annotation is "true"
+    rollout_undo: str = ""  # the modelplane.ai/rollout-undo annotation ("" if unset)
 
     def tolerates(self, taint: Taint) -> bool:
         return any(t.tolerates(taint) for t in self.tolerations)
@@ -327,6 +330,14 @@ def read_deployment(xr: dict) -> Deployment:
         model_cache=str((spec.get("modelCacheRef") or {}).get("name") or ""),
         on_demand=_read_on_demand(spec.get("onDemand")),
         activate=str((meta.get("annotations") or {}).get(contracts.ANNOTATION_ACTIVATE, "")),
+        rollout=rollout.read_policy(spec.get("rollout")),
+        rollout_paused=str(
+            (meta.get("annotations") or {}).get(contracts.ANNOTATION_ROLLOUT_PAUSED, "")
+        ).lower()
+        == "true",
+        rollout_undo=str(
+            (meta.get("annotations") or {}).get(contracts.ANNOTATION_ROLLOUT_UNDO, "")
+        ),
     )
 
 

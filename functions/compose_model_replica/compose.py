@@ -29,6 +29,7 @@ from functions.compose_model_replica.objects import (
 from functions.compose_model_replica.pods import resource_claim_template
 
 HEALTH_KEY = "health"
+POLICY_KEY = "adaptivepolicy"  # the AdaptivePolicy copy, whose report carries the signals
 
 
 def ready_query(workload: Workload) -> str:
@@ -128,5 +129,5 @@ def compose(replica: ModelReplica) -> Plan:
             key = workload.key.replace("workload", "scaledobject", 1)
             manifest = autoscaling.scaled_object(replica, workload, serving=workload is serving_one)
             composed.append(envelope(replica, key, manifest))
-        composed.append(envelope(replica, "adaptivepolicy", autoscaling.adaptive_policy(replica)))
+        composed.append(envelope(replica, POLICY_KEY, autoscaling.adaptive_policy(replica)))
     return Plan(sorted(composed, key=lambda c: c.key), built)

@@ -31,7 +31,7 @@ from functions.common.sdk import (
 )
 from functions.compose_model_replica import launch
 from functions.compose_model_replica.cluster import REQUIRED_CLUSTER, bind_to_cluster
-from functions.compose_model_replica.compose import HEALTH_KEY, compose
+from functions.compose_model_replica.compose import HEALTH_KEY, POLICY_KEY, compose
 from functions.compose_model_replica.model import InvalidReplica, parse
 from functions.compose_model_replica.status import observe
 
@@ -84,7 +84,7 @@ class FunctionRunner(GuardedRunner):
         observed = {
             name: resource.struct_to_dict(r.resource) for name, r in req.observed.resources.items()
         }
-        status = observe(replica, plan.workloads, observed, HEALTH_KEY)
+        status = observe(replica, plan.workloads, observed, HEALTH_KEY, POLICY_KEY)
 
         dropped = sorted(set(observed) - {c.key for c in plan.composed})
         if dropped:

@@ -20,6 +20,7 @@ from functions.common import answers, pod_shape, tenancy
 from functions.common.adaptivepolicy import manages_traffic
 from functions.common.contracts import (
     LABEL_DEPLOYMENT,
+    LABEL_REVISION,
     LABEL_SERVING,
     PORT_DECODE_ENGINE,
     PORT_NAME_HTTP,
@@ -197,6 +198,9 @@ class ModelReplica(Spec):
     node_pool: NodePool = Field(alias="nodePool")
     replicas: Replicas
     definition_hash: str = Field(alias="definitionHash")
+    # The deployment's revision this replica runs (compose-model-deployment's rollout.py);
+    # "" for a replica composed before rollouts.
+    revision: str = Field(default="", max_length=64, pattern=r"^[a-z0-9]*$")
     source: Source
     profile: str = ""
     serving_mode: str = Field(default=SERVING_UNIFIED, alias="servingMode")
@@ -221,6 +225,12 @@ class ModelReplica(Spec):
         """The labels every object this replica composes carries, as valid label values
         for any valid name (a 253-character deployment name is shortened)."""
         return {LABEL_SERVING: self.serving_label, LABEL_DEPLOYMENT: label_value(self.deployment)}
+
+    def workload_labels(self) -> dict[str, str]:
+        """A workload's labels: the revision besides, so its observed copy says which
+        revision was applied (on the workload's metadata only: a label on the pod
+        template would restart every pod)."""
+        return {**self.labels(), **({LABEL_REVISION: self.revision} if self.revision else {})}
 
     @property
     def shape(self) -> Shape:

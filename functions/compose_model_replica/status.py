@@ -9,10 +9,13 @@ wait or to look at the pods.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from functions.common import conditions
+from functions.common.adaptivepolicy import ROLLOUT_SIGNALS
 from functions.common.conditions import Condition
+from functions.common.contracts import LABEL_REVISION
 from functions.common.health import HealthRecord
 from functions.compose_model_replica.backends.base import Workload
 from functions.compose_model_replica.model import REASON_WAITING_FOR_CACHE, ModelReplica
@@ -33,6 +36,12 @@ class ReplicaStatus:
     health: HealthRecord | None
     conditions: tuple[Condition, ...]
     ready_objects: frozenset[str]  # keys of composed Objects whose Ready is True
+    # The revision every workload has fully rolled to and is Ready at ("" otherwise): what
+    # a rollout's Ready gate reads (old pods still ready mid-roll do not count).
+    revision: str = ""
+    # The rollout gates' signals (ModelReplica status.signals), from the AdaptivePolicy
+    # copy's report on the member; empty without autoscaling or before a report.
+    signals: dict = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
@@ -40,6 +49,10 @@ class ReplicaStatus:
 
     def to_status(self) -> dict:
         status: dict = {"readyReplicas": self.ready_replicas}
+        if self.revision:
+            status["revision"] = self.revision
+        if self.signals:
+            status["signals"] = dict(self.signals)
         if self.health is not None:
             status["health"] = self.health.to_status()
         return status
@@ -64,11 +77,47 @@ def _count(value) -> int:
         return 0
 
 
+def rollout_signals(policy_copy: dict | None) -> dict[str, float]:
+    """The rollout signals (adaptivepolicy.ROLLOUT_SIGNALS) the member's agent reported
+    in the AdaptivePolicy copy's status.report.extra, under the ModelReplica's names. A
+    value that is not a finite number is left out (the gate reading it is Unmeasured)."""
+    if policy_copy is None:
+        return {}
+    extra = ((policy_copy.get("status") or {}).get("report") or {}).get("extra") or {}
+    out = {}
+    for name, (status_name, _signal) in ROLLOUT_SIGNALS.items():
+        value = extra.get(name) if isinstance(extra, dict) else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            out[status_name] = float(value)
+    return out
+
+
+def rolled(manifest: dict, revision: str, ready_field: str) -> bool:
+    """Whether an observed workload runs `revision` on every pod and all are ready: the
+    revision was applied (its label), the controller has seen that spec (observed
+    generation), every pod is of it (updated = wanted, no old pod left) and ready. A
+    count the kind does not report is not required."""
+    meta = manifest.get("metadata") or {}
+    status = manifest.get("status") or {}
+    if not revision or (meta.get("labels") or {}).get(LABEL_REVISION) != revision:
+        return False
+    generation, seen = meta.get("generation"), status.get("observedGeneration")
+    if generation is not None and (seen is None or _count(seen) < _count(generation)):
+        return False
+    wanted = _count((manifest.get("spec") or {}).get("replicas", 1))
+    if "updatedReplicas" in status and _count(status["updatedReplicas"]) < wanted:
+        return False
+    if "replicas" in status and _count(status["replicas"]) > wanted:
+        return False
+    return _count(status.get(ready_field)) >= wanted
+
+
 def observe(
     replica: ModelReplica,
     workloads: list[Workload],
     observed: dict[str, dict],
     health_key: str,
+    policy_key: str = "",
 ) -> ReplicaStatus:
     """Status and conditions from the observed Objects, by resource key."""
     ready_counts = []
@@ -164,7 +213,16 @@ def observe(
             f"no replica is ready {where} yet",
         )
 
+    manifests = [remote(observed.get(w.key)) for w in workloads]
     return ReplicaStatus(
+        signals=rollout_signals(remote(observed.get(policy_key))) if policy_key else {},
+        revision=replica.revision
+        if all_observed
+        and all(
+            m is not None and rolled(m, replica.revision, w.ready_field)
+            for m, w in zip(manifests, workloads, strict=True)
+        )
+        else "",
         observed=all_observed,
         ready_replicas=ready,
         desired_replicas=desired,

@@ -538,14 +538,24 @@ STAGES = [
 # --- equipping a member -----------------------------------------------------------------
 
 
-def equip(box: Clusters, member: str) -> None:
-    """Start a GPU member's scheduler and KWOK, and create its nodes, slices and
-    DeviceClasses (its controller manager runs `CONTROLLERS`: members.py)."""
+def equip(
+    box: Clusters,
+    member: str,
+    nodes: list[FakeNode] | None = None,
+    *,
+    kwok_runs_real_pods: bool = False,
+) -> None:
+    """Start a GPU member's scheduler and KWOK, and create its nodes (`nodes`, else the
+    example cluster's: `member_nodes`), slices and DeviceClasses (its controller manager
+    runs `CONTROLLERS`: members.py). `kwok_runs_real_pods`: a member that never serves
+    for real, whose KWOK also plays the pods labelled to run for real (a deployment
+    spread over a real member and KWOK ones carries the label everywhere)."""
     cluster = box.members[member]
     kubeconfig = box.kubeconfigs[member]
     stages = cluster.workdir / "kwok-stages.yaml"
     # Pods labelled to run for real are a pod runner's (serving.py), never KWOK's.
-    stages.write_text(yaml.safe_dump_all(skip_real_pods(STAGES), sort_keys=False))
+    chosen = STAGES if kwok_runs_real_pods else skip_real_pods(STAGES)
+    stages.write_text(yaml.safe_dump_all(chosen, sort_keys=False))
     scheduler = Process(
         f"kube-scheduler-{member}",
         [
@@ -569,7 +579,7 @@ def equip(box: Clusters, member: str) -> None:
     )
     for process in (scheduler, kwok):
         box.start_process(process)
-    add_nodes(box, member, member_nodes(member))
+    add_nodes(box, member, member_nodes(member) if nodes is None else nodes)
 
 
 def install_drivers(box: Clusters, member: str) -> None:

@@ -8,6 +8,7 @@ on: every Object is composed, status and conditions say what is going on and wha
 and the ModelReplica is Ready only when its replicas are.
 """
 
+import copy
 import json
 import os
 import tempfile
@@ -24,6 +25,7 @@ from functions.compose_model_replica.model import parse
 from functions.runtime.activator import core as activator_core
 
 TESTDATA = render.REPO / "tests" / "render" / "testdata"
+RESOURCE_NAME = "crossplane.io/composition-resource-name"
 XR = TESTDATA / "modelreplica.yaml"
 # Its InferenceCluster, which compose-model-replica reads (the provider config, the pod policy).
 CLUSTER = render.REPO / "examples" / "inferenceclusters" / "us-east-h100.yaml"
@@ -465,3 +467,75 @@ def test_a_503_body_names_no_cluster_device_class_or_spec_path(function_servers,
     )
     # The operator's detail stays in the replica's status.
     assert operator in _condition(composite, conditions.SERVING)["message"]
+def _with_revision(tmp_path: Path, replica: dict, revision: str) -> Path:
+    replica = copy.deepcopy(replica)
+    replica["spec"]["revision"] = revision
+    path = tmp_path / f"{replica['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(replica))
+    return path
+
+
+def _observed_workload(tmp_path: Path, revision: str, status: dict, name: str) -> Path:
+    """observed-ready.yaml with the member's Deployment at `revision` and `status`."""
+    documents = list(yaml.safe_load_all((OBSERVED / "observed-ready.yaml").read_text()))
+    remote = documents[0]["status"]["atProvider"]["manifest"]
+    remote["metadata"].update(labels={contracts.LABEL_REVISION: revision}, generation=4)
+    remote["status"] = {"observedGeneration": 4, **status}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(documents))
+    return path
+
+
+def test_a_replica_says_which_revision_its_workload_has_fully_rolled(function_servers, tmp_path):
+    xr = _with_revision(tmp_path, yaml.safe_load(XR.read_text()), "r0123456789")
+    _, composed = _render(function_servers, xr=xr)
+    workload = next(
+        d for d in composed if d["metadata"]["annotations"][RESOURCE_NAME] == "workload"
+    )
+    manifest = workload["spec"]["forProvider"]["manifest"]
+    # On the workload, not on its pods: a revision label on the pod template would
+    # restart every pod of a replica whose engines did not change.
+    assert manifest["metadata"]["labels"][contracts.LABEL_REVISION] == "r0123456789"
+    assert contracts.LABEL_REVISION not in manifest["spec"]["template"]["metadata"]["labels"]
+
+    rolled = _observed_workload(
+        tmp_path, "r0123456789", {"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2}, "a.yaml"
+    )
+    composite, _ = _render(function_servers, xr=xr, observed=rolled)
+    assert composite["status"]["revision"] == "r0123456789"
+    # Mid-roll: the old pods are still the ready ones.
+    rolling = _observed_workload(
+        tmp_path, "r0123456789", {"replicas": 3, "updatedReplicas": 1, "readyReplicas": 2}, "b.yaml"
+    )
+    composite, _ = _render(function_servers, xr=xr, observed=rolling)
+    assert "revision" not in composite["status"]
+    # The workload applied is another revision's.
+    other = _observed_workload(
+        tmp_path, "r9999999999", {"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2}, "c.yaml"
+    )
+    composite, _ = _render(function_servers, xr=xr, observed=other)
+    assert "revision" not in composite["status"]
+
+
+def test_a_replica_reports_the_rollout_signals_its_members_agent_computed(
+    function_servers, tmp_path
+):
+    replica = _managed_replicas()[0]
+    xr = _with_revision(tmp_path, replica, "r0123456789")
+    _, composed = _render(function_servers, xr=xr)
+    policy = next(
+        d for d in composed if d["metadata"]["annotations"][RESOURCE_NAME] == "adaptivepolicy"
+    )
+    observed = copy.deepcopy(policy)
+    observed["status"] = {
+        "atProvider": {
+            "manifest": {
+                **policy["spec"]["forProvider"]["manifest"],
+                "status": {"report": {"extra": {"rolloutErrorRate": 0.01, "rolloutTtftP95": 0.35}}},
+            }
+        }
+    }
+    path = tmp_path / "observed-policy.yaml"
+    path.write_text(yaml.safe_dump(observed))
+    composite, _ = _render(function_servers, xr=xr, observed=path)
+    assert composite["status"]["signals"] == {"errorRate": 0.01, "timeToFirstTokenP95": 0.35}

@@ -26,7 +26,7 @@ def deployment(
         "metadata": {
             "name": name,
             "namespace": replica.namespace,
-            "labels": replica.labels(),
+            "labels": replica.workload_labels(),
         },
         "spec": {
             **replica_count(replica),

@@ -150,7 +150,7 @@ def pod_clique_set(replica: ModelReplica) -> Workload:
         "metadata": {
             "name": workload_name(replica),
             "namespace": replica.namespace,
-            "labels": {**replica.labels(), KAI_QUEUE_LABEL: KAI_QUEUE},
+            "labels": {**replica.workload_labels(), KAI_QUEUE_LABEL: KAI_QUEUE},
         },
         "spec": {
             **replica_count(replica),

@@ -72,7 +72,7 @@ def leader_worker_set(replica: ModelReplica) -> Workload:
         "metadata": {
             "name": name,
             "namespace": replica.namespace,
-            "labels": replica.labels(),
+            "labels": replica.workload_labels(),
         },
         "spec": {
             **replica_count(replica),

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from functions.common import vocabulary
+from functions.common.adaptivepolicy import DEFAULT_VOCABULARY_SIGNALS
 from functions.common.durations import parse_duration
 from functions.common.naming import stable_hash
 from functions.common.reader import Spec
@@ -180,11 +181,7 @@ class VocabularySignal(Spec):
 
 # What a deployment that names no signal at all is scaled by.
 DEFAULT_SIGNALS: Final = {
-    "demand": VocabularySignal(metric="modelplane_requests_total", function="rate"),
-    "pressure": VocabularySignal(metric="modelplane_requests_waiting", function="perReadyReplica"),
-    "latency": VocabularySignal(
-        metric="modelplane_time_to_first_token", function="quantile", quantile=0.9
-    ),
+    name: VocabularySignal(**signal) for name, signal in DEFAULT_VOCABULARY_SIGNALS.items()
 }
 
 
