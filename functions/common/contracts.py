@@ -56,6 +56,18 @@ DEFAULT_ACTIVATION_TIMEOUT_SECONDS: Final = 300.0
 # On every composed pod template: the definition (ModelReplica spec.definitionHash) the pod
 # runs. The member's agent counts start failures per definition from it.
 ANNOTATION_DEFINITION_HASH: Final = "modelplane.ai/definition-hash"
+# Fleet rollouts (a revision reaching the clusters in waves). Written by `modelplane rollout`
+# on a ModelDeployment, read by compose-model-deployment: present ("true") pauses the
+# rollout in progress, removing it resumes; the undo annotation names the in-progress
+# revision to roll back to the last good one. Each composed ModelReplica carries its
+# revision (spec.revision) and this label; status.rollout.phase is one of the phases.
+ANNOTATION_ROLLOUT_PAUSED: Final = "modelplane.ai/rollout-paused"
+ANNOTATION_ROLLOUT_UNDO: Final = "modelplane.ai/rollout-undo"
+LABEL_REVISION: Final = "modelplane.ai/revision"
+ROLLOUT_PROGRESSING: Final = "Progressing"
+ROLLOUT_PAUSED: Final = "Paused"
+ROLLOUT_COMPLETE: Final = "Complete"
+ROLLOUT_ROLLED_BACK: Final = "RolledBack"
 # On a collector's pod template (cluster, node and gateway tier): the hash of the config it
 # mounts, so a new config rolls the pods instead of waiting for a restart.
 ANNOTATION_CONFIG_HASH: Final = "modelplane.ai/config-hash"
