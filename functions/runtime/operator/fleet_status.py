@@ -795,6 +795,14 @@ def next_step(model: ModelSummary) -> str:
         return "Its status is not written yet: compose-model-deployment has not reconciled it."
     if model.rollout and model.rollout.in_progress:
         where = f"{model.namespace}/{model.name}"
+        if model.rollout.phase == contracts.ROLLOUT_PAUSED and not model.rollout.paused:
+            return (
+                f"Its rollout of {model.rollout.revision} was paused by its policy "
+                f"(onFailure: Pause) at wave {model.rollout.wave}/{model.rollout.waves}: "
+                f"fix the cause above and change the template (a new revision), or "
+                f"`modelplane rollout undo {where}` returns its clusters to "
+                f"{model.rollout.previous or 'the last good revision'}."
+            )
         if model.rollout.phase == contracts.ROLLOUT_PAUSED:
             return (
                 f"Its rollout of {model.rollout.revision} is paused: `modelplane rollout "

@@ -207,13 +207,15 @@ def read_rollout(
 
 
 def gate_words(gate: Gate) -> str:
-    """`errorRate Failed: observed 0.12, threshold 0.05`."""
+    """`errorRate Failed: observed 0.12, threshold 0.05` (the state left out when the
+    status gives none, as for `failedGate`)."""
     numbers = []
     if gate.observed:
         numbers.append(f"observed {gate.observed}")
     if gate.threshold:
         numbers.append(f"threshold {gate.threshold}")
-    return f"{gate.name} {gate.state}" + (f": {', '.join(numbers)}" if numbers else "")
+    name = f"{gate.name} {gate.state}" if gate.state else gate.name
+    return name + (f": {', '.join(numbers)}" if numbers else "")
 
 
 def headline(rollout: Rollout) -> str:
