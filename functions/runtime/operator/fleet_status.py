@@ -29,7 +29,14 @@ from functions.common import conditions, contracts
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord, count_failures
 from functions.common.inventory import IDLE_AFTER_SECONDS, device_class
-from functions.runtime.operator.rollout import Rollout, explain_lines, gate_words, read_rollout
+from functions.runtime.operator.rollout import (
+    ClusterRevision,
+    Rollout,
+    cluster_revisions,
+    explain_lines,
+    gate_words,
+    read_rollout,
+)
 from functions.runtime.operator.terminal import escaped
 
 # A model's state, one word each, in the order an operator should look at them.
@@ -129,6 +136,9 @@ class ModelSummary:
     # Where its last rollout stands (status.rollout, with each cluster's revision from
     # its ModelReplicas); None before the function wrote one.
     rollout: Rollout | None = None
+    # Each cluster's revision as its ModelReplicas carry it, rollout recorded or not (a
+    # cluster only the status names is in `rollout.clusters`, not here).
+    revisions: list[ClusterRevision] = field(default_factory=list)
 
     @property
     def satisfied(self) -> bool:
@@ -512,6 +522,7 @@ def read_model(
             else ""
         ),
         rollout=read_rollout(deployment, replicas),
+        revisions=cluster_revisions(replicas),
     )
 
 
