@@ -37,7 +37,8 @@ ENGINE_WORDS = "api_server.py: error: unrecognized arguments: --max-num-seqz"
 def _rollout(phase: str, on_new: tuple[str, ...]) -> dict:
     rollout = {
         "revision": NEW,
-        "previous": OLD,
+        # The last good revision: the revision itself once Complete.
+        "previous": NEW if phase == contracts.ROLLOUT_COMPLETE else OLD,
         "phase": phase,
         "wave": 1,
         "waves": 2,

@@ -45,7 +45,8 @@ def deployment(rollout: dict | None, annotations: dict | None = None) -> dict:
 def status_rollout(phase: str, **extra) -> dict:
     return {
         "revision": NEW,
-        "previous": OLD,
+        # The last good revision: the revision itself once Complete.
+        "previous": NEW if phase == contracts.ROLLOUT_COMPLETE else OLD,
         "phase": phase,
         "wave": 1,
         "waves": 2,
@@ -180,10 +181,11 @@ def test_a_policy_pause_names_the_gate_that_failed():
 
 
 def test_undo_of_a_first_revision_is_refused():
-    got = rollouts.read_rollout(
-        deployment({**status_rollout("Progressing"), "previous": ""}), MID_WAVE_ONE
-    )
-    assert "no previous revision" in rollouts.plan_undo(got).refusal
+    for previous in ("", NEW):
+        got = rollouts.read_rollout(
+            deployment({**status_rollout("Progressing"), "previous": previous}), MID_WAVE_ONE
+        )
+        assert "no previous revision" in rollouts.plan_undo(got).refusal
 
 
 def test_pause_sets_the_annotation_and_changes_no_cluster():
@@ -326,3 +328,18 @@ def test_explain_of_a_policy_pause_points_at_undo_not_resume():
     assert "paused by its policy (onFailure: Pause)" in text
     assert "modelplane rollout undo ml/llama" in text
     assert "rollout resume" not in text
+
+
+def test_a_complete_rollout_names_one_revision_and_marks_no_cluster_new():
+    got = read("Complete", replicas=[replica(c, NEW) for c in ("eu-west", "us-east")])
+    assert rollouts.headline(got) == f"Complete {NEW}"
+    lines = rollouts.explain_lines(got)
+    assert not any("(new)" in line or "(previous)" in line for line in lines)
+
+
+def test_explain_says_since_when_the_wave_bakes():
+    got = read("Progressing", bakingSince="2026-12-07T02:03:00Z")
+    assert rollouts.explain_lines(got)[1] == (
+        "    started 2026-12-07T02:00:00Z; wave 1 started 2026-12-07T02:00:00Z, "
+        "baking since 2026-12-07T02:03:00Z"
+    )

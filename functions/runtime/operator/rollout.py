@@ -76,6 +76,8 @@ class Rollout:
     started_at: str
     wave_started_at: str
     clusters: list[ClusterRevision]
+    # When every cluster of the waves so far was Ready: the bake counts from here.
+    baking_since: str = ""
     # The steering annotations as they are on the ModelDeployment now.
     paused: bool = False
     undo: str = ""
@@ -83,6 +85,11 @@ class Rollout:
     @property
     def in_progress(self) -> bool:
         return self.phase in IN_PROGRESS
+
+    @property
+    def changing(self) -> bool:
+        """Two revisions are in play (a Complete rollout's previous is its revision)."""
+        return bool(self.previous) and self.previous != self.revision
 
     def on(self, revision: str) -> list[str]:
         return [c.cluster for c in self.clusters if c.revision == revision]
@@ -198,6 +205,7 @@ def read_rollout(
         started_at=_text(raw.get("startedAt")),
         wave_started_at=_text(raw.get("waveStartedAt")),
         clusters=cluster_revisions(replicas, raw.get("clusters") or []),
+        baking_since=_text(raw.get("bakingSince")),
         paused=contracts.ANNOTATION_ROLLOUT_PAUSED in annotations,
         undo=_text(annotations.get(contracts.ANNOTATION_ROLLOUT_UNDO)),
     )
@@ -221,7 +229,7 @@ def gate_words(gate: Gate) -> str:
 def headline(rollout: Rollout) -> str:
     """One line: `Progressing r2 (from r1), wave 1/2`; the column in `modelplane status`."""
     line = f"{rollout.phase or 'Unknown'} {rollout.revision}"
-    if rollout.previous:
+    if rollout.changing:
         line += f" (from {rollout.previous})"
     if rollout.in_progress and rollout.waves:
         line += f", wave {rollout.wave}/{rollout.waves}"
@@ -240,6 +248,8 @@ def explain_lines(rollout: Rollout) -> list[str]:
         when = f"    started {rollout.started_at}"
         if rollout.in_progress and rollout.wave_started_at:
             when += f"; wave {rollout.wave} started {rollout.wave_started_at}"
+        if rollout.in_progress and rollout.baking_since:
+            when += f", baking since {rollout.baking_since}"
         lines.append(when)
     if rollout.reason or rollout.message:
         lines.append(f"    {rollout.reason or 'why'}: {rollout.message or '-'}")
@@ -249,9 +259,9 @@ def explain_lines(rollout: Rollout) -> list[str]:
         lines.append(f"    gate {gate_words(gate)}")
     for cluster in rollout.clusters:
         mark = ""
-        if cluster.revision == rollout.revision and rollout.previous:
+        if rollout.changing and cluster.revision == rollout.revision:
             mark = " (new)"
-        elif cluster.revision == rollout.previous and rollout.previous:
+        elif rollout.changing and cluster.revision == rollout.previous:
             mark = " (previous)"
         detail = ", ".join(
             x for x in (cluster.since and f"since {cluster.since}", cluster.reason) if x
@@ -408,7 +418,7 @@ def plan_undo(rollout: Rollout | None) -> Steering:
     if refused:
         return refused
     assert rollout is not None
-    if not rollout.previous:
+    if not rollout.changing:
         return _nothing(
             UNDO,
             f"has no previous revision to return to (revision {rollout.revision} is its "
