@@ -4,7 +4,11 @@ would change — the preview and the annotation patch, or why it refuses."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from functions.common import contracts
 from functions.runtime.operator import fleet_status
@@ -343,3 +347,40 @@ def test_explain_says_since_when_the_wave_bakes():
         "    started 2026-12-07T02:00:00Z; wave 1 started 2026-12-07T02:00:00Z, "
         "baking since 2026-12-07T02:03:00Z"
     )
+
+
+# --- names the CLI takes -------------------------------------------------------------------
+
+LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+
+
+@settings(max_examples=300, deadline=None)
+@given(namespace=st.text(max_size=70), name=st.text(max_size=260))
+def test_a_name_is_taken_only_when_kubernetes_would_take_it(namespace, name):
+    import click  # noqa: PLC0415
+
+    from functions.runtime.operator.cli import checked_names  # noqa: PLC0415
+
+    valid_namespace = re.fullmatch(LABEL, namespace) is not None
+    valid_name = len(name) <= 253 and re.fullmatch(rf"{LABEL}(\.{LABEL})*", name) is not None
+    if valid_namespace and valid_name:
+        assert checked_names(namespace, name) == (namespace, name)
+        return
+    with pytest.raises(click.BadParameter) as refused:
+        checked_names(namespace, name)
+    # What is refused is named, and whatever it holds reaches no terminal raw.
+    assert "is not a Kubernetes" in refused.value.message
+    assert not any(ord(c) < 0x20 or c == "\x7f" for c in refused.value.message)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    namespace=st.from_regex(LABEL, fullmatch=True),
+    name=st.from_regex(rf"{LABEL}(\.{LABEL}){{0,3}}", fullmatch=True).filter(
+        lambda n: len(n) <= 253
+    ),
+)
+def test_every_kubernetes_name_is_taken(namespace, name):
+    from functions.runtime.operator.cli import checked_names  # noqa: PLC0415
+
+    assert checked_names(namespace, name) == (namespace, name)
