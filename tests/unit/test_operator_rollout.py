@@ -17,7 +17,14 @@ from functions.runtime.operator import rollout as rollouts
 NEW, OLD = "7f3a9c2e1d", "1b2c3d4e5f"
 
 
-def replica(cluster: str, revision: str | None, *, pool: str = "h100", label: bool = False):
+def replica(
+    cluster: str,
+    revision: str | None,
+    *,
+    pool: str = "h100",
+    label: bool = False,
+    rolled: str | None = None,
+):
     spec: dict = {"deployment": "llama", "cluster": {"name": cluster}, "nodePool": pool}
     labels = {contracts.LABEL_CLUSTER: cluster}
     if revision and label:
@@ -27,6 +34,8 @@ def replica(cluster: str, revision: str | None, *, pool: str = "h100", label: bo
     return {
         "metadata": {"name": f"llama-{cluster}-{pool}", "namespace": "ml", "labels": labels},
         "spec": spec,
+        # What its workloads rolled to (compose-model-replica): by default, its revision.
+        "status": {"revision": revision if rolled is None else rolled},
     }
 
 
@@ -268,6 +277,7 @@ def test_status_lists_a_rollout_that_is_not_complete_with_each_clusters_revision
         "revision": NEW,
         "since": "2026-12-07T02:00:05Z",
         "reason": "",
+        "rolled": True,
     }
 
 
@@ -384,3 +394,17 @@ def test_every_kubernetes_name_is_taken(namespace, name):
     from functions.runtime.operator.cli import checked_names  # noqa: PLC0415
 
     assert checked_names(namespace, name) == (namespace, name)
+
+
+def test_a_wave_cluster_whose_workload_has_not_rolled_yet_says_so():
+    replicas = [replica("eu-west", NEW, rolled=""), replica("us-east", OLD)]
+    got = read("Progressing", replicas=replicas)
+    assert [(c.cluster, c.rolled) for c in got.clusters][:2] == [
+        ("eu-west", False),
+        ("us-east", True),
+    ]
+    lines = rollouts.explain_lines(got)
+    assert f"    eu-west: {NEW} (new, rolling) (since 2026-12-07T02:00:05Z)" in lines
+    # One pool rolled, the other not: the cluster has not rolled.
+    two = [replica("eu-west", NEW), replica("eu-west", NEW, pool="a100", rolled=OLD)]
+    assert not read("Progressing", replicas=two).clusters[0].rolled

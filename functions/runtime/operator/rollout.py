@@ -58,6 +58,9 @@ class ClusterRevision:
     revision: str
     since: str = ""
     reason: str = ""
+    # Every ModelReplica there reports its workloads rolled to its revision and Ready
+    # (compose-model-replica's status.revision): the cluster runs it, not only has it.
+    rolled: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,10 +157,14 @@ def cluster_revisions(
     with when and why from the status's record of it. A cluster only the status names (its
     ModelReplica is gone, or not listed yet) keeps the status's word."""
     by_cluster: dict[str, set[str]] = {}
+    rolled: dict[str, bool] = {}
     for replica in replicas:
         cluster = replica_cluster(replica)
         if cluster:
-            by_cluster.setdefault(cluster, set()).add(replica_revision(replica) or UNKNOWN_REVISION)
+            revision = replica_revision(replica)
+            by_cluster.setdefault(cluster, set()).add(revision or UNKNOWN_REVISION)
+            reported = str((replica.get("status") or {}).get("revision") or "")
+            rolled[cluster] = rolled.get(cluster, True) and bool(revision) and reported == revision
     notes: dict[str, Mapping[str, Any]] = {}
     for entry in recorded:
         if isinstance(entry, Mapping) and entry.get("cluster"):
@@ -176,6 +183,7 @@ def cluster_revisions(
                 revision=revision,
                 since=_text(note.get("since")),
                 reason=_text(note.get("reason")),
+                rolled=rolled.get(cluster, False),
             )
         )
     return found
@@ -260,7 +268,7 @@ def explain_lines(rollout: Rollout) -> list[str]:
     for cluster in rollout.clusters:
         mark = ""
         if rollout.changing and cluster.revision == rollout.revision:
-            mark = " (new)"
+            mark = " (new)" if cluster.rolled or not rollout.in_progress else " (new, rolling)"
         elif rollout.changing and cluster.revision == rollout.previous:
             mark = " (previous)"
         detail = ", ".join(
