@@ -463,7 +463,10 @@ def _steer(ctx: click.Context, action: str, model: str, namespace: str | None, d
     )
 
 
-@rollout.command(help="Hold a rollout at its current wave (sets modelplane.ai/rollout-paused).")
+@rollout.command(
+    short_help="Hold a rollout at its current wave.",
+    help="Hold a rollout at its current wave (sets modelplane.ai/rollout-paused).",
+)
 @MODEL_ARGUMENT
 @NAMESPACE_OPTION
 @DRY_RUN_OPTION
@@ -472,7 +475,10 @@ def pause(ctx: click.Context, model: str, namespace: str | None, dry_run: bool) 
     _steer(ctx, rollouts.PAUSE, model, namespace, dry_run)
 
 
-@rollout.command(help="Continue a paused rollout (removes modelplane.ai/rollout-paused).")
+@rollout.command(
+    short_help="Continue a paused rollout.",
+    help="Continue a paused rollout (removes modelplane.ai/rollout-paused).",
+)
 @MODEL_ARGUMENT
 @NAMESPACE_OPTION
 @DRY_RUN_OPTION
@@ -482,8 +488,9 @@ def resume(ctx: click.Context, model: str, namespace: str | None, dry_run: bool)
 
 
 @rollout.command(
+    short_help="Roll the revision in progress back to the last good one.",
     help="Roll the revision in progress back to the last good one on every cluster that "
-    "has it (sets modelplane.ai/rollout-undo)."
+    "has it (sets modelplane.ai/rollout-undo).",
 )
 @MODEL_ARGUMENT
 @NAMESPACE_OPTION
