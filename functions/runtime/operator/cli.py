@@ -234,8 +234,9 @@ class ControlPlane:
         except self._client.ApiException as error:
             if error.status == 409 and resource_version:
                 raise _failure(
-                    f"{namespace}/{name} changed since it was read (its rollout moved on); "
-                    f"nothing was written: run the command again to see the new preview"
+                    f"{namespace}/{name} changed since it was read (its status or "
+                    "annotations moved on); nothing was written: run the command again to "
+                    "see the new preview"
                 ) from error
             raise _failure(f"{what}: {error.status} {error.reason}") from error
 
@@ -432,7 +433,11 @@ DRY_RUN_OPTION = click.option(
 )
 
 
-def _steer(ctx: click.Context, action: str, model: str, namespace: str | None, dry_run: bool):
+def _steer(
+    ctx: click.Context, action: str, model: str, namespace: str | None, dry_run: bool
+) -> None:
+    """Read the model and its ModelReplicas, print what `action` changes, and write its
+    annotation only if the model is still as read (the preview is what is written)."""
     namespace, model = _model(ctx, model, namespace)
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
@@ -458,9 +463,7 @@ def _steer(ctx: click.Context, action: str, model: str, namespace: str | None, d
         f"removed {key}" if value is None else f"set {key}={value}"
         for key, value in sorted(annotations.items())
     )
-    click.echo(
-        f"{escape(written)}. Follow it with `modelplane explain {where}`.",
-    )
+    click.echo(f"{escape(written)}. Follow it with `modelplane explain {where}`.")
 
 
 @rollout.command(
