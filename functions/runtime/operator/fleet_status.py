@@ -675,7 +675,11 @@ def _rollout_lines(models: Iterable[ModelSummary]) -> list[str]:
         r = m.rollout
         if r is None or r.phase == contracts.ROLLOUT_COMPLETE:
             continue
-        why = gate_words(r.failed_gate) if r.failed_gate else (r.message or r.reason)
+        # The failed gate with its numbers, then the words (the engine's, for a start
+        # failure): the gate alone does not say what the engine refused.
+        why = "; ".join(
+            x for x in (r.failed_gate and gate_words(r.failed_gate), r.message or r.reason) if x
+        )
         rows.append(
             [
                 f"  {m.namespace}/{m.name}",
