@@ -17,7 +17,7 @@ RUNTIME = "runtime"
 # The operator's commands (`modelplane status`), reading the control plane: the same
 # names as functions.runtime.operator.cli.COMMANDS (asserted by the unit tests), kept
 # here so the dispatcher imports nothing it does not run.
-OPERATOR_COMMANDS = ("status", "explain", "retry", "suggest")
+OPERATOR_COMMANDS = ("status", "explain", "retry", "suggest", "rollout")
 # The operator CLI's own options, which a user puts before the command as with kubectl
 # (`modelplane --kubeconfig cp.yaml status`); each takes a value.
 OPERATOR_OPTIONS = ("--kubeconfig", "--context")

@@ -279,6 +279,28 @@ def fleet() -> DashboardSpec:
     )
 
 
+def _rollout() -> tuple[PanelSpec, ...]:
+    """Which revision each cluster runs (model-health on the control plane, from the
+    ModelReplicas' spec.revision): a rollout is seen reaching the clusters wave by wave,
+    and a rollback as the new revision's series ending."""
+    revision = model_health.REVISION_INFO
+    selector = 'deployment="$deployment"'
+    per_cluster = ("cluster", "revision")
+    return (
+        PanelSpec(
+            "Revision per cluster",
+            f"{revision}: one series per cluster and the revision its ModelReplicas are"
+            " composed with; during a rollout, the last good and the new one side by side.",
+            (_q(f"max by (cluster, revision) ({revision}{{{selector}}})", per_cluster),),
+        ),
+        PanelSpec(
+            "Clusters on each revision",
+            f"count by (revision) ({revision}): how far the rollout has reached.",
+            (_q(f"count by (revision) ({revision}{{{selector}}})", ("revision",)),),
+        ),
+    )
+
+
 def model() -> DashboardSpec:
     selector = f"{PER_CLUSTER},{MODEL}"
     by = (CLUSTER,)
@@ -290,6 +312,7 @@ def model() -> DashboardSpec:
             ("Load", _load(selector, by)),
             ("Latency", _latency(selector, by)),
             ("KV cache and errors", _cache_and_errors(selector, by)),
+            ("Rollout", _rollout()),
             (
                 "Cost",
                 (

@@ -467,6 +467,8 @@ def test_a_503_body_names_no_cluster_device_class_or_spec_path(function_servers,
     )
     # The operator's detail stays in the replica's status.
     assert operator in _condition(composite, conditions.SERVING)["message"]
+
+
 def _with_revision(tmp_path: Path, replica: dict, revision: str) -> Path:
     replica = copy.deepcopy(replica)
     replica["spec"]["revision"] = revision

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jsonschema
@@ -93,8 +93,11 @@ def recorded(name: str) -> list[dict]:
     return found
 
 
-def start_control_plane(name: str, workdir: Path) -> Member:
-    """An API server serving the three kinds as Crossplane would (started; close it)."""
+def start_control_plane(
+    name: str, workdir: Path, adjust: Callable[[dict], dict] = lambda crd: crd
+) -> Member:
+    """An API server serving the three kinds as Crossplane would (started; close it);
+    `adjust` may change each CRD before it is created."""
     member = Member(name, workdir, require_tool("etcd"), require_tool("kube-apiserver"))
     member.start_etcd()
     member.start_apiserver()
@@ -102,7 +105,7 @@ def start_control_plane(name: str, workdir: Path) -> Member:
     try:
         extensions = client.ApiextensionsV1Api(api)
         for kind in KINDS:
-            crd = crd_from_xrd(REPO / "apis" / kind / "definition.yaml")
+            crd = adjust(crd_from_xrd(REPO / "apis" / kind / "definition.yaml"))
             extensions.create_custom_resource_definition(crd)
             _wait_established(extensions, crd["metadata"]["name"])
     finally:

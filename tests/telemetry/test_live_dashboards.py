@@ -309,10 +309,16 @@ def _set_runtime(agents: dict[str, AgentPage]) -> None:
                 SimpleNamespace(
                     namespace="ml-team", name=MODEL, desired=2, ready=2, start_failures=0,
                     parked=None, unplaceable=None,
+                    # Mid-rollout: a on the new revision, b still on the last good one.
+                    revisions=[
+                        SimpleNamespace(cluster="a", revision="5d41402abc"),
+                        SimpleNamespace(cluster="b", revision="7d793037a0"),
+                    ],
                 ),
                 SimpleNamespace(
                     namespace="ml-team", name=ON_DEMAND, desired=0, ready=0, start_failures=3,
                     parked=SimpleNamespace(), unplaceable=SimpleNamespace(replicas=1),
+                    revisions=[],
                 ),
             ]  # fmt: skip
 

@@ -81,6 +81,7 @@ def _runtime_labels() -> dict[str, set[str]]:
                 start_failures=0,
                 parked=None,
                 unplaceable=None,
+                revisions=[SimpleNamespace(cluster="c", revision="r")],
             )
         ]
     )

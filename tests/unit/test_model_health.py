@@ -88,3 +88,40 @@ def test_an_unreadable_control_plane_exports_no_model_series():
 
     got = scrape(exporter(read))
     assert not any(name.startswith("modelplane_deployment_") for name in got)
+
+
+def test_each_cluster_exports_the_revision_its_model_replicas_carry():
+    from functions.runtime.operator.model_health import REVISION_INFO  # noqa: PLC0415
+    from tests.unit.test_operator_rollout import (  # noqa: PLC0415
+        NEW,
+        OLD,
+        deployment,
+        status_rollout,
+    )
+    from tests.unit.test_operator_rollout import replica as revised  # noqa: PLC0415
+
+    fleet = summarize(
+        [],
+        [deployment(status_rollout("Progressing"))],
+        [
+            revised("eu-west", NEW),
+            revised("us-east", OLD),
+            revised("us-east", NEW, pool="a100"),  # two pools, two revisions
+            revised("dev", None),  # composed before revisions: nothing to say
+        ],
+    )
+    got = scrape(exporter(lambda: fleet))
+    assert sorted(
+        (labels["cluster"], labels["revision"], v) for labels, v in got[REVISION_INFO]
+    ) == [
+        ("eu-west", NEW, 1.0),
+        ("us-east", OLD, 1.0),
+        ("us-east", NEW, 1.0),
+    ]
+    assert all(
+        labels.keys() == {"namespace", "deployment", "cluster", "revision"}
+        for labels, _ in got[REVISION_INFO]
+    )
+    # The status names us-west too, but no ModelReplica is there now: the gauge follows
+    # the ModelReplicas, what each cluster is composed with.
+    assert "us-west" not in {labels["cluster"] for labels, _ in got[REVISION_INFO]}

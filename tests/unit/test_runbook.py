@@ -19,21 +19,30 @@ RULES = REPO / "package" / "prometheusrule.yaml"
 # Reasons that say things are fine or progressing as they should: no action, no section.
 HEALTHY = frozenset(
     {
+        "Adopted",
         "Available",
         "Complete",
         "Composed",
         "Creating",
+        "FirstRevision",
+        "InWave",
+        "NewRevision",
         "NoneDesired",
+        "NotInWaveYet",
         "NotParked",
+        "NothingServing",
         "Observed",
         "OldestDestination",
         "Progressing",
         "Ready",
+        "RolledOut",
         "Running",
         "Scheduled",
         "Serving",
         "Valid",
         "WaitingForDestinations",
+        "WavePassed",
+        "WaveStarted",
     }
 )
 

@@ -1,10 +1,15 @@
-"""`modelplane status | explain | retry | suggest`: the operator's side, reading the
-control plane.
+"""`modelplane status | explain | retry | suggest | rollout`: the operator's side, reading
+the control plane.
 
 A shell around `fleet_status`: it lists the InferenceClusters, ModelDeployments and
 ModelReplicas through a kubeconfig (the control plane, where Crossplane runs), hands the
 plain objects to the pure summary, and prints it. It never talks to a member: everything
 it says is already on the control plane, where the conditions come from.
+
+The writes are annotations on a ModelDeployment, each a merge patch that the model's
+function reads: `retry` (modelplane.ai/retry) and `rollout pause|resume|undo`
+(modelplane.ai/rollout-paused, modelplane.ai/rollout-undo). Each prints what it changes
+before writing, and refuses, saying why, when it would change nothing.
 
 Installed as `modelplane` (the image's entrypoint dispatches these commands here) and as
 `kubectl-modelplane`, so `kubectl modelplane status` works too.
@@ -21,11 +26,13 @@ import click
 import yaml
 
 from functions.common.contracts import ANNOTATION_RETRY, API_GROUP, API_VERSION
+from functions.common.naming import DNS_LABEL_RE, is_object_name
 from functions.runtime.operator import fleet_status
+from functions.runtime.operator import rollout as rollouts
 from functions.runtime.operator import suggest as first_policy
 from functions.runtime.operator.terminal import escape, escaped
 
-COMMANDS: Final = ("status", "explain", "retry", "suggest")
+COMMANDS: Final = ("status", "explain", "retry", "suggest", "rollout")
 
 PLURAL_CLUSTERS: Final = "inferenceclusters"
 PLURAL_DEPLOYMENTS: Final = "modeldeployments"
@@ -197,7 +204,22 @@ class ControlPlane:
         ]
 
     def set_retry(self, namespace: str, name: str, value: str) -> None:
-        what = f"setting {ANNOTATION_RETRY} on {namespace}/{name}"
+        self.annotate(namespace, name, {ANNOTATION_RETRY: value})
+
+    def annotate(
+        self,
+        namespace: str,
+        name: str,
+        annotations: dict[str, str | None],
+        resource_version: str | None = None,
+    ) -> None:
+        """A merge patch of the ModelDeployment's annotations (None removes one). With
+        `resource_version`, only if the object has not changed since it was read: the
+        API server refuses the patch (409) otherwise."""
+        what = f"setting {', '.join(sorted(annotations))} on {namespace}/{name}"
+        metadata: dict[str, Any] = {"annotations": annotations}
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
         try:
             self._call(
                 what,
@@ -207,9 +229,15 @@ class ControlPlane:
                 namespace,
                 PLURAL_DEPLOYMENTS,
                 name,
-                {"metadata": {"annotations": {ANNOTATION_RETRY: value}}},
+                {"metadata": metadata},
             )
         except self._client.ApiException as error:
+            if error.status == 409 and resource_version:
+                raise _failure(
+                    f"{namespace}/{name} changed since it was read (its status or "
+                    "annotations moved on); nothing was written: run the command again to "
+                    "see the new preview"
+                ) from error
             raise _failure(f"{what}: {error.status} {error.reason}") from error
 
 
@@ -250,9 +278,33 @@ def model_reference(model: str, namespace: str | None) -> tuple[str | None, str]
     return model_namespace, name
 
 
+def checked_names(namespace: str, name: str) -> tuple[str, str]:
+    """NAMESPACE and NAME as Kubernetes takes them (an RFC 1123 label and subdomain),
+    refused before any request with the rule they break."""
+    if len(namespace) > 63 or not DNS_LABEL_RE.fullmatch(namespace):
+        raise click.BadParameter(
+            escape(
+                f"namespace {namespace!r} is not a Kubernetes namespace name: at most 63 "
+                "lowercase letters, digits and '-', starting and ending with a letter or digit"
+            ),
+            param_hint="[NAMESPACE/]NAME",
+        )
+    if not is_object_name(name):
+        raise click.BadParameter(
+            escape(
+                f"{name!r} is not a Kubernetes object name: at most 253 lowercase letters, "
+                "digits, '-' and '.', starting and ending with a letter or digit"
+            ),
+            param_hint="[NAMESPACE/]NAME",
+        )
+    return namespace, name
+
+
 def _model(ctx: click.Context, model: str, namespace: str | None) -> tuple[str, str]:
     namespace, name = model_reference(model, namespace)
-    return namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"]), name
+    return checked_names(
+        namespace or _namespace_of(ctx.obj["kubeconfig"], ctx.obj["context"]), name
+    )
 
 
 def _dump(document: dict[str, Any], output: str) -> str:
@@ -364,6 +416,91 @@ def suggest(ctx: click.Context, model: str, namespace: str | None) -> None:
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
     click.echo(first_policy.render(deployment, plane.clusters()), nl=False)
+
+
+@main.group(
+    short_help="Pause, resume or undo a model's rollout (prints which clusters change).",
+    help="Steer a model's rollout: a change to its template reaching the clusters wave by "
+    "wave. Each command prints which clusters change, then writes one annotation the "
+    "model's function reads; it refuses, saying why, when there is nothing to do.",
+)
+def rollout() -> None:
+    pass
+
+
+DRY_RUN_OPTION = click.option(
+    "--dry-run", is_flag=True, help="Print which clusters would change; write nothing."
+)
+
+
+def _steer(
+    ctx: click.Context, action: str, model: str, namespace: str | None, dry_run: bool
+) -> None:
+    """Read the model and its ModelReplicas, print what `action` changes, and write its
+    annotation only if the model is still as read (the preview is what is written)."""
+    namespace, model = _model(ctx, model, namespace)
+    plane = _plane(ctx)
+    deployment = plane.deployment(namespace, model)
+    current = rollouts.read_rollout(deployment, plane.replicas_of(namespace, model))
+    steering = rollouts.plan(action, current)
+    where = escape(f"{namespace}/{model}")
+    if steering.patch is None:
+        # Writing anyway would leave an annotation that means nothing now and something
+        # else to the next rollout; refusing keeps it meaningful.
+        raise _failure(f"{where} {escape(steering.refusal)}")
+    click.echo(rollouts.preview(where, escaped(steering)), nl=False)
+    if dry_run:
+        click.echo("--dry-run: nothing written.")
+        return
+    annotations = steering.patch["metadata"]["annotations"]
+    plane.annotate(
+        namespace,
+        model,
+        annotations,
+        resource_version=(deployment.get("metadata") or {}).get("resourceVersion"),
+    )
+    written = ", ".join(
+        f"removed {key}" if value is None else f"set {key}={value}"
+        for key, value in sorted(annotations.items())
+    )
+    click.echo(f"{escape(written)}. Follow it with `modelplane explain {where}`.")
+
+
+@rollout.command(
+    short_help="Hold a rollout at its current wave.",
+    help="Hold a rollout at its current wave (sets modelplane.ai/rollout-paused).",
+)
+@MODEL_ARGUMENT
+@NAMESPACE_OPTION
+@DRY_RUN_OPTION
+@click.pass_context
+def pause(ctx: click.Context, model: str, namespace: str | None, dry_run: bool) -> None:
+    _steer(ctx, rollouts.PAUSE, model, namespace, dry_run)
+
+
+@rollout.command(
+    short_help="Continue a paused rollout.",
+    help="Continue a paused rollout (removes modelplane.ai/rollout-paused).",
+)
+@MODEL_ARGUMENT
+@NAMESPACE_OPTION
+@DRY_RUN_OPTION
+@click.pass_context
+def resume(ctx: click.Context, model: str, namespace: str | None, dry_run: bool) -> None:
+    _steer(ctx, rollouts.RESUME, model, namespace, dry_run)
+
+
+@rollout.command(
+    short_help="Roll the revision in progress back to the last good one.",
+    help="Roll the revision in progress back to the last good one on every cluster that "
+    "has it (sets modelplane.ai/rollout-undo).",
+)
+@MODEL_ARGUMENT
+@NAMESPACE_OPTION
+@DRY_RUN_OPTION
+@click.pass_context
+def undo(ctx: click.Context, model: str, namespace: str | None, dry_run: bool) -> None:
+    _steer(ctx, rollouts.UNDO, model, namespace, dry_run)
 
 
 if __name__ == "__main__":

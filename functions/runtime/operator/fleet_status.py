@@ -29,6 +29,14 @@ from functions.common import conditions, contracts
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord, count_failures
 from functions.common.inventory import IDLE_AFTER_SECONDS, device_class
+from functions.runtime.operator.rollout import (
+    ClusterRevision,
+    Rollout,
+    cluster_revisions,
+    explain_lines,
+    gate_words,
+    read_rollout,
+)
 from functions.runtime.operator.terminal import escaped
 
 # A model's state, one word each, in the order an operator should look at them.
@@ -125,6 +133,12 @@ class ModelSummary:
     # An on-demand model's activity (Idle or Active, status.onDemand.state); "" for a
     # model that always runs. An idle one wants 0 now, so at 0 it is satisfied.
     on_demand: str = ""
+    # Where its last rollout stands (status.rollout, with each cluster's revision from
+    # its ModelReplicas); None before the function wrote one.
+    rollout: Rollout | None = None
+    # Each cluster's revision as its ModelReplicas carry it, rollout recorded or not (a
+    # cluster only the status names is in `rollout.clusters`, not here).
+    revisions: list[ClusterRevision] = field(default_factory=list)
 
     @property
     def satisfied(self) -> bool:
@@ -437,6 +451,7 @@ def read_model(
     deployment: Mapping[str, Any], replicas: Iterable[Mapping[str, Any]]
 ) -> ModelSummary:
     namespace, name = _key(deployment)
+    replicas = list(replicas)
     status = deployment.get("status") or {}
     placements = sorted(
         (
@@ -506,6 +521,8 @@ def read_model(
             if (deployment.get("spec") or {}).get("onDemand") is not None
             else ""
         ),
+        rollout=read_rollout(deployment, replicas),
+        revisions=cluster_revisions(replicas),
     )
 
 
@@ -650,6 +667,43 @@ def _inventory_lines(inventory: Inventory) -> list[str]:
     return lines
 
 
+def _rollout_lines(models: Iterable[ModelSummary]) -> list[str]:
+    """Every rollout that is not Complete: in progress, paused or rolled back, with each
+    cluster's revision and, for a stopped one, the gate that failed or the engine's words."""
+    rows = []
+    for m in models:
+        r = m.rollout
+        if r is None or r.phase == contracts.ROLLOUT_PHASE_COMPLETE:
+            continue
+        # The failed gate with its numbers, then the words (the engine's, for a start
+        # failure): the gate alone does not say what the engine refused.
+        why = "; ".join(
+            x for x in (r.failed_gate and gate_words(r.failed_gate), r.message or r.reason) if x
+        )
+        rows.append(
+            [
+                f"  {m.namespace}/{m.name}",
+                r.phase
+                + (
+                    " (pause asked)"
+                    if r.paused and r.phase != contracts.ROLLOUT_PHASE_PAUSED
+                    else ""
+                ),
+                f"{r.revision} <- {r.previous or '-'}",
+                f"{r.wave}/{r.waves}" if r.in_progress else "-",
+                ", ".join(f"{c.cluster}={c.revision}" for c in r.clusters) or "-",
+                why or "-",
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "ROLLOUTS (in progress, paused or rolled back):",
+        *_table(["  MODEL", "PHASE", "REVISION <- PREVIOUS", "WAVE", "CLUSTERS", "WHY"], rows),
+        "",
+    ]
+
+
 def render_table(fleet: FleetStatus) -> str:
     """The readable answer: totals first, then what needs a look, then the details."""
     fleet = escaped(fleet)
@@ -695,6 +749,7 @@ def render_table(fleet: FleetStatus) -> str:
             ],
         )
         lines.append("")
+    lines += _rollout_lines(fleet.model_list)
     lines += _table(
         ["MODEL", "STATE", "READY", "DESIRED", "PLACED", "FAILURES", "PLACEMENTS"],
         [
@@ -757,6 +812,33 @@ def next_step(model: ModelSummary) -> str:
         )
     if model.state == STATE_PENDING:
         return "Its status is not written yet: compose-model-deployment has not reconciled it."
+    if model.rollout and model.rollout.in_progress:
+        where = f"{model.namespace}/{model.name}"
+        if model.rollout.phase == contracts.ROLLOUT_PHASE_PAUSED and not model.rollout.paused:
+            return (
+                f"Its rollout of {model.rollout.revision} was paused by its policy "
+                f"(onFailure: Pause) at wave {model.rollout.wave}/{model.rollout.waves}: "
+                f"fix the cause above and change the template (a new revision), or "
+                f"`modelplane rollout undo {where}` returns its clusters to "
+                f"{model.rollout.previous or 'the last good revision'}."
+            )
+        if model.rollout.phase == contracts.ROLLOUT_PHASE_PAUSED:
+            return (
+                f"Its rollout of {model.rollout.revision} is paused: `modelplane rollout "
+                f"resume {where}` continues it, `modelplane rollout undo {where}` returns "
+                f"its clusters to {model.rollout.previous or 'the last good revision'}."
+            )
+        return (
+            f"Its rollout of {model.rollout.revision} is in progress (wave "
+            f"{model.rollout.wave}/{model.rollout.waves}): `modelplane rollout pause "
+            f"{where}` holds it, `modelplane rollout undo {where}` rolls it back."
+        )
+    if model.rollout and model.rollout.phase == contracts.ROLLOUT_PHASE_ROLLED_BACK:
+        return (
+            f"Revision {model.rollout.revision} was rolled back; its clusters serve "
+            f"{model.rollout.previous or 'the last good revision'}. Fix the cause above and "
+            "change the template again: a new revision rolls out from the first wave."
+        )
     if model.state == STATE_SHORT:
         return "Replicas are placed but not ready yet; a start failure shows under FAILURES."
     if model.on_demand and model.on_demand != "Active":
@@ -969,6 +1051,8 @@ def explain(
                 f"{health.get('observedAt', '?')}): {health.get('lastError', '')}"
             )
     lines += launch_warning_lines(deployment)
+    if model.rollout:
+        lines += explain_lines(model.rollout)
     if model.on_demand:
         lines += on_demand_lines(deployment, model, clusters, now or datetime.now(UTC))
     if model.state in (STATE_UNPLACEABLE, STATE_SHORT):

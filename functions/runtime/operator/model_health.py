@@ -7,7 +7,13 @@ status on the control plane), one series per ModelDeployment whatever its state,
 "desired 1, ready 0" is a sample an alert can see, and parked / unplaceable are 0 or a
 number rather than absent.
 
-Labels are `namespace` and `deployment` (the ModelDeployment). The per-cluster gauges the
+Labels are `namespace` and `deployment` (the ModelDeployment); the revision gauge adds
+`cluster` (the ModelReplica's InferenceCluster) and `revision` (the revision its
+ModelReplicas are composed with, spec.revision): one series at 1 per cluster the model is
+on, so a rollout is seen moving cluster by cluster (a dashboard charts it) and two
+revisions side by side are two series. It is exported here, on the control plane, because
+that is where the ModelReplicas and their revisions are; a member's agent sees only the
+workloads they compose. The per-cluster gauges the
 agents export (`modelplane_model_*{namespace, model_replica}`) stay: they are what a
 member sees; these are what the fleet should have. `deployment` is a new name, not a
 second meaning of `model_replica`.
@@ -28,12 +34,14 @@ from typing import Final
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from functions.runtime.operator.fleet_status import FleetStatus
+from functions.runtime.operator.rollout import UNKNOWN_REVISION
 
 DESIRED_REPLICAS: Final = "modelplane_deployment_desired_replicas"
 READY_REPLICAS: Final = "modelplane_deployment_ready_replicas"
 START_FAILURES: Final = "modelplane_deployment_consecutive_start_failures"
 PARKED: Final = "modelplane_deployment_parked"
 UNPLACEABLE_REPLICAS: Final = "modelplane_deployment_unplaceable_replicas"
+REVISION_INFO: Final = "modelplane_model_revision_info"
 
 DESCRIPTIONS: Final = {
     DESIRED_REPLICAS: "Replicas the model should have now (status.desiredReplicas)",
@@ -42,6 +50,8 @@ DESCRIPTIONS: Final = {
     " parking counts them",
     PARKED: "1 while the model is parked after repeated start failures",
     UNPLACEABLE_REPLICAS: "Replicas of the model that fit on no cluster now",
+    REVISION_INFO: "1 per cluster the model is on, labelled with the revision its"
+    " ModelReplicas there are composed with (spec.revision)",
 }
 MODEL_HEALTH_METRICS: Final = tuple(DESCRIPTIONS)
 
@@ -70,6 +80,14 @@ def samples(fleet: FleetStatus) -> list[Sample]:
                 labels,
                 model.unplaceable.replicas if model.unplaceable else 0,
             ),
+        ]
+        found += [
+            Sample(REVISION_INFO, {**labels, "cluster": c.cluster, "revision": revision}, 1)
+            for c in model.revisions
+            # A cluster on two revisions (one per pool) is two series; a ModelReplica
+            # composed before revisions has none to say.
+            for revision in c.revision.split("+")
+            if revision != UNKNOWN_REVISION
         ]
     return found
 
