@@ -26,6 +26,7 @@ HEALTHY = frozenset(
         "Creating",
         "FirstRevision",
         "InWave",
+        "KeptLastGood",
         "NewRevision",
         "NoneDesired",
         "NotInWaveYet",
