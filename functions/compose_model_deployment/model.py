@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
 
-from functions.common import contracts, ledger, tenancy
+from functions.common import adapters, contracts, ledger, tenancy
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
 from functions.common.naming import cluster_name_problem, is_object_name
@@ -149,6 +149,8 @@ class Deployment:
     model_cache: str = ""  # spec.modelCacheRef.name ("" without a cache)
     on_demand: ondemand.OnDemand | None = None
     activate: str = ""  # the modelplane.ai/activate annotation ("" if unset)
+    # spec.template.spec.adapters: the engines' LoRA capacity (None: no adapters).
+    adapters: adapters.Capacity | None = None
 
     def tolerates(self, taint: Taint) -> bool:
         return any(t.tolerates(taint) for t in self.tolerations)
@@ -325,6 +327,11 @@ def read_deployment(xr: dict) -> Deployment:
         model_cache=str((spec.get("modelCacheRef") or {}).get("name") or ""),
         on_demand=_read_on_demand(spec.get("onDemand")),
         activate=str((meta.get("annotations") or {}).get(contracts.ANNOTATION_ACTIVATE, "")),
+        adapters=adapters.read_capacity(
+            tspec.get("adapters"),
+            [(f"spec.template.spec.engines[{i}]", e.type) for i, e in enumerate(engines)],
+            "spec.template.spec.adapters",
+        ),
     )
 
 

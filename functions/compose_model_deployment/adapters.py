@@ -1,0 +1,457 @@
+"""A ModelAdapter: whether it is admitted, where it is staged, and what each cluster says.
+
+An adapter is staged on exactly the clusters its base ModelDeployment is placed on: one
+per ModelReplica of the base (a deployment has one per cluster), read from the control
+plane, so it follows placement as the replicas come and go — a cluster the base leaves
+loses the adapter's objects at the next reconcile, and the base's adapter volume goes
+there with the base's ModelReplica.
+
+Staging reuses the ModelCache machinery (modelcache.py): the same source shapes, the
+same pinned downloaders and the same Job, pointed at the base's adapter volume on that
+cluster (functions.common.adapters.claim_name, composed by compose-model-replica) with
+the adapter's own directory as the mount's subPath, so every adapter of a base shares
+one volume and the engine pods' mount never changes. Fetching per pod was the other
+way: it needs the downloaders inside every engine pod (credentials included), and a
+pod started later would fetch again; a volume per cluster is filled once.
+
+Once a cluster's Job is complete, a ConfigMap (`lora-<base>-<adapter>`, labelled with
+the base and the adapter) tells that member's runtime to load the adapter into every
+engine pod of the base through the engine's own endpoint; deleting the ModelAdapter
+deletes it, and the runtime unloads the adapter.
+
+Admission, decided from the namespace alone (an ML team is trusted only there):
+- the base must exist and accept adapters (spec.template.spec.adapters), with a maxRank
+  of at least the adapter's rank;
+- the served name (spec.servedName, default the adapter's name) is not a name any
+  ModelDeployment in the namespace is served under, nor another adapter's that came
+  first (older creationTimestamp, then name);
+- at most the base's maxAdapters are admitted, oldest first: the engines' slots are
+  sized from that limit, never from the current count.
+
+Pure: plain dicts in, plain values out; nothing reads the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic_core import PydanticCustomError
+
+from functions.common import adapters as contract
+from functions.common import conditions, contracts, tenancy
+from functions.common.conditions import Condition
+from functions.common.naming import dns_label, is_object_name, label_value, resource_key
+from functions.common.objects import provider_object
+from functions.common.reader import InputError
+from functions.common.served_name import container_served_names, engine_container_index
+from functions.compose_model_deployment import modelcache
+from functions.compose_model_deployment.modelcache import ClusterPhase, ModelCache
+
+REASON_NO_BASE: Final = "BaseNotFound"
+REASON_BASE_TAKES_NONE: Final = "BaseTakesNoAdapters"
+REASON_RANK: Final = "RankAboveBase"
+REASON_NAME_TAKEN: Final = "ServedNameTaken"
+REASON_OVER_LIMIT: Final = "OverPerBaseLimit"
+REASON_NOT_PLACED: Final = "BaseNotPlaced"
+REASON_STAGED: Final = "Staged"
+REASON_STAGING: Final = "Staging"
+
+# The ConfigMap key the runtime reads each field from.
+CONFIG_SERVED_NAME: Final = "servedName"
+CONFIG_PATH: Final = "path"
+CONFIG_RANK: Final = "rank"
+
+
+@dataclass(frozen=True)
+class Adapter:
+    name: str
+    namespace: str
+    base: str
+    served_name: str
+    rank: int
+    source_kind: str
+    source: dict
+    created: str = ""  # metadata.creationTimestamp (RFC 3339 sorts as text)
+    retry: str = ""
+
+    @property
+    def order(self) -> tuple[str, str]:
+        """Who came first: the older, then the name (a render has no timestamps)."""
+        return (self.created or "~", self.name)
+
+    @property
+    def path(self) -> str:
+        return contract.adapter_path(self.name)
+
+    def as_cache(self) -> ModelCache:
+        """The adapter as the ModelCache downloader sees a source."""
+        return ModelCache(
+            name=self.name,
+            namespace=self.namespace,
+            source_kind=self.source_kind,
+            source=self.source,
+            size="",
+            storage_class="",
+            cluster_selector=None,  # type: ignore[arg-type]  # not read by the Job
+            retry=self.retry,
+        )
+
+
+def read_adapter(xr: Mapping[str, Any]) -> Adapter:
+    """A ModelAdapter as typed values; InputError naming the field and the rule."""
+    meta = xr.get("metadata") if isinstance(xr.get("metadata"), dict) else {}
+    spec = xr.get("spec") if isinstance(xr.get("spec"), dict) else {}
+    namespace = str(meta.get("namespace") or "")
+    problem = tenancy.namespace_problem(namespace, "serve adapters")
+    if problem is not None:
+        raise InputError("metadata.namespace", problem)
+    name = str(meta.get("name") or "")
+    if not contract.is_served_name(name):
+        raise InputError("metadata.name", f"must match {contract.SERVED_NAME_PATTERN}")
+    ref = spec.get("deploymentRef")
+    base = ref.get("name") if isinstance(ref, dict) else None
+    if not (isinstance(base, str) and is_object_name(base) and len(base) <= 63):
+        raise InputError("spec.deploymentRef.name", "must name a ModelDeployment (a DNS label)")
+    served = spec.get("servedName", name)
+    if not contract.is_served_name(served):
+        # Not echoed: it would reach a route, a header match and a request body.
+        raise InputError("spec.servedName", f"must match {contract.SERVED_NAME_PATTERN}")
+    rank = spec.get("rank")
+    if isinstance(rank, bool) or rank not in contract.LORA_RANKS:
+        raise InputError(
+            "spec.rank", f"must be one of {', '.join(str(r) for r in contract.LORA_RANKS)}"
+        )
+    if not isinstance(spec.get("source"), dict):
+        raise InputError("spec.source", "must be an object")
+    try:
+        # The ModelCache's own source rules: the same shapes, checked the same way.
+        kind, entry = modelcache._one_source(spec["source"])
+    except PydanticCustomError as err:
+        context = err.context or {}
+        at = str(context.get("at") or "")
+        raise InputError(
+            f"spec.source.{at}" if at else "spec.source", str(context.get("rule"))
+        ) from None
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    return Adapter(
+        name=name,
+        namespace=namespace,
+        base=base,
+        served_name=served,
+        rank=int(rank),
+        source_kind=kind,
+        source=entry,
+        created=str(meta.get("creationTimestamp") or ""),
+        retry=str(annotations.get(contracts.ANNOTATION_RETRY, "")),
+    )
+
+
+# --- The base, as the adapter needs it ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Base:
+    name: str
+    capacity: contract.Capacity | None
+    served_names: frozenset[str]
+
+
+def served_names(deployment: Mapping[str, Any]) -> frozenset[str]:
+    """Every name a ModelDeployment is served under: its name, and the names its engine
+    containers' own `--served-model-name` set."""
+    meta = deployment.get("metadata") if isinstance(deployment.get("metadata"), dict) else {}
+    names = {str(meta.get("name") or "")}
+    spec = deployment.get("spec") if isinstance(deployment.get("spec"), dict) else {}
+    tspec = ((spec.get("template") or {}).get("spec") or {}) if isinstance(spec, dict) else {}
+    for engine in tspec.get("engines") or [] if isinstance(tspec, dict) else []:
+        if not isinstance(engine, dict):
+            continue
+        for member in engine.get("members") or []:
+            template = member.get("template") if isinstance(member, dict) else None
+            containers = ((template or {}).get("spec") or {}).get("containers") or []
+            if isinstance(containers, list) and containers:
+                engine_container = containers[engine_container_index(containers)]
+                if isinstance(engine_container, dict):
+                    names.update(container_served_names(str(engine.get("type")), engine_container))
+    return frozenset(n for n in names if n)
+
+
+def read_base(deployment: Mapping[str, Any]) -> Base:
+    meta = deployment.get("metadata") if isinstance(deployment.get("metadata"), dict) else {}
+    spec = deployment.get("spec") if isinstance(deployment.get("spec"), dict) else {}
+    tspec = ((spec.get("template") or {}).get("spec") or {}) if isinstance(spec, dict) else {}
+    engines = tspec.get("engines") if isinstance(tspec, dict) else None
+    types = [
+        (f"spec.template.spec.engines[{i}]", str(e.get("type")))
+        for i, e in enumerate(engines or [])
+        if isinstance(e, dict)
+    ]
+    capacity = contract.read_capacity(
+        tspec.get("adapters") if isinstance(tspec, dict) else None,
+        types,
+        "spec.template.spec.adapters",
+    )
+    return Base(str(meta.get("name") or ""), capacity, served_names(deployment))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One cluster the base is placed on, as its ModelReplica says."""
+
+    cluster: str
+    provider_config_ref: dict
+
+
+def read_placements(replicas: Iterable[Mapping[str, Any]], base: str) -> list[Placement]:
+    """The clusters the base's ModelReplicas run on, by name; a replica of another
+    deployment (a label that collides after shortening) or of a shape we cannot read is
+    left out."""
+    found: dict[str, Placement] = {}
+    for replica in replicas:
+        spec = replica.get("spec") if isinstance(replica.get("spec"), dict) else {}
+        cluster = spec.get("cluster") if isinstance(spec, dict) else None
+        if spec.get("deployment") != base or not isinstance(cluster, dict):
+            continue
+        name = cluster.get("name")
+        ref = cluster.get("providerConfigRef")
+        if not isinstance(name, str) or not name:
+            continue
+        ref = ref if isinstance(ref, dict) else {}
+        found[name] = Placement(
+            name,
+            {
+                "kind": str(ref.get("kind") or "ClusterProviderConfig"),
+                "name": str(ref.get("name") or name),
+            },
+        )
+    return [found[k] for k in sorted(found)]
+
+
+# --- Admission ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    message: str
+
+
+def admit(
+    adapter: Adapter,
+    base: Base | None,
+    deployments: Iterable[Base],
+    siblings: Iterable[Adapter],
+) -> Refusal | None:
+    """Why the adapter is not served, or None. `deployments`: every ModelDeployment in
+    the namespace; `siblings`: every other ModelAdapter there (any base)."""
+    if base is None:
+        return Refusal(
+            REASON_NO_BASE,
+            f"spec.deploymentRef.name: ModelDeployment {adapter.namespace}/{adapter.base} "
+            "does not exist",
+        )
+    if base.capacity is None:
+        return Refusal(
+            REASON_BASE_TAKES_NONE,
+            f"ModelDeployment {adapter.base} does not accept adapters: set its "
+            "spec.template.spec.adapters (this restarts its engines once)",
+        )
+    if adapter.rank > base.capacity.max_rank:
+        return Refusal(
+            REASON_RANK,
+            f"spec.rank {adapter.rank} is above ModelDeployment {adapter.base}'s "
+            f"spec.template.spec.adapters.maxRank {base.capacity.max_rank}",
+        )
+    for other in sorted(deployments, key=lambda d: d.name):
+        if adapter.served_name in other.served_names:
+            return Refusal(
+                REASON_NAME_TAKEN,
+                f"spec.servedName: {adapter.served_name!r} is a name ModelDeployment "
+                f"{other.name} is served under; clients could not tell them apart",
+            )
+    others = [s for s in siblings if s.name != adapter.name]
+    for other in sorted(others, key=lambda s: s.order):
+        if other.served_name == adapter.served_name and other.order < adapter.order:
+            return Refusal(
+                REASON_NAME_TAKEN,
+                f"spec.servedName: {adapter.served_name!r} is already ModelAdapter "
+                f"{other.name}'s served name",
+            )
+    same_base = sorted(
+        [*(s for s in others if s.base == adapter.base), adapter], key=lambda s: s.order
+    )
+    admitted = same_base[: base.capacity.max_adapters]
+    if adapter not in admitted:
+        return Refusal(
+            REASON_OVER_LIMIT,
+            f"ModelDeployment {adapter.base} holds at most {base.capacity.max_adapters} "
+            f"adapters (spec.template.spec.adapters.maxAdapters), taken by "
+            f"{', '.join(s.name for s in admitted)}",
+        )
+    return None
+
+
+# --- What each cluster gets -----------------------------------------------------------------
+
+
+def labels(adapter: Adapter) -> dict[str, str]:
+    return {
+        contract.LABEL_ADAPTER: label_value(adapter.name),
+        contracts.LABEL_DEPLOYMENT: label_value(adapter.base),
+    }
+
+
+def job_key(adapter: Adapter, cluster: str) -> str:
+    return resource_key("download", cluster, adapter.as_cache().source_hash)
+
+
+def loader_key(cluster: str) -> str:
+    return resource_key("load", cluster)
+
+
+def download_job(adapter: Adapter) -> dict:
+    """The ModelCache download Job, writing into the adapter's own directory of its
+    base's volume."""
+    cache = adapter.as_cache()
+    job = modelcache.download_job(cache)
+    job["metadata"]["name"] = dns_label("lora", adapter.base, adapter.name, cache.source_hash)
+    job["metadata"]["labels"] = labels(adapter)
+    pod = job["spec"]["template"]
+    pod["metadata"]["labels"] = labels(adapter)
+    for volume in pod["spec"]["volumes"]:
+        if volume["name"] == "weights":
+            volume["persistentVolumeClaim"] = {"claimName": contract.claim_name(adapter.base)}
+    for mount in pod["spec"]["containers"][0]["volumeMounts"]:
+        if mount["name"] == "weights":
+            mount["subPath"] = adapter.name
+    return job
+
+
+def loader_config(adapter: Adapter) -> dict:
+    """What the member's runtime loads into every engine pod of the base: present only
+    once the adapter's files are complete on that cluster."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": dns_label("lora", adapter.base, adapter.name),
+            "namespace": adapter.namespace,
+            "labels": labels(adapter),
+        },
+        "data": {
+            CONFIG_SERVED_NAME: adapter.served_name,
+            CONFIG_PATH: adapter.path,
+            CONFIG_RANK: str(adapter.rank),
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Composed:
+    key: str
+    body: dict
+    ready: bool = False
+
+
+@dataclass(frozen=True)
+class AdapterPlan:
+    placements: list[Placement]
+    phases: list[ClusterPhase]
+    composed: list[Composed]
+    removed: list[str] = field(default_factory=list)
+    refusal: Refusal | None = None
+
+    @property
+    def staged(self) -> list[ClusterPhase]:
+        return [p for p in self.phases if p.phase == modelcache.PHASE_READY]
+
+    @property
+    def all_staged(self) -> bool:
+        return bool(self.phases) and len(self.staged) == len(self.phases)
+
+    def status(self, adapter: Adapter) -> dict:
+        return {
+            "servedName": adapter.served_name,
+            "base": adapter.base,
+            "selectedClusters": len(self.placements),
+            "stagedClusters": len(self.staged),
+            "clusters": [
+                {
+                    "cluster": p.cluster,
+                    "phase": p.phase,
+                    "reason": p.reason,
+                    "message": p.message,
+                    "path": adapter.path,
+                }
+                for p in self.phases
+            ],
+        }
+
+    def condition(self) -> Condition:
+        if self.refusal is not None:
+            return Condition(
+                contract.ADAPTER_READY, conditions.FALSE, self.refusal.reason, self.refusal.message
+            )
+        if not self.placements:
+            return Condition(
+                contract.ADAPTER_READY,
+                conditions.FALSE,
+                REASON_NOT_PLACED,
+                "the base ModelDeployment is placed on no cluster yet",
+            )
+        if self.all_staged:
+            return Condition(
+                contract.ADAPTER_READY,
+                conditions.TRUE,
+                REASON_STAGED,
+                f"staged on {', '.join(p.cluster for p in self.phases)}",
+            )
+        waiting = [
+            f"{p.cluster}: {p.phase} ({p.message})"
+            for p in self.phases
+            if p.phase != modelcache.PHASE_READY
+        ]
+        return Condition(
+            contract.ADAPTER_READY, conditions.FALSE, REASON_STAGING, "; ".join(waiting)
+        )
+
+
+def plan_adapter(
+    adapter: Adapter,
+    refusal: Refusal | None,
+    placements: list[Placement],
+    observed: Mapping[str, dict],
+) -> AdapterPlan:
+    """Per cluster the base is placed on: the download Job, and once it is complete the
+    loader's ConfigMap. A refused adapter composes nothing (what it composed before is
+    removed: it must not be served), and says why."""
+    if refusal is not None:
+        return AdapterPlan([], [], [], sorted(observed), refusal)
+    phases: list[ClusterPhase] = []
+    composed: list[Composed] = []
+    for placement in placements:
+        key = job_key(adapter, placement.cluster)
+        phase = modelcache.observe_cluster(placement.cluster, observed.get(key), None)
+        phases.append(phase)
+        staged = phase.phase == modelcache.PHASE_READY
+        for object_key, manifest, extra in (
+            (key, download_job(adapter), {"ready_cel": modelcache.JOB_READY_CEL}),
+            *(((loader_key(placement.cluster), loader_config(adapter), {}),) if staged else ()),
+        ):
+            body = provider_object(
+                name=dns_label("lora", adapter.name, object_key),
+                namespace=adapter.namespace,
+                labels={
+                    **labels(adapter),
+                    contracts.LABEL_CLUSTER: label_value(placement.cluster),
+                },
+                manifest=manifest,
+                provider_config_ref=placement.provider_config_ref,
+                **extra,
+            )
+            composed.append(Composed(object_key, body, ready=staged))
+    desired = {c.key for c in composed}
+    removed = sorted(k for k in observed if k not in desired)
+    return AdapterPlan(placements, phases, composed, removed)
