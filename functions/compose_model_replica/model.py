@@ -407,9 +407,12 @@ def _check(replica: ModelReplica) -> None:
                 serves=member.role != ROLE_WORKER,
             )
     if replica.adapters is not None:
-        replica.adapters.check(
-            [(f"spec.engines[{i}]", engine.type) for i, engine in enumerate(replica.engines)]
-        )
+        try:
+            replica.adapters.check(
+                [(f"spec.engines[{i}]", engine.type) for i, engine in enumerate(replica.engines)]
+            )
+        except InputError as err:
+            raise InvalidReplica(err.path, err.rule) from None
     if replica.autoscaling is not None and replica.member_max_replicas() is None:
         raise InvalidReplica(
             "spec.autoscaling.clusters",
