@@ -77,6 +77,18 @@ def unsupported_reason(engine_type: str) -> str:
     )
 
 
+def whole_number(value: Any) -> int | None:
+    """An integer as the XR carries it (a protobuf Struct holds every number as a
+    float), or None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def is_served_name(name: object) -> bool:
     return isinstance(name, str) and _SERVED_NAME.fullmatch(name) is not None
 
@@ -128,15 +140,11 @@ def read_capacity(raw: Any, engine_types: Iterable[tuple[str, str]], path: str) 
                 f"{at}.type {engine_type!r} cannot serve LoRA adapters: {reason}; remove "
                 f"{path.rsplit('.', 1)[-1]} or serve the model with vLLM or SGLang",
             )
-    max_adapters = raw.get("maxAdapters", DEFAULT_MAX_ADAPTERS)
-    if (
-        isinstance(max_adapters, bool)
-        or not isinstance(max_adapters, int)
-        or not 1 <= max_adapters <= MAX_ADAPTERS_LIMIT
-    ):
+    max_adapters = whole_number(raw.get("maxAdapters", DEFAULT_MAX_ADAPTERS))
+    if max_adapters is None or not 1 <= max_adapters <= MAX_ADAPTERS_LIMIT:
         raise InputError(f"{path}.maxAdapters", f"must be a whole number 1-{MAX_ADAPTERS_LIMIT}")
-    max_rank = raw.get("maxRank", DEFAULT_MAX_RANK)
-    if isinstance(max_rank, bool) or max_rank not in LORA_RANKS:
+    max_rank = whole_number(raw.get("maxRank", DEFAULT_MAX_RANK))
+    if max_rank not in LORA_RANKS:
         raise InputError(
             f"{path}.maxRank", f"must be one of {', '.join(str(r) for r in LORA_RANKS)}"
         )

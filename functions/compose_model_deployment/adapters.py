@@ -118,8 +118,8 @@ def read_adapter(xr: Mapping[str, Any]) -> Adapter:
     if not contract.is_served_name(served):
         # Not echoed: it would reach a route, a header match and a request body.
         raise InputError("spec.servedName", f"must match {contract.SERVED_NAME_PATTERN}")
-    rank = spec.get("rank")
-    if isinstance(rank, bool) or rank not in contract.LORA_RANKS:
+    rank = contract.whole_number(spec.get("rank"))
+    if rank not in contract.LORA_RANKS:
         raise InputError(
             "spec.rank", f"must be one of {', '.join(str(r) for r in contract.LORA_RANKS)}"
         )
@@ -140,7 +140,7 @@ def read_adapter(xr: Mapping[str, Any]) -> Adapter:
         namespace=namespace,
         base=base,
         served_name=served,
-        rank=int(rank),
+        rank=rank,
         source_kind=kind,
         source=entry,
         created=str(meta.get("creationTimestamp") or ""),
