@@ -32,6 +32,10 @@ KIND_MODEL_ADAPTER: Final = "ModelAdapter"
 LABEL_ADAPTER: Final = "modelplane.ai/adapter"
 # The condition a ModelAdapter carries: staged (and loaded) where its base runs.
 ADAPTER_READY: Final = "AdapterReady"
+# The readiness gate on every engine pod of a base that accepts adapters: the member's
+# agent sets this pod condition True once every staged adapter is loaded into it, so a
+# new pod counts ready (Service, picker, route) only then.
+ADAPTERS_GATE: Final = "modelplane.ai/adapters-loaded"
 
 # Where engine pods see every adapter of their base (read-only), one directory each.
 MOUNT_ROOT: Final = "/adapters"

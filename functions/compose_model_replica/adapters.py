@@ -21,6 +21,10 @@ Every member of an engine gets the flags (a headless vLLM rank builds its whole 
 from its own arguments, and the ranks must agree). A flag the user wrote wins, as
 everywhere; a `sh -c` launch line gets none (the script owns its arguments).
 
+Every engine pod carries the readiness gate `modelplane.ai/adapters-loaded`: the member's
+agent sets it once it has loaded every staged adapter into the pod, so a new pod
+(scale-up, restart, rollout) counts ready only with its adapters in place.
+
 The adapters' volume: one ReadWriteMany claim per base per cluster
 (functions.common.adapters.claim_name), mounted read-only at /adapters in every engine
 container; each ModelAdapter's download Job writes its own directory in it.
@@ -121,6 +125,12 @@ def apply(
     if ours:
         container["env"] = [*ours, *(container.get("env") or [])]
     mount_volume(spec, container, replica)
+    gates = [
+        g
+        for g in spec.get("readinessGates") or []
+        if g.get("conditionType") != contract.ADAPTERS_GATE
+    ]
+    spec["readinessGates"] = [*gates, {"conditionType": contract.ADAPTERS_GATE}]
     return [*args, *lora_flags(engine_type, args, replica.adapters)]
 
 

@@ -198,6 +198,9 @@ def _rbac(target: Target) -> list[Composed]:
                 _rule([autoscaling], ["adaptivepolicies/status"], WRITE_STATUS),
                 # Start failures are counted where pods are seen.
                 _rule([""], ["pods"], READ),
+                # LoRA adapters: the readiness gate of a base's engine pods is set once
+                # its staged adapters are loaded (functions/runtime/agent/adapters.py).
+                _rule([""], ["pods/status"], ["patch"]),
                 # The report: static room on registered nodes, NodePool headroom, and the
                 # workload behind the policy's ScaledObject (its scale subresource).
                 _rule([""], ["nodes"], READ),
