@@ -14,7 +14,10 @@ one volume and the engine pods' mount never changes. Fetching per pod was the ot
 way: it needs the downloaders inside every engine pod (credentials included), and a
 pod started later would fetch again; a volume per cluster is filled once.
 
-Once a cluster's Job is complete, a ConfigMap (`lora-<base>-<adapter>`, labelled with
+Per cluster the adapter also gets its own HTTPRoute: requests whose `"model"` is its
+served name reach the base's InferencePool there once the files are staged, and a 503
+with why (an Envoy Gateway direct response) before; a name no route matches is the
+gateway's 404. Once a cluster's Job is complete, a ConfigMap (`lora-<base>-<adapter>`, labelled with
 the base and the adapter) tells that member's runtime to load the adapter into every
 engine pod of the base through the engine's own endpoint; deleting the ModelAdapter
 deletes it, and the runtime unloads the adapter.
@@ -33,6 +36,7 @@ Pure: plain dicts in, plain values out; nothing reads the clock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -41,6 +45,7 @@ from pydantic_core import PydanticCustomError
 
 from functions.common import adapters as contract
 from functions.common import conditions, contracts, tenancy
+from functions.common.adaptivepolicy import endpoint_name
 from functions.common.conditions import Condition
 from functions.common.naming import dns_label, is_object_name, label_value, resource_key
 from functions.common.objects import provider_object
@@ -57,6 +62,8 @@ REASON_OVER_LIMIT: Final = "OverPerBaseLimit"
 REASON_NOT_PLACED: Final = "BaseNotPlaced"
 REASON_STAGED: Final = "Staged"
 REASON_STAGING: Final = "Staging"
+
+UNAVAILABLE_STATUS: Final = 503
 
 # The ConfigMap key the runtime reads each field from.
 CONFIG_SERVED_NAME: Final = "servedName"
@@ -311,6 +318,115 @@ def loader_key(cluster: str) -> str:
     return resource_key("load", cluster)
 
 
+def route_key(cluster: str) -> str:
+    return resource_key("route", cluster)
+
+
+def unavailable_key(cluster: str) -> str:
+    return resource_key("unavailable", cluster)
+
+
+def route_name(adapter: Adapter) -> str:
+    return dns_label("lora", adapter.base, adapter.name)
+
+
+def unavailable_body(adapter: Adapter, cluster: str, phase: ClusterPhase) -> str:
+    """A client's 503 while the adapter is not on this cluster yet: what and why."""
+    return json.dumps(
+        {
+            "error": {
+                "code": UNAVAILABLE_STATUS,
+                "type": "adapter_unavailable",
+                "reason": f"Adapter{phase.phase}",
+                "model": adapter.served_name,
+                "message": (
+                    f"adapter {adapter.served_name} (on {adapter.base}) is not loaded on "
+                    f"cluster {cluster} yet: {phase.phase}: {phase.message}"
+                ),
+            }
+        },
+        sort_keys=True,
+    )
+
+
+def route(adapter: Adapter, staged: bool) -> dict:
+    """The adapter's own route on a member: requests whose `"model"` is its served name
+    reach the base's InferencePool there once its files are staged (the engines' gate
+    keeps a pod out of the pool until it holds them), and a 503 saying why before."""
+    rule: dict[str, Any] = {
+        "matches": [
+            {
+                "path": {"type": "PathPrefix", "value": "/"},
+                "headers": [
+                    {
+                        "type": "Exact",
+                        "name": contracts.HEADER_MODEL_NAME,
+                        "value": adapter.served_name,
+                    }
+                ],
+            }
+        ]
+    }
+    if staged:
+        rule["backendRefs"] = [
+            {
+                "group": contracts.INFERENCE_POOL_GROUP,
+                "kind": contracts.KIND_INFERENCE_POOL,
+                "name": endpoint_name(adapter.base),
+            }
+        ]
+    else:
+        rule["filters"] = [
+            {
+                "type": "ExtensionRef",
+                "extensionRef": {
+                    "group": contracts.ENVOY_GATEWAY_GROUP,
+                    "kind": "HTTPRouteFilter",
+                    "name": route_name(adapter),
+                },
+            }
+        ]
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {
+            "name": route_name(adapter),
+            "namespace": adapter.namespace,
+            "labels": labels(adapter),
+        },
+        "spec": {
+            "parentRefs": [
+                {
+                    "group": "gateway.networking.k8s.io",
+                    "kind": "Gateway",
+                    "name": contracts.INFERENCE_GATEWAY_NAME,
+                    "namespace": contracts.INFERENCE_GATEWAY_NAMESPACE,
+                }
+            ],
+            "rules": [rule],
+        },
+    }
+
+
+def unavailable_filter(adapter: Adapter, cluster: str, phase: ClusterPhase) -> dict:
+    return {
+        "apiVersion": f"{contracts.ENVOY_GATEWAY_GROUP}/v1alpha1",
+        "kind": "HTTPRouteFilter",
+        "metadata": {
+            "name": route_name(adapter),
+            "namespace": adapter.namespace,
+            "labels": labels(adapter),
+        },
+        "spec": {
+            "directResponse": {
+                "statusCode": UNAVAILABLE_STATUS,
+                "contentType": "application/json",
+                "body": {"type": "Inline", "inline": unavailable_body(adapter, cluster, phase)},
+            }
+        },
+    }
+
+
 def download_job(adapter: Adapter) -> dict:
     """The ModelCache download Job, writing into the adapter's own directory of its
     base's volume."""
@@ -436,10 +552,22 @@ def plan_adapter(
         phase = modelcache.observe_cluster(placement.cluster, observed.get(key), None)
         phases.append(phase)
         staged = phase.phase == modelcache.PHASE_READY
-        for object_key, manifest, extra in (
-            (key, download_job(adapter), {"ready_cel": modelcache.JOB_READY_CEL}),
-            *(((loader_key(placement.cluster), loader_config(adapter), {}),) if staged else ()),
-        ):
+        objects: list[tuple[str, dict, dict]] = [
+            # Watched: a finished download is read as it happens, not at the next poll.
+            (key, download_job(adapter), {"ready_cel": modelcache.JOB_READY_CEL, "watch": True}),
+            (route_key(placement.cluster), route(adapter, staged), {}),
+        ]
+        if staged:
+            objects.append((loader_key(placement.cluster), loader_config(adapter), {}))
+        else:
+            objects.append(
+                (
+                    unavailable_key(placement.cluster),
+                    unavailable_filter(adapter, placement.cluster, phase),
+                    {},
+                )
+            )
+        for object_key, manifest, extra in objects:
             body = provider_object(
                 name=dns_label("lora", adapter.name, object_key),
                 namespace=adapter.namespace,

@@ -69,10 +69,19 @@ def test_an_adapter_is_staged_on_every_cluster_its_base_runs_on_and_nowhere_else
     composed = _composed(documents)
     # The base runs on eu-west-1 and us-east-1; dev-1's Job (the base left it) is gone.
     assert sorted(composed) == [
+        ("eu-west-1", "HTTPRoute"),
+        ("eu-west-1", "HTTPRouteFilter"),
         ("eu-west-1", "Job"),
         ("us-east-1", "ConfigMap"),
+        ("us-east-1", "HTTPRoute"),
         ("us-east-1", "Job"),
     ]
+    # Its name reaches the base's pool where staged; a 503 with why where not yet.
+    assert (
+        composed[("us-east-1", "HTTPRoute")]["spec"]["rules"][0]["backendRefs"][0]["name"]
+        == "llama-3-1-8b"
+    )
+    assert composed[("eu-west-1", "HTTPRouteFilter")]["spec"]["directResponse"]["statusCode"] == 503
     for cluster in ("eu-west-1", "us-east-1"):
         pod = composed[(cluster, "Job")]["spec"]["template"]["spec"]
         assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == contract.claim_name(

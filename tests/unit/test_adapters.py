@@ -3,6 +3,7 @@
 is placed on, and the engine flags and volume a base that accepts adapters gets."""
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -206,7 +207,7 @@ def _complete(body: dict) -> dict:
 def test_stages_one_download_per_cluster_the_base_is_placed_on_into_its_volume():
     tone = adapter()
     plan = adapters.plan_adapter(tone, None, PLACED, {})
-    jobs = {c.key: c.body for c in plan.composed}
+    jobs = {c.key: c.body for c in plan.composed if c.key.startswith("download-")}
     assert sorted(jobs) == sorted(adapters.job_key(tone, p.cluster) for p in PLACED)
     for body in jobs.values():
         job = body["spec"]["forProvider"]["manifest"]
@@ -242,8 +243,48 @@ def test_follows_the_base_removing_what_it_staged_where_the_base_left():
     tone = adapter()
     before = {c.key: c.body for c in adapters.plan_adapter(tone, None, PLACED, {}).composed}
     after = adapters.plan_adapter(tone, None, PLACED[1:], before)
-    assert [c.key for c in after.composed] == [adapters.job_key(tone, "us-east-1")]
-    assert after.removed == [adapters.job_key(tone, "eu-west-1")]
+    assert {c.body["metadata"]["labels"][contracts.LABEL_CLUSTER] for c in after.composed} == {
+        "us-east-1"
+    }
+    assert after.removed == sorted(
+        [
+            adapters.job_key(tone, "eu-west-1"),
+            adapters.route_key("eu-west-1"),
+            adapters.unavailable_key("eu-west-1"),
+        ]
+    )
+
+
+def _manifests(plan, cluster):
+    return {
+        c.body["spec"]["forProvider"]["manifest"]["kind"]: c.body["spec"]["forProvider"]["manifest"]
+        for c in plan.composed
+        if c.body["metadata"]["labels"][contracts.LABEL_CLUSTER] == cluster
+    }
+
+
+def test_the_adapters_name_is_routed_to_its_base_where_staged_and_answered_503_before():
+    tone = adapter(served="tone-v2")
+    first = adapters.plan_adapter(tone, None, PLACED, {})
+    done_key = adapters.job_key(tone, "us-east-1")
+    observed = {done_key: _complete(next(c.body for c in first.composed if c.key == done_key))}
+    plan = adapters.plan_adapter(tone, None, PLACED, observed)
+    staged = _manifests(plan, "us-east-1")
+    rule = staged["HTTPRoute"]["spec"]["rules"][0]
+    assert rule["matches"][0]["headers"] == [
+        {"type": "Exact", "name": contracts.HEADER_MODEL_NAME, "value": "tone-v2"}
+    ]
+    assert rule["backendRefs"] == [
+        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "llama-3-1-8b"}
+    ]
+    assert "HTTPRouteFilter" not in staged
+    pending = _manifests(plan, "eu-west-1")
+    assert "backendRefs" not in pending["HTTPRoute"]["spec"]["rules"][0]
+    answer = pending["HTTPRouteFilter"]["spec"]["directResponse"]
+    assert answer["statusCode"] == 503
+    body = json.loads(answer["body"]["inline"])["error"]
+    assert body["model"] == "tone-v2"
+    assert "not loaded on cluster eu-west-1 yet: Pending" in body["message"]
 
 
 def test_a_refused_adapter_composes_nothing_and_removes_what_it_had():
