@@ -165,41 +165,50 @@ class Base:
     served_names: frozenset[str]
 
 
+def _object(value: Any) -> Mapping[str, Any]:
+    """A JSON object as read, or an empty one for any other shape (a team's odd object
+    never fails another adapter's reconcile)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _template_spec(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _object(_object(_object(deployment.get("spec")).get("template")).get("spec"))
+
+
 def served_names(deployment: Mapping[str, Any]) -> frozenset[str]:
     """Every name a ModelDeployment is served under: its name, and the names its engine
     containers' own `--served-model-name` set."""
-    meta = deployment.get("metadata") if isinstance(deployment.get("metadata"), dict) else {}
+    meta = _object(deployment.get("metadata"))
     names = {str(meta.get("name") or "")}
-    spec = deployment.get("spec") if isinstance(deployment.get("spec"), dict) else {}
-    tspec = ((spec.get("template") or {}).get("spec") or {}) if isinstance(spec, dict) else {}
-    for engine in tspec.get("engines") or [] if isinstance(tspec, dict) else []:
+    engines = _template_spec(deployment).get("engines")
+    for engine in engines if isinstance(engines, list) else []:
         if not isinstance(engine, dict):
             continue
-        for member in engine.get("members") or []:
-            template = member.get("template") if isinstance(member, dict) else None
-            containers = ((template or {}).get("spec") or {}).get("containers") or []
-            if isinstance(containers, list) and containers:
+        members = engine.get("members")
+        for member in members if isinstance(members, list) else []:
+            template = _object(member.get("template") if isinstance(member, dict) else None)
+            containers = _object(template.get("spec")).get("containers")
+            containers = (
+                [c for c in containers if isinstance(c, dict)]
+                if isinstance(containers, list)
+                else []
+            )
+            if containers:
                 engine_container = containers[engine_container_index(containers)]
-                if isinstance(engine_container, dict):
-                    names.update(container_served_names(str(engine.get("type")), engine_container))
+                names.update(container_served_names(str(engine.get("type")), engine_container))
     return frozenset(n for n in names if n)
 
 
 def read_base(deployment: Mapping[str, Any]) -> Base:
-    meta = deployment.get("metadata") if isinstance(deployment.get("metadata"), dict) else {}
-    spec = deployment.get("spec") if isinstance(deployment.get("spec"), dict) else {}
-    tspec = ((spec.get("template") or {}).get("spec") or {}) if isinstance(spec, dict) else {}
-    engines = tspec.get("engines") if isinstance(tspec, dict) else None
+    meta = _object(deployment.get("metadata"))
+    tspec = _template_spec(deployment)
+    engines = tspec.get("engines")
     types = [
         (f"spec.template.spec.engines[{i}]", str(e.get("type")))
-        for i, e in enumerate(engines or [])
+        for i, e in enumerate(engines if isinstance(engines, list) else [])
         if isinstance(e, dict)
     ]
-    capacity = contract.read_capacity(
-        tspec.get("adapters") if isinstance(tspec, dict) else None,
-        types,
-        "spec.template.spec.adapters",
-    )
+    capacity = contract.read_capacity(tspec.get("adapters"), types, "spec.template.spec.adapters")
     return Base(str(meta.get("name") or ""), capacity, served_names(deployment))
 
 

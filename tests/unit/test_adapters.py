@@ -357,3 +357,49 @@ def test_a_replica_on_an_engine_without_runtime_lora_is_refused():
     xr["spec"]["engines"][0]["type"] = "trtllm"
     with pytest.raises(InvalidReplica, match=r"spec.engines\[0\].type 'trtllm'.*TensorRT-LLM"):
         parse(xr)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"metadata": "x", "spec": []},
+        {"metadata": {"name": "m"}, "spec": {"template": []}},
+        {"metadata": {"name": "m"}, "spec": {"template": {"spec": {"engines": "vllm"}}}},
+        {
+            "metadata": {"name": "m"},
+            "spec": {"template": {"spec": {"engines": [{"members": [{"template": 3}]}]}}},
+        },
+        {
+            "metadata": {"name": "m"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "engines": [
+                            {
+                                "type": "vllm",
+                                "members": [
+                                    {
+                                        "template": {
+                                            "spec": {
+                                                "containers": [
+                                                    "engine",
+                                                    {"args": ["--served-model-name", "odd"]},
+                                                ]
+                                            }
+                                        }
+                                    }
+                                ],
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    ],
+    ids=["not_objects", "template_a_list", "engines_a_string", "template_a_number", "a_bare_str"],
+)
+def test_another_teams_odd_deployment_never_fails_an_adapters_reconcile(odd):
+    names = adapters.served_names(odd)
+    assert names <= {"m", "odd"}
+    base = adapters.read_base(odd)
+    assert base.capacity is None
