@@ -103,6 +103,17 @@ def claim_name(deployment: str) -> str:
     return dns_label("lora", deployment)
 
 
+def loaded_record_name(deployment: str) -> str:
+    """The ConfigMap the member's agent writes beside a base's pods: per served name,
+    how many of the base's engine pods there hold the adapter, and the engine's own
+    error; each ModelAdapter observes it (Observe only) for its status."""
+    return dns_label("lora-loaded", deployment)
+
+
+# The record's value per served name: {"loaded": N, "replicas": M, "error": "..."}.
+LOADED_KEYS: Final = ("loaded", "replicas", "error")
+
+
 def adapter_path(adapter: str) -> str:
     """Where an adapter's files are in every engine pod of its base."""
     return f"{MOUNT_ROOT}/{adapter}"

@@ -62,6 +62,7 @@ REASON_OVER_LIMIT: Final = "OverPerBaseLimit"
 REASON_NOT_PLACED: Final = "BaseNotPlaced"
 REASON_STAGED: Final = "Staged"
 REASON_STAGING: Final = "Staging"
+REASON_LOAD_FAILED: Final = "LoadFailed"
 
 UNAVAILABLE_STATUS: Final = 503
 
@@ -327,6 +328,56 @@ def loader_key(cluster: str) -> str:
     return resource_key("load", cluster)
 
 
+def record_key(cluster: str) -> str:
+    return resource_key("loaded", cluster)
+
+
+OBSERVE_ONLY: Final = ("Observe",)
+
+
+def loaded_record(adapter: Adapter) -> dict:
+    """The member agent's record of what its engines hold (observed, never written)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": contract.loaded_record_name(adapter.base),
+            "namespace": adapter.namespace,
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """On one cluster: how many of the base's engine pods hold the adapter, of how many,
+    and the first error an engine gave loading it (its own words)."""
+
+    loaded: int = 0
+    replicas: int = 0
+    error: str = ""
+    reported: bool = False  # the agent has written a record for it there
+
+
+def read_loaded(observed_object: dict | None, served_name: str) -> Loaded:
+    """The adapter's entry in the observed record; not reported for any shape it cannot
+    be read from (a member's odd answer never fails the adapter)."""
+    manifest = modelcache._remote(observed_object)
+    data = manifest.get("data") if isinstance(manifest, dict) else None
+    raw = data.get(served_name) if isinstance(data, dict) else None
+    try:
+        entry = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        entry = None
+    if not isinstance(entry, dict):
+        return Loaded()
+    loaded = contract.whole_number(entry.get("loaded"))
+    replicas = contract.whole_number(entry.get("replicas"))
+    error = entry.get("error")
+    if loaded is None or replicas is None or not isinstance(error, str):
+        return Loaded()
+    return Loaded(loaded, replicas, error[:1024], reported=True)
+
+
 def route_key(cluster: str) -> str:
     return resource_key("route", cluster)
 
@@ -487,6 +538,7 @@ class AdapterPlan:
     composed: list[Composed]
     removed: list[str] = field(default_factory=list)
     refusal: Refusal | None = None
+    loaded: list[Loaded] = field(default_factory=list)  # one per phase, in its order
 
     @property
     def staged(self) -> list[ClusterPhase]:
@@ -509,8 +561,19 @@ class AdapterPlan:
                     "reason": p.reason,
                     "message": p.message,
                     "path": adapter.path,
+                    **(
+                        {
+                            "loadedReplicas": held.loaded,
+                            "replicas": held.replicas,
+                            **({"loadError": held.error} if held.error else {}),
+                        }
+                        if held.reported
+                        else {}
+                    ),
                 }
-                for p in self.phases
+                for p, held in zip(
+                    self.phases, self.loaded or [Loaded()] * len(self.phases), strict=True
+                )
             ],
         }
 
@@ -525,6 +588,15 @@ class AdapterPlan:
                 conditions.FALSE,
                 REASON_NOT_PLACED,
                 "the base ModelDeployment is placed on no cluster yet",
+            )
+        failed = [
+            f"{p.cluster}: loaded on {held.loaded} of {held.replicas} replicas: {held.error}"
+            for p, held in zip(self.phases, self.loaded, strict=False)
+            if held.error
+        ]
+        if self.all_staged and failed:
+            return Condition(
+                contract.ADAPTER_READY, conditions.FALSE, REASON_LOAD_FAILED, "; ".join(failed)
             )
         if self.all_staged:
             return Condition(
@@ -555,13 +627,21 @@ def plan_adapter(
     if refusal is not None:
         return AdapterPlan([], [], [], sorted(observed), refusal)
     phases: list[ClusterPhase] = []
+    loaded: list[Loaded] = []
     composed: list[Composed] = []
     for placement in placements:
         key = job_key(adapter, placement.cluster)
         phase = modelcache.observe_cluster(placement.cluster, observed.get(key), None)
         phases.append(phase)
         staged = phase.phase == modelcache.PHASE_READY
+        loaded.append(read_loaded(observed.get(record_key(placement.cluster)), adapter.served_name))
         objects: list[tuple[str, dict, dict]] = [
+            # What the member's engines hold, as its agent writes it: read as it changes.
+            (
+                record_key(placement.cluster),
+                loaded_record(adapter),
+                {"management_policies": OBSERVE_ONLY, "watch": True},
+            ),
             # Watched: a finished download is read as it happens, not at the next poll.
             (key, download_job(adapter), {"ready_cel": modelcache.JOB_READY_CEL, "watch": True}),
             (route_key(placement.cluster), route(adapter, staged), {}),
@@ -591,4 +671,4 @@ def plan_adapter(
             composed.append(Composed(object_key, body, ready=staged))
     desired = {c.key for c in composed}
     removed = sorted(k for k in observed if k not in desired)
-    return AdapterPlan(placements, phases, composed, removed)
+    return AdapterPlan(placements, phases, composed, removed, loaded=loaded)

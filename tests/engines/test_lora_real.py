@@ -185,7 +185,10 @@ def staged(volume: Path, *names: str) -> dict[str, loader.Staged]:
 
 def test_two_adapters_answer_by_name_each_with_its_own_weights_applied(engine, volume):
     agent_view = loader.Engine(engine.url, "vllm")
-    assert loader.sync_engine(agent_view, staged(volume, "tone", "sql")) == (2, "")
+    assert loader.sync_engine(agent_view, staged(volume, "tone", "sql")) == (
+        frozenset({"tone", "sql"}),
+        "",
+    )
     assert agent_view.loaded() == {"tone", "sql"}
     base, tone, sql = (engine.text(m) for m in (engine.served, "tone", "sql"))
     print(f"\n  base: {base!r}\n  tone: {tone!r}\n  sql:  {sql!r}")
@@ -198,7 +201,8 @@ def test_an_adapter_staged_while_running_answers_from_the_same_process(engine, v
     pid, started = engine.process.pid, engine.started_at()
     agent_view = loader.Engine(engine.url, "vllm")
     began = time.monotonic()
-    assert loader.sync_engine(agent_view, staged(volume, "tone", "sql", "late")) == (3, "")
+    held, error = loader.sync_engine(agent_view, staged(volume, "tone", "sql", "late"))
+    assert (held, error) == (frozenset({"tone", "sql", "late"}), "")
     status, _ = engine.complete("late")
     took = time.monotonic() - began
     print(f"\n  late adapter answered {took:.2f}s after it was staged")
@@ -212,7 +216,8 @@ def test_an_adapter_no_longer_staged_is_unloaded_and_answers_404_naming_it(engin
     agent_view = loader.Engine(engine.url, "vllm")
     loader.sync_engine(agent_view, staged(volume, "tone", "sql", "late"))
     began = time.monotonic()
-    assert loader.sync_engine(agent_view, staged(volume, "tone", "late")) == (2, "")
+    held, error = loader.sync_engine(agent_view, staged(volume, "tone", "late"))
+    assert (held, error) == (frozenset({"tone", "late"}), "")
     status, body = engine.complete("sql")
     assert time.monotonic() - began < ANSWER_SECONDS
     assert status == 404, body

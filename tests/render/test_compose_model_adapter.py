@@ -46,8 +46,18 @@ def _render(function_servers, name: str) -> list[dict]:
     return documents
 
 
+def _observing(documents: list[dict]) -> list[str]:
+    """The clusters whose loaded record an Observe-only Object reads."""
+    return sorted(
+        d["metadata"]["labels"][contracts.LABEL_CLUSTER]
+        for d in documents[1:]
+        if d.get("kind") == contracts.OBJECT_KIND
+        and d["spec"].get("managementPolicies") == ["Observe"]
+    )
+
+
 def _composed(documents: list[dict]) -> dict[tuple[str, str], dict]:
-    """(cluster, manifest kind) -> manifest, for every Object composed."""
+    """(cluster, manifest kind) -> manifest, for every Object composed to be written."""
     return {
         (
             d["metadata"]["labels"][contracts.LABEL_CLUSTER],
@@ -55,6 +65,7 @@ def _composed(documents: list[dict]) -> dict[tuple[str, str], dict]:
         ): d["spec"]["forProvider"]["manifest"]
         for d in documents[1:]
         if d.get("kind") == contracts.OBJECT_KIND
+        and d["spec"].get("managementPolicies") != ["Observe"]
     }
 
 
@@ -100,6 +111,11 @@ def test_an_adapter_is_staged_on_every_cluster_its_base_runs_on_and_nowhere_else
         2,
         1,
     )
+    # What us-east-1's agent reports its engines hold (its record, observed only).
+    assert _observing(documents) == ["eu-west-1", "us-east-1"]
+    us_east = next(c for c in status["clusters"] if c["cluster"] == "us-east-1")
+    assert (us_east["loadedReplicas"], us_east["replicas"]) == (1, 2)
+    assert "No adapter found for /adapters/llama-8b-sql" in us_east["loadError"]
     condition = _condition(documents[0])
     assert (condition["status"], condition["reason"]) == ("False", "Staging")
     assert "eu-west-1: Pending" in condition["message"]

@@ -2,6 +2,8 @@
 must load and unload, the readiness gate's condition, and one engine brought to hold
 exactly the staged adapters (through an Engine whose transport records the calls)."""
 
+import json
+
 from functions.common import adapters as contract
 from functions.common.contracts import LABEL_DEPLOYMENT
 from functions.compose_model_replica.compose import compose
@@ -77,7 +79,7 @@ def test_an_engine_is_brought_to_hold_exactly_the_staged_adapters():
     transport = _Recorded({"old"})
     engine = adapters.Engine("http://10.0.0.1:8000", "vllm", transport.get, transport.post)
     staged = {"tone": adapters.Staged("tone", "/adapters/tone")}
-    assert adapters.sync_engine(engine, staged) == (1, "")
+    assert adapters.sync_engine(engine, staged) == (frozenset({"tone"}), "")
     assert transport.held == {"tone"}
     assert (
         "POST",
@@ -96,8 +98,8 @@ def test_the_engines_own_error_reaches_the_gate_condition():
     engine = adapters.Engine("http://10.0.0.1:8000", "vllm", transport.get, transport.post)
     staged = {n: adapters.Staged(n, f"/adapters/{n}") for n in ("big", "tone")}
     held, error = adapters.sync_engine(engine, staged)
-    assert (held, "greater than max_lora_rank 16" in error) == (1, True)
-    condition = adapters.gate_condition(held, 2, error, "2026-12-07T00:00:00Z")
+    assert (held, "greater than max_lora_rank 16" in error) == (frozenset({"tone"}), True)
+    condition = adapters.gate_condition(len(held), 2, error, "2026-12-07T00:00:00Z")
     assert condition["type"] == contract.ADAPTERS_GATE
     assert (condition["status"], condition["reason"]) == ("False", "AdapterLoadFailed")
     assert condition["message"].startswith("loaded 1 of 2 adapters: loading big: 400 LoRA rank 64")
@@ -117,3 +119,28 @@ def test_an_engine_pod_of_a_base_that_takes_adapters_waits_for_them_to_count_rea
     workload = next(c for c in plan.composed if c.key.startswith("workload"))
     pod = workload.manifest["spec"]["template"]["spec"]
     assert {"conditionType": contract.ADAPTERS_GATE} in pod["readinessGates"]
+
+
+def test_an_adapter_the_engine_already_holds_counts_as_loaded():
+    transport = _Recorded(set())
+    engine = adapters.Engine("http://10.0.0.1:8000", "vllm", transport.get, transport.post)
+    transport.get = lambda url: {"data": []}  # a listing a moment old
+    engine.get = transport.get
+    transport.held = {"tone"}
+    staged = {"tone": adapters.Staged("tone", "/adapters/tone")}
+    assert adapters.sync_engine(engine, staged) == (frozenset({"tone"}), "")
+
+
+def test_the_loaded_record_counts_each_adapter_over_the_bases_pods_with_the_first_error():
+    staged = {n: adapters.Staged(n, f"/adapters/{n}") for n in ("big", "tone")}
+    pods = [
+        (frozenset({"tone"}), "loading big: 400 LoRA rank 64 is greater than max_lora_rank 16."),
+        (frozenset({"tone", "big"}), ""),
+        (frozenset(), ""),  # a new pod, not answering yet
+    ]
+    record = adapters.loaded_record("ml-team", "llama", staged, pods)
+    assert record["metadata"]["name"] == contract.loaded_record_name("llama")
+    assert json.loads(record["data"]["tone"]) == {"loaded": 2, "replicas": 3, "error": ""}
+    big = json.loads(record["data"]["big"])
+    assert (big["loaded"], big["replicas"]) == (1, 3)
+    assert big["error"].startswith("loading big: 400 LoRA rank 64")

@@ -250,6 +250,7 @@ def test_follows_the_base_removing_what_it_staged_where_the_base_left():
     assert after.removed == sorted(
         [
             adapters.job_key(tone, "eu-west-1"),
+            adapters.record_key("eu-west-1"),
             adapters.route_key("eu-west-1"),
             adapters.unavailable_key("eu-west-1"),
         ]
@@ -403,3 +404,28 @@ def test_another_teams_odd_deployment_never_fails_an_adapters_reconcile(odd):
     assert names <= {"m", "odd"}
     base = adapters.read_base(odd)
     assert base.capacity is None
+
+
+def test_each_cluster_reports_on_how_many_replicas_the_adapter_is_loaded_and_the_engines_error():
+    tone = adapter()
+    first = adapters.plan_adapter(tone, None, PLACED, {})
+    record = next(c.body for c in first.composed if c.key == adapters.record_key("us-east-1"))
+    assert record["spec"]["managementPolicies"] == ["Observe"]
+    observed = copy.deepcopy(record)
+    observed["status"] = {
+        "atProvider": {
+            "manifest": {
+                "data": {
+                    "tone": json.dumps(
+                        {"loaded": 1, "replicas": 2, "error": "loading tone: 400 rank too big"}
+                    )
+                }
+            }
+        }
+    }
+    plan = adapters.plan_adapter(tone, None, PLACED, {adapters.record_key("us-east-1"): observed})
+    by_cluster = {c["cluster"]: c for c in plan.status(tone)["clusters"]}
+    assert "loadedReplicas" not in by_cluster["eu-west-1"]  # no record there yet
+    us = by_cluster["us-east-1"]
+    assert (us["loadedReplicas"], us["replicas"]) == (1, 2)
+    assert us["loadError"] == "loading tone: 400 rank too big"

@@ -445,6 +445,16 @@ def test_explain_lists_the_models_adapters_and_why_one_is_not_staged(plane):
                 "servedName": "text-to-sql",
                 "selectedClusters": 2,
                 "stagedClusters": 1,
+                "clusters": [
+                    {"cluster": "eu-west-1", "phase": "Downloading"},
+                    {
+                        "cluster": "us-east-1",
+                        "phase": "Ready",
+                        "loadedReplicas": 1,
+                        "replicas": 2,
+                        "loadError": "loading text-to-sql: 404 No adapter found",
+                    },
+                ],
                 "conditions": [
                     {
                         "type": "AdapterReady",
@@ -463,4 +473,8 @@ def test_explain_lists_the_models_adapters_and_why_one_is_not_staged(plane):
         "    text-to-sql (ModelAdapter llama-8b-sql, rank 8): staged on 1 of 2 clusters — "
         "Staging: eu-west-1: Downloading (a pod is downloading)\\x1b[2J"
     ) in done.output
+    assert (
+        "      us-east-1: loaded on 1 of 2 replicas — loading text-to-sql: 404 No adapter found"
+    ) in done.output
+    assert "eu-west-1: loaded" not in done.output
     _no_raw_controls(done.output)

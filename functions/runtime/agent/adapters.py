@@ -16,7 +16,10 @@ Each turn, per engine pod of such a base (running, with an address):
   lora_path}`; SGLang: `POST /load_lora_adapter`), unload what it holds and no ConfigMap
   names any more (`/v1/unload_lora_adapter`, `/unload_lora_adapter`);
 - set the gate's condition: True with what is loaded, or False with the engine's own
-  error (cut to LAST_ERROR_MAX, control characters escaped).
+  error (cut to LAST_ERROR_MAX, control characters escaped);
+and per base it applies one record (`lora-loaded-<base>`, beside the base's pods): per
+staged served name, on how many of the base's engine pods it is loaded, of how many, and
+the first engine error — each ModelAdapter observes it for its status per cluster.
 The engine process is never restarted: loading and unloading are the engine's own
 runtime interface.
 
@@ -38,12 +41,13 @@ from kubernetes.client import ApiClient, CoreV1Api
 
 from functions.common import adapters as contract
 from functions.common.contracts import LABEL_DEPLOYMENT, LABEL_ENGINE, PORT_NAME_HTTP
-from functions.runtime.kube.rest import kube_request
+from functions.runtime.kube.rest import APPLY_PATCH, kube_request
 from functions.runtime.shared.control_chars import escape
 
 log = logging.getLogger(__name__)
 
 LAST_ERROR_MAX: Final = 1024
+FIELD_MANAGER: Final = "modelplane-agent-adapters"
 ENGINE_TIMEOUT_SECONDS: Final = 10.0
 REASON_LOADED: Final = "AdaptersLoaded"
 REASON_LOAD_FAILED: Final = "AdapterLoadFailed"
@@ -104,9 +108,7 @@ def plan_pod(staged: Mapping[str, Staged], loaded: Iterable[str]) -> PodPlan:
 def gate_condition(loaded: int, wanted: int, error: str, now: str) -> dict:
     """The pod condition the readiness gate reads."""
     if error:
-        text = escape(error)
-        if len(text) > LAST_ERROR_MAX:
-            text = text[: LAST_ERROR_MAX - 1] + "…"
+        text = _cut(error)
         return {
             "type": contract.ADAPTERS_GATE,
             "status": "False",
@@ -195,30 +197,65 @@ class Engine:
             raise EngineError(f"unloading {served_name}: {err}") from None
 
 
-def sync_engine(engine: Engine, staged: Mapping[str, Staged]) -> tuple[int, str]:
-    """Bring one engine to hold exactly the staged adapters: (how many it holds of
-    them, the first error in the engine's words or "")."""
+def sync_engine(engine: Engine, staged: Mapping[str, Staged]) -> tuple[frozenset[str], str]:
+    """Bring one engine to hold exactly the staged adapters: (the staged served names it
+    holds now, the first error in the engine's words or "")."""
     try:
-        plan = plan_pod(staged, engine.loaded())
+        held = engine.loaded()
     except EngineError as err:
-        return 0, str(err)
+        return frozenset(), str(err)
+    plan = plan_pod(staged, held)
     error = ""
     for name in plan.unload:
         try:
             engine.unload(name)
         except EngineError as err:
             error = error or str(err)
-    failed = 0
+    holding = set(held) & set(staged)
     for adapter in plan.load:
         try:
             engine.load(adapter)
         except EngineError as err:
-            if ALREADY_LOADED in str(err):
-                continue  # the other agent replica, or a listing a moment old
+            # "Already loaded" (the other agent replica, or a listing a moment old) is
+            # held; anything else is the engine's own refusal.
+            if ALREADY_LOADED not in str(err):
+                error = error or str(err)
+                continue
+        holding.add(adapter.served_name)
+    return frozenset(holding), error
 
-            failed += 1
-            error = error or str(err)
-    return len(staged) - failed, error
+
+def loaded_record(
+    namespace: str, base: str, staged: Mapping[str, Staged], pods: list[tuple[frozenset, str]]
+) -> dict:
+    """The ConfigMap for one base: per staged served name, on how many of its engine
+    pods it is loaded, of how many, and the first error an engine gave."""
+    data = {}
+    for name in sorted(staged):
+        errors = [e for held, e in pods if name not in held and e]
+        data[name] = json.dumps(
+            {
+                "loaded": sum(1 for held, _ in pods if name in held),
+                "replicas": len(pods),
+                "error": _cut(errors[0]) if errors else "",
+            },
+            sort_keys=True,
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": contract.loaded_record_name(base),
+            "namespace": namespace,
+            "labels": {LABEL_DEPLOYMENT: base},
+        },
+        "data": data,
+    }
+
+
+def _cut(error: str) -> str:
+    text = escape(error)
+    return text if len(text) <= LAST_ERROR_MAX else text[: LAST_ERROR_MAX - 1] + "…"
 
 
 # --- The step ------------------------------------------------------------------------------
@@ -260,6 +297,8 @@ class AdapterStep:
     engine_for: Callable[[str, str], Engine] = field(default=Engine)
     # (namespace, base) -> (engine pods holding every staged adapter, engine pods).
     last: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # The loaded record last applied per base (applied again only when it changes).
+    written: dict[tuple[str, str], dict] = field(default_factory=dict)
 
     def step(self, now_rfc3339: str) -> None:
         core = CoreV1Api(self.api)
@@ -267,43 +306,56 @@ class AdapterStep:
         configmaps = core.list_config_map_for_all_namespaces(label_selector=contract.LABEL_ADAPTER)
         staged = staged_by_base(sanitize(cm) for cm in configmaps.items)
         pods = core.list_pod_for_all_namespaces(label_selector=LABEL_DEPLOYMENT)
-        counts: dict[tuple[str, str], list[int]] = {}
+        held_by_base: dict[tuple[str, str], list[tuple[frozenset, str]]] = {}
         for pod in (sanitize(p) for p in pods.items):
             if not _gated(pod):
                 continue
             meta = pod.get("metadata") or {}
-            namespace, base = (
-                meta.get("namespace", ""),
-                (meta.get("labels") or {}).get(LABEL_DEPLOYMENT, ""),
-            )
-            engine_type = (meta.get("labels") or {}).get(LABEL_ENGINE, "")
+            labels = meta.get("labels") or {}
+            namespace, base = meta.get("namespace", ""), labels.get(LABEL_DEPLOYMENT, "")
+            engine_type = labels.get(LABEL_ENGINE, "")
             ip, port = (pod.get("status") or {}).get("podIP"), _engine_port(pod)
             if engine_type not in LOAD_PATH or not ip or port is None:
                 continue
-            tally = counts.setdefault((namespace, base), [0, 0])
-            tally[1] += 1
-            if not _engine_running(pod):
+            held = held_by_base.setdefault((namespace, base), [])
+            if not _engine_running(pod) or meta.get("deletionTimestamp"):
+                held.append((frozenset(), ""))  # a replica that holds nothing yet
                 continue  # not answering yet: the gate stays as it is (unset: not ready)
             wanted = staged.get((namespace, base), {})
             engine = self.engine_for(f"http://{ip}:{port}", engine_type)
-            held, error = sync_engine(engine, wanted)
-            if not error:
-                tally[0] += 1
-            condition = gate_condition(held, len(wanted), error, now_rfc3339)
-            current = _current(pod)
-            if current is not None and all(
-                current.get(k) == condition[k] for k in ("status", "reason", "message")
-            ):
+            holding, error = sync_engine(engine, wanted)
+            held.append((holding, error))
+            self._set_gate(pod, gate_condition(len(holding), len(wanted), error, now_rfc3339))
+        for (namespace, base), held in held_by_base.items():
+            record = loaded_record(namespace, base, staged.get((namespace, base), {}), held)
+            if self.written.get((namespace, base)) == record["data"]:
                 continue
-            if current is not None and current.get("status") == condition["status"]:
-                condition["lastTransitionTime"] = current.get(
-                    "lastTransitionTime", condition["lastTransitionTime"]
-                )
             kube_request(
                 self.api,
                 "PATCH",
-                f"/api/v1/namespaces/{namespace}/pods/{meta['name']}/status",
-                body={"status": {"conditions": [condition]}},
-                content_type="application/strategic-merge-patch+json",
+                f"/api/v1/namespaces/{namespace}/configmaps/{record['metadata']['name']}",
+                query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                body=record,
+                content_type=APPLY_PATCH,
             )
-        self.last = {k: (v[0], v[1]) for k, v in counts.items()}
+            self.written[(namespace, base)] = record["data"]
+        self.last = {k: (sum(1 for h, e in v if not e), len(v)) for k, v in held_by_base.items()}
+
+    def _set_gate(self, pod: Mapping[str, Any], condition: dict) -> None:
+        meta = pod.get("metadata") or {}
+        current = _current(pod)
+        if current is not None and all(
+            current.get(k) == condition[k] for k in ("status", "reason", "message")
+        ):
+            return
+        if current is not None and current.get("status") == condition["status"]:
+            condition["lastTransitionTime"] = current.get(
+                "lastTransitionTime", condition["lastTransitionTime"]
+            )
+        kube_request(
+            self.api,
+            "PATCH",
+            f"/api/v1/namespaces/{meta.get('namespace', '')}/pods/{meta['name']}/status",
+            body={"status": {"conditions": [condition]}},
+            content_type="application/strategic-merge-patch+json",
+        )

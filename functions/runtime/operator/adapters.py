@@ -1,8 +1,9 @@
 """A model's LoRA adapters as `modelplane explain` prints them: each adapter's served
 name, whether it is admitted, and per cluster its base runs on whether its files are
-staged (the ModelAdapter's own status, written by compose-model-deployment). Whether
-each engine pod has loaded them is the pods' `modelplane.ai/adapters-loaded` condition
-on the member, which the control plane does not hold; the lines say where to look.
+staged and on how many of the base's replicas there it is loaded, with the engine's own
+error (the ModelAdapter's status, written by compose-model-deployment from what each
+member's agent reports). Each pod's own `modelplane.ai/adapters-loaded` condition is on
+the member; the lines say where to look.
 
 Pure: the ModelAdapters as the API server returned them in, lines out; every string is
 escaped by the caller.
@@ -50,8 +51,17 @@ def adapter_lines(adapters: Iterable[Mapping[str, Any]]) -> list[str]:
         if ready.get("status") != "True" and ready.get("message"):
             line += f" — {ready.get('reason', '')}: {ready['message']}"
         lines.append(line)
+        for cluster in status.get("clusters") or []:
+            if "replicas" in cluster:
+                loaded = (
+                    f"      {cluster.get('cluster', '')}: loaded on "
+                    f"{cluster.get('loadedReplicas', 0)} of {cluster['replicas']} replicas"
+                )
+                if cluster.get("loadError"):
+                    loaded += f" — {cluster['loadError']}"
+                lines.append(loaded)
     lines.append(
-        "    loaded into each engine pod: its modelplane.ai/adapters-loaded condition on "
-        "the member (`kubectl describe pod`)"
+        "    each engine pod: its modelplane.ai/adapters-loaded condition on the member "
+        "(`kubectl describe pod`)"
     )
     return lines
