@@ -132,3 +132,20 @@ def test_an_adapter_served_under_its_bases_name_is_refused_and_stages_nothing(
         "'llama-3-1-8b' is a name ModelDeployment llama-3-1-8b is served under"
         in (condition["message"])
     )
+
+
+def test_adapters_existing_or_not_the_base_composes_the_same_bytes(function_servers, tmp_path):
+    # The base's ModelReplicas (and so its pod templates and its revision) are the same
+    # with or without ModelAdapters on it: adding or removing one restarts nothing.
+    base = render.REPO / "examples" / "modeldeployments" / "llama-8b-lora.yaml"
+    clusters = sorted((render.REPO / "examples" / "inferenceclusters").glob("*.yaml"))
+    adapters = sorted((render.REPO / "examples" / "modeladapters").glob("*.yaml"))
+    rendered = []
+    for extra in ([], adapters):
+        required = tmp_path / f"required-{len(extra)}.yaml"
+        required.write_text("\n---\n".join(p.read_text() for p in [*clusters, *extra]))
+        result = render.render(function_servers, base, required=required)
+        assert result.returncode == 0, result.stderr
+        rendered.append(result.stdout)
+    assert rendered[0] == rendered[1]
+    assert f"kind: {contracts.KIND_MODEL_REPLICA}" in rendered[0]
