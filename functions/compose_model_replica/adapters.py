@@ -114,9 +114,13 @@ def apply(
     *,
     command: list[str],
     args: list[str],
+    serves_http: bool,
 ) -> list[str]:
     """The engine container's arguments with the LoRA flags, its environment and the
-    adapters' volume, for a base that accepts adapters; `args` as given otherwise."""
+    adapters' volume, for a base that accepts adapters; `args` as given otherwise. Only
+    a pod that serves the API gets the readiness gate: a headless rank (a multi-node
+    worker) answers no load request and holds the adapters through its leader, and a
+    gate nobody sets would keep it, and its group, unready forever."""
     if replica.adapters is None or is_shell_script(command, args):
         return args
     # Ours first, the user's value wins where a name is set twice (as for every variable).
@@ -125,6 +129,8 @@ def apply(
     if ours:
         container["env"] = [*ours, *(container.get("env") or [])]
     mount_volume(spec, container, replica)
+    if not serves_http:
+        return [*args, *lora_flags(engine_type, args, replica.adapters)]
     gates = [
         g
         for g in spec.get("readinessGates") or []

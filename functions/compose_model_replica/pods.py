@@ -368,7 +368,15 @@ def pod_template(
             layout=engine_layout(engine) if wiring.multinode is not None else (),
         )
         _mount_cache(container, replica.model_cache)
-        args = adapters.apply(spec, container, engine.type, replica, command=command, args=args)
+        args = adapters.apply(
+            spec,
+            container,
+            engine.type,
+            replica,
+            command=command,
+            args=args,
+            serves_http=wiring.serves_http,
+        )
         _size_engine(spec, container, member)
         if args:
             container["args"] = args

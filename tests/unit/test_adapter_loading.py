@@ -3,6 +3,9 @@ must load and unload, the readiness gate's condition, and one engine brought to 
 exactly the staged adapters (through an Engine whose transport records the calls)."""
 
 import json
+from pathlib import Path
+
+import yaml
 
 from functions.common import adapters as contract
 from functions.common.contracts import LABEL_DEPLOYMENT
@@ -144,3 +147,16 @@ def test_the_loaded_record_counts_each_adapter_over_the_bases_pods_with_the_firs
     big = json.loads(record["data"]["big"])
     assert (big["loaded"], big["replicas"]) == (1, 3)
     assert big["error"].startswith("loading big: 400 LoRA rank 64")
+
+
+def test_only_the_pod_that_serves_the_api_waits_for_adapters_a_headless_rank_does_not():
+    path = Path(__file__).parent / "testdata/model_replica/inputs/adapters-sglang.yaml"
+    plan = compose(parse(yaml.safe_load(path.read_text())))
+    workload = next(c for c in plan.composed if c.key.startswith("workload")).manifest
+    leader = workload["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    worker = workload["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert {"conditionType": contract.ADAPTERS_GATE} in leader["readinessGates"]
+    assert "readinessGates" not in worker
+    # Both ranks start with the same LoRA flags (the ranks must agree).
+    for spec in (leader, worker):
+        assert "--enable-lora" in spec["containers"][0]["args"]
