@@ -137,7 +137,7 @@ def test_an_adapter_served_under_its_bases_name_is_refused_and_stages_nothing(
 def test_adapters_existing_or_not_the_base_composes_the_same_bytes(function_servers, tmp_path):
     # The base's ModelReplicas (and so its pod templates and its revision) are the same
     # with or without ModelAdapters on it: adding or removing one restarts nothing.
-    base = render.REPO / "examples" / "modeldeployments" / "llama-8b-lora.yaml"
+    base = render.REPO / "examples" / "modeldeployments" / "qwen-sglang.yaml"
     clusters = sorted((render.REPO / "examples" / "inferenceclusters").glob("*.yaml"))
     adapters = sorted((render.REPO / "examples" / "modeladapters").glob("*.yaml"))
     rendered = []

@@ -18,8 +18,9 @@ from functions.compose_model_replica.compose import compose
 from functions.compose_model_replica.model import InvalidReplica, parse
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = yaml.safe_load((REPO / "examples/modeldeployments/llama-8b-lora.yaml").read_text())
-BASE["metadata"]["name"] = "llama-3-1-8b"
+# A vLLM base that accepts adapters: the simplest example with the capacity added.
+BASE = yaml.safe_load((REPO / "examples/modeldeployments/llama-8b-vllm.yaml").read_text())
+BASE["spec"]["template"]["spec"]["adapters"] = {"maxAdapters": 8, "maxRank": 16}
 REPLICA = yaml.safe_load(
     (Path(__file__).parent / "testdata/model_replica/inputs/adapters.yaml").read_text()
 )
