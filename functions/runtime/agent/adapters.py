@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 
 LAST_ERROR_MAX: Final = 1024
 FIELD_MANAGER: Final = "modelplane-agent-adapters"
-ENGINE_TIMEOUT_SECONDS: Final = 10.0
+# Short: the agent's loop runs its steps in turn, and an engine that does not answer
+# must not hold up the hub's step behind it (it is asked again next turn).
+ENGINE_TIMEOUT_SECONDS: Final = 3.0
 REASON_LOADED: Final = "AdaptersLoaded"
 REASON_LOAD_FAILED: Final = "AdapterLoadFailed"
 REASON_UNREACHABLE: Final = "EngineUnreachable"
