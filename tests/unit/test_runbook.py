@@ -34,6 +34,10 @@ HEALTHY = frozenset(
         "Serving",
         "Valid",
         "WaitingForDestinations",
+        # LoRA adapters: staged where the base runs, downloads in progress, loaded.
+        "Staged",
+        "Staging",
+        "AdaptersLoaded",
     }
 )
 

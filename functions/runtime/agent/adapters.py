@@ -53,7 +53,6 @@ FIELD_MANAGER: Final = "modelplane-agent-adapters"
 ENGINE_TIMEOUT_SECONDS: Final = 3.0
 REASON_LOADED: Final = "AdaptersLoaded"
 REASON_LOAD_FAILED: Final = "AdapterLoadFailed"
-REASON_UNREACHABLE: Final = "EngineUnreachable"
 # The engines' own endpoints (vLLM 0.32 with VLLM_ALLOW_RUNTIME_LORA_UPDATING; SGLang 0.5).
 LOAD_PATH: Final = {"vllm": "/v1/load_lora_adapter", "sglang": "/load_lora_adapter"}
 UNLOAD_PATH: Final = {"vllm": "/v1/unload_lora_adapter", "sglang": "/unload_lora_adapter"}
