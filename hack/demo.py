@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import render  # hack/render.py, beside this file
 from functions.common import contracts
+from functions.common.adapters import KIND_MODEL_ADAPTER
 from render import Fleet, FleetRender
 
 DEFAULT_OUTPUT = render.REPO / "_output" / "demo.yaml"
@@ -223,6 +224,24 @@ def _caches(fleet: Fleet) -> list[str]:
     return lines
 
 
+def _adapters(fleet: Fleet) -> list[str]:
+    lines = ["ModelAdapters — compose-model-deployment (staged and routed where the base runs)"]
+    for r in fleet.of_kind(KIND_MODEL_ADAPTER):
+        if r.result.returncode != 0:
+            lines += _failed(r)
+            continue
+        meta, spec = r.composite["metadata"], r.xr["spec"]
+        status = r.composite.get("status") or {}
+        lines.append(
+            f"  {meta['namespace']}/{meta['name']}: served as {status.get('servedName', '?')} "
+            f"on {spec['deploymentRef']['name']} (rank {spec['rank']}), staged on "
+            f"{status.get('stagedClusters', 0)} of {status.get('selectedClusters', 0)} clusters"
+        )
+        for c in status.get("clusters", []):
+            lines.append(f"    {c['cluster']:<10} {c['phase']}: {c['message']}")
+    return lines
+
+
 def _telemetry(fleet: Fleet, clusters: int) -> list[str]:
     lines = ["TelemetryDestinations and MetricMappings — compose-telemetry"]
     for r in fleet.of_kind(contracts.KIND_TELEMETRY_DESTINATION):
@@ -281,6 +300,7 @@ def summarize(fleet: Fleet) -> str:
         for kind in (
             contracts.KIND_INFERENCE_CLUSTER,
             contracts.KIND_MODEL_CACHE,
+            KIND_MODEL_ADAPTER,
             contracts.KIND_MODEL_DEPLOYMENT,
             contracts.KIND_MODEL_REPLICA,
             contracts.KIND_TELEMETRY_DESTINATION,
@@ -298,6 +318,7 @@ def summarize(fleet: Fleet) -> str:
         [header],
         _clusters(fleet, engines_on),
         _caches(fleet),
+        _adapters(fleet),
         _deployments(fleet, replicas, products),
         _telemetry(fleet, clusters),
     ]

@@ -281,6 +281,8 @@ HEADER_MODEL_NAME: Final = "X-Gateway-Model-Name"
 # share to: a pool selects pods in its own cluster only, so on a member's route an
 # InferencePool backendRef is always that member's pods.
 INFERENCE_POOL_GROUP: Final = "inference.networking.k8s.io"
+# Envoy Gateway's HTTPRouteFilter (a route's direct response: why a model is unavailable).
+ENVOY_GATEWAY_GROUP: Final = "gateway.envoyproxy.io"
 KIND_INFERENCE_POOL: Final = "InferencePool"
 # Managed traffic reaches another member through the Multi-Cluster Services API
 # (KEP-1645): each member exports a per-cluster Service of its serving pods

@@ -231,6 +231,8 @@ def model_replica(
         spec["unavailable"] = unavailable
     if model_cache is not None:
         spec["modelCache"] = model_cache
+    if deployment.adapters is not None:
+        spec["adapters"] = deployment.adapters.to_spec()
     return {
         "apiVersion": contracts.API_GROUP_VERSION,
         "kind": contracts.KIND_MODEL_REPLICA,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
 
-from functions.common import contracts, ledger, pod_shape, tenancy
+from functions.common import adapters, contracts, ledger, pod_shape, tenancy
 from functions.common.durations import parse_duration
 from functions.common.health import HealthRecord
 from functions.common.launch_warnings import LaunchWarning, from_status
@@ -153,6 +153,8 @@ class Deployment:
     rollout: rollout.Policy = rollout.DEFAULT_POLICY  # spec.rollout
     rollout_paused: bool = False  # the modelplane.ai/rollout-paused annotation is "true"
     rollout_undo: str = ""  # the modelplane.ai/rollout-undo annotation ("" if unset)
+    # spec.template.spec.adapters: the engines' LoRA capacity (None: no adapters).
+    adapters: adapters.Capacity | None = None
 
     def tolerates(self, taint: Taint) -> bool:
         return any(t.tolerates(taint) for t in self.tolerations)
@@ -337,6 +339,11 @@ def read_deployment(xr: dict) -> Deployment:
         == "true",
         rollout_undo=str(
             (meta.get("annotations") or {}).get(contracts.ANNOTATION_ROLLOUT_UNDO, "")
+        ),
+        adapters=adapters.read_capacity(
+            tspec.get("adapters"),
+            [(f"spec.template.spec.engines[{i}]", e.type) for i, e in enumerate(engines)],
+            "spec.template.spec.adapters",
         ),
     )
 

@@ -16,7 +16,7 @@ from functions.common.health import (
     HEALTH_RECORD_KIND,
     health_record_name,
 )
-from functions.compose_model_replica import autoscaling, serving
+from functions.compose_model_replica import adapters, autoscaling, serving
 from functions.compose_model_replica.backends import workloads
 from functions.compose_model_replica.backends.base import Workload
 from functions.compose_model_replica.model import ModelReplica
@@ -94,6 +94,14 @@ def compose(replica: ModelReplica) -> Plan:
                         resource_claim_template(replica, engine, member),
                     )
                 )
+    if replica.adapters is not None:
+        composed.append(
+            envelope(
+                replica,
+                adapters.VOLUME_KEY,
+                adapters.volume_claim(replica, replica.adapters),
+            )
+        )
     built = workloads(replica)
     for workload in built:
         composed.append(

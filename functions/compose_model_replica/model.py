@@ -48,6 +48,7 @@ from functions.common.quantity import parse_quantity
 from functions.common.reader import InputError, Spec, read
 from functions.common.redact import url_credentials
 from functions.common.served_name import engine_container_index
+from functions.compose_model_replica.adapters import AdapterCapacity
 
 # The reason a replica waiting for its ModelCache gives (its conditions and its 503).
 REASON_WAITING_FOR_CACHE = answers.REASON_WAITING_FOR_CACHE
@@ -215,6 +216,8 @@ class ModelReplica(Spec):
     # An on-demand model with no ready replica here: its route leads to the member's
     # activator, which asks for a placement attempt and holds the request for it.
     activator: bool = False
+    # The base accepts LoRA adapters (engine flags and the adapters' volume); None: not.
+    adapters: AdapterCapacity | None = None
 
     @property
     def serving_label(self) -> str:
@@ -413,6 +416,13 @@ def _check(replica: ModelReplica) -> None:
                 member.template,
                 serves=member.role != ROLE_WORKER,
             )
+    if replica.adapters is not None:
+        try:
+            replica.adapters.check(
+                [(f"spec.engines[{i}]", engine.type) for i, engine in enumerate(replica.engines)]
+            )
+        except InputError as err:
+            raise InvalidReplica(err.path, err.rule) from None
     if replica.autoscaling is not None and replica.member_max_replicas() is None:
         raise InvalidReplica(
             "spec.autoscaling.clusters",

@@ -54,6 +54,7 @@ from functions.common.modelcache import ENV_MODEL_PATH, engine_argv, model_named
 from functions.common.modelcache import VOLUME_NAME as CACHE_VOLUME
 from functions.common.naming import dns_label, label_value
 from functions.common.quantity import parse_quantity
+from functions.compose_model_replica import adapters
 from functions.compose_model_replica.engines import (
     Model,
     MultiNode,
@@ -373,6 +374,15 @@ def pod_template(
             written=engine_layout(engine) if wiring.multinode is not None else (),
         )
         _mount_cache(container, replica.model_cache)
+        args = adapters.apply(
+            spec,
+            container,
+            engine.type,
+            replica,
+            command=command,
+            args=args,
+            serves_http=wiring.serves_http,
+        )
         _size_engine(spec, container, member)
         if args:
             container["args"] = args

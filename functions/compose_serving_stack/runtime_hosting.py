@@ -227,6 +227,9 @@ def _rbac(target: Target, health_records: Sequence[tuple[str, str]]) -> list[Com
                 # ResourceSlices and ResourceClaims; NodePool headroom; DRA claims and
                 # device classes for what a pod takes. Lists only: nothing is watched.
                 _rule([""], ["pods", "nodes"], ["list"]),
+                # LoRA adapters: the readiness gate of a base's engine pods is set once
+                # its staged adapters are loaded (functions/runtime/agent/adapters.py).
+                _rule([""], ["pods/status"], ["patch"]),
                 _rule(
                     ["resource.k8s.io"],
                     ["resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses"],

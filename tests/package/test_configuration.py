@@ -53,6 +53,6 @@ def test_configuration_package_carries_every_xrd_and_composition(crossplane, tmp
         yaml.safe_load(p.read_text())["metadata"]["name"]
         for p in (REPO / "apis").glob("*/composition.yaml")
     }
-    assert len(expected) == 6
+    assert len(expected) == 7
     assert by_kind["CompositeResourceDefinition"] == expected
     assert by_kind["Composition"] == expected

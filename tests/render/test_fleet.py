@@ -10,6 +10,7 @@ import yaml
 import demo  # hack/demo.py (tests/conftest.py puts hack/ on the path)
 import render
 from functions.common import conditions, contracts
+from functions.common.adapters import KIND_MODEL_ADAPTER
 
 EXAMPLES = [yaml.safe_load(p.read_text()) for p in render.example_xrs()]
 CLUSTERS = sorted(
@@ -38,11 +39,32 @@ def test_every_render_of_the_fleet_succeeds(fleet):
     kinds = {r.composite["kind"] for r in fleet.renders}
     assert kinds == {
         contracts.KIND_INFERENCE_CLUSTER,
+        KIND_MODEL_ADAPTER,
         contracts.KIND_MODEL_CACHE,
         contracts.KIND_MODEL_DEPLOYMENT,
         contracts.KIND_MODEL_REPLICA,
         contracts.KIND_TELEMETRY_DESTINATION,
     }
+
+
+def test_every_example_adapter_is_staged_on_each_cluster_its_base_runs_on(fleet):
+    adapters = fleet.of_kind(KIND_MODEL_ADAPTER)
+    assert adapters
+    for rendered in adapters:
+        base = rendered.xr["spec"]["deploymentRef"]["name"]
+        placed = sorted(
+            r.xr["spec"]["cluster"]["name"]
+            for r in fleet.of_kind(contracts.KIND_MODEL_REPLICA)
+            if r.xr["spec"]["deployment"] == base
+        )
+        assert placed, base
+        staged_on = sorted(
+            d["metadata"]["labels"][contracts.LABEL_CLUSTER]
+            for d in rendered.composed
+            if d["spec"]["forProvider"]["manifest"]["kind"] == "Job"
+        )
+        assert staged_on == placed, rendered.source
+        assert rendered.composite["status"]["selectedClusters"] == len(placed)
 
 
 def test_every_cluster_normalizes_the_builtin_engines_with_nothing_applied(fleet):

@@ -192,3 +192,26 @@ def test_crossplane_validate_rejects_a_broken_custom_resource(schemas, tmp_path)
     done = validate_objects(schemas, [bad])
     assert done.returncode != 0
     assert "name" in done.stdout
+
+
+def test_what_the_example_adapters_compose_matches_the_crds_and_openapi(schemas, fleet, tmp_path):
+    # The download Job, the route and its 503 filter, as the example fleet renders them.
+    core = core_schemas(schemas / "openapi")
+    objects, custom = [], []
+    for rendered in fleet.of_kind("ModelAdapter"):
+        for document in rendered.composed:
+            objects.append(document)
+            manifest = document["spec"]["forProvider"]["manifest"]
+            if document["spec"].get("managementPolicies") == ["Observe"]:
+                continue  # a reference to the agent's record, not an object we write
+            if core.knows(manifest):
+                assert core.errors(manifest) == [], f"{rendered.source}: {manifest['kind']}"
+            else:
+                custom.append(manifest)
+    assert {m["kind"] for m in custom} == {"HTTPRoute", "HTTPRouteFilter"}
+    files = [tmp_path / "objects.yaml", tmp_path / "custom.yaml"]
+    files[0].write_text(yaml.safe_dump_all(objects))
+    files[1].write_text(yaml.safe_dump_all(custom))
+    done = validate_objects(schemas, files)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(objects) + len(custom)} success cases" in done.stdout

@@ -63,6 +63,7 @@ class StandInPlane:
         }
         self.asked: list[tuple[str, str]] = []
         self.retried: list[tuple[str, str]] = []
+        self.adapters: list[dict] = []
 
     def deployment(self, namespace: str, name: str) -> dict:
         self.asked.append((namespace, name))
@@ -72,6 +73,9 @@ class StandInPlane:
 
     def replicas_of(self, namespace: str, name: str) -> list:
         return []
+
+    def adapters_of(self, namespace: str, name: str) -> list:
+        return [a for a in self.adapters if a["spec"]["deploymentRef"]["name"] == name]
 
     def clusters(self) -> list:
         return []
@@ -430,3 +434,47 @@ def test_explain_of_an_on_demand_model_says_how_it_starts_and_escapes_the_attemp
     assert "the first request through the inference Gateway activates it" in done.output
     assert "last placement attempt m/1 at t: Parked: boom" in done.output
     assert not any(c in done.output for c in RAW_CONTROLS)
+
+
+def test_explain_lists_the_models_adapters_and_why_one_is_not_staged(plane):
+    plane.adapters = [
+        {
+            "metadata": {"name": "llama-8b-sql", "namespace": "ml-team"},
+            "spec": {"deploymentRef": {"name": "deepseek-v3"}, "rank": 8},
+            "status": {
+                "servedName": "text-to-sql",
+                "selectedClusters": 2,
+                "stagedClusters": 1,
+                "clusters": [
+                    {"cluster": "eu-west-1", "phase": "Downloading"},
+                    {
+                        "cluster": "us-east-1",
+                        "phase": "Ready",
+                        "loadedReplicas": 1,
+                        "replicas": 2,
+                        "loadError": "loading text-to-sql: 404 No adapter found",
+                    },
+                ],
+                "conditions": [
+                    {
+                        "type": "AdapterReady",
+                        "status": "False",
+                        "reason": "Staging",
+                        "message": "eu-west-1: Downloading (a pod is downloading)\x1b[2J",
+                    }
+                ],
+            },
+        }
+    ]
+    done = run("explain", "ml-team/deepseek-v3")
+    assert done.exit_code == 0, done.output
+    assert "  adapters (1):" in done.output
+    assert (
+        "    text-to-sql (ModelAdapter llama-8b-sql, rank 8): staged on 1 of 2 clusters — "
+        "Staging: eu-west-1: Downloading (a pod is downloading)\\x1b[2J"
+    ) in done.output
+    assert (
+        "      us-east-1: loaded on 1 of 2 replicas — loading text-to-sql: 404 No adapter found"
+    ) in done.output
+    assert "eu-west-1: loaded" not in done.output
+    _no_raw_controls(done.output)

@@ -44,6 +44,10 @@ HEALTHY = frozenset(
         "WaitingForDestinations",
         "WavePassed",
         "WaveStarted",
+        # LoRA adapters: staged where the base runs, downloads in progress, loaded.
+        "Staged",
+        "Staging",
+        "AdaptersLoaded",
     }
 )
 

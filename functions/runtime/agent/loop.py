@@ -31,6 +31,7 @@ from kubernetes.client import ApiClient
 from functions.common.contracts import COLLECTOR_SIGNALS_URL
 from functions.common.cost import PoolPrice
 from functions.common.inventory import IDLE_AFTER_SECONDS, CpuPool, FabricLabel
+from functions.runtime.agent.adapters import AdapterStep
 from functions.runtime.agent.cost import CostMetrics
 from functions.runtime.agent.health import HealthStep
 from functions.runtime.agent.hub_step import HubStep
@@ -41,9 +42,12 @@ from functions.runtime.agent.role import ElectionRole, HubRole
 from functions.runtime.agent.signal_sampling import SignalSampler
 from functions.runtime.hub.decision_log import DecisionLog
 from functions.runtime.hub.metrics import HubMetrics
-from functions.runtime.shared.policy import HUB_STEP_SECONDS, REPORT_INTERVAL_SECONDS
+from functions.runtime.shared.policy import HUB_STEP_SECONDS, REPORT_INTERVAL_SECONDS, rfc3339
 
 HEALTH_INTERVAL_SECONDS: Final = 30.0
+# LoRA adapters are loaded into engines this often: an adapter applied answers within
+# seconds of its files being staged, and a new pod's readiness waits at most this long.
+ADAPTER_INTERVAL_SECONDS: Final = 3.0
 # The collector's page is read this often: twice per collector interval, so a window
 # holds every point the collector produced.
 SIGNAL_SAMPLE_SECONDS: Final = 15.0
@@ -64,6 +68,7 @@ class AgentConfig:
     hub_interval: float = HUB_STEP_SECONDS
     health_interval: float = HEALTH_INTERVAL_SECONDS
     inventory_interval: float = REPORT_INTERVAL_SECONDS
+    adapter_interval: float = ADAPTER_INTERVAL_SECONDS
     # Which node label names each pool's fabric (the InferenceCluster's pools).
     fabric_labels: tuple[FabricLabel, ...] = ()
     # The priced pools (spec.nodePools[].pricePerGPUHour): what each model's devices cost.
@@ -115,6 +120,7 @@ class Agent:
             on_costs=costs.update if costs is not None else None,
             cpu_pools=config.cpu_pools,
         )
+        self.adapters = AdapterStep(local)
         # For the liveness probe: the loop's last turn.
         self.ticked_at: float | None = None
 
@@ -134,6 +140,9 @@ class Agent:
 
     def inventory_step(self, now: float) -> None:
         self.inventory.sync(now)
+
+    def adapter_step(self, now: float) -> None:
+        self.adapters.step(rfc3339(now))
 
     # --- probes ------------------------------------------------------------------------
 
@@ -159,13 +168,21 @@ class Agent:
     # --- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        due = {"signals": 0.0, "report": 0.0, "hub": 0.0, "health": 0.0, "inventory": 0.0}
+        due = {
+            "signals": 0.0,
+            "report": 0.0,
+            "hub": 0.0,
+            "health": 0.0,
+            "inventory": 0.0,
+            "adapters": 0.0,
+        }
         steps = {
             "signals": (self.signal_step, self.config.signal_interval),
             "report": (self.report_step, self.config.report_interval),
             "hub": (self.hub_step, self.config.hub_interval),
             "health": (self.health_step, self.config.health_interval),
             "inventory": (self.inventory_step, self.config.inventory_interval),
+            "adapters": (self.adapter_step, self.config.adapter_interval),
         }
         while not stop.is_set():
             now = self.clock()

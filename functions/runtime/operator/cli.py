@@ -27,7 +27,7 @@ import yaml
 
 from functions.common.contracts import ANNOTATION_RETRY, API_GROUP, API_VERSION
 from functions.common.naming import DNS_LABEL_RE, is_object_name
-from functions.runtime.operator import fleet_status
+from functions.runtime.operator import adapters, fleet_status
 from functions.runtime.operator import rollout as rollouts
 from functions.runtime.operator import suggest as first_policy
 from functions.runtime.operator.terminal import escape, escaped
@@ -37,6 +37,7 @@ COMMANDS: Final = ("status", "explain", "retry", "suggest", "rollout")
 PLURAL_CLUSTERS: Final = "inferenceclusters"
 PLURAL_DEPLOYMENTS: Final = "modeldeployments"
 PLURAL_REPLICAS: Final = "modelreplicas"
+PLURAL_ADAPTERS: Final = "modeladapters"
 
 
 # Towards the API server: how long to wait for a connection and, once connected, for each
@@ -202,6 +203,15 @@ class ControlPlane:
             for r in self._list(PLURAL_REPLICAS, namespace)
             if (r.get("spec") or {}).get("deployment") == name
         ]
+
+    def adapters_of(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The ModelAdapters on a model; none where the kind is not installed."""
+        try:
+            return adapters.of_base(self._list(PLURAL_ADAPTERS, namespace), name)
+        except click.ClickException as error:
+            if "is not served by this API server" in error.message:
+                return []
+            raise
 
     def set_retry(self, namespace: str, name: str, value: str) -> None:
         self.annotate(namespace, name, {ANNOTATION_RETRY: value})
@@ -369,7 +379,9 @@ def explain(ctx: click.Context, model: str, namespace: str | None) -> None:
     plane = _plane(ctx)
     deployment = plane.deployment(namespace, model)
     replicas = plane.replicas_of(namespace, model)
-    click.echo(fleet_status.explain(deployment, replicas, plane.clusters()), nl=False)
+    text = fleet_status.explain(deployment, replicas, plane.clusters())
+    lines = adapters.adapter_lines(escaped(plane.adapters_of(namespace, model)))
+    click.echo(text + "".join(f"{line}\n" for line in lines), nl=False)
 
 
 @main.command(help="Unpark a parked model (sets the modelplane.ai/retry annotation).")
