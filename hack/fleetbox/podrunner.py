@@ -18,9 +18,12 @@ skip by it), `PodRunner` plays the kubelet instead:
   /dev/shm, hostPath, ConfigMap, Secret, downward API, projected service-account
   token, a PersistentVolumeClaim the caller maps to a folder) and bind-mounted at
   their mountPath in a private mount namespace of the container's process, with a
-  kubelet-managed /etc/hosts (the pod's own name, hostAliases, and, standing in for
-  cluster DNS, every pod this runner runs by `<hostname>.<subdomain>.<namespace>[.svc
-  [.cluster.local]]`, so LeaderWorkerSet's leader address resolves);
+  kubelet-managed /etc/hosts (localhost, the pod's own name and FQDN, hostAliases:
+  nothing about other pods) and the resolv.conf the kubelet writes by the pod's
+  dnsPolicy and dnsConfig: for ClusterFirst, the cluster's nameserver (the runner's
+  `nameserver`, the member's CoreDNS: dns.py), `search <namespace>.svc.<domain>
+  svc.<domain> <domain>` and `options ndots:5`. Peers (LeaderWorkerSet's leader
+  address) resolve through cluster DNS only, as in a cluster;
 - it writes the pod's status as the kubelet does: podIP, phase, conditions, container
   states; started and ready follow startup and readiness probes (httpGet, tcpSocket,
   exec) against the pod IP; a failing liveness or startup probe restarts the container;
@@ -47,7 +50,8 @@ hostNetwork pod still gets its own address.
 
 The runner needs root (or CAP_SYS_ADMIN) for mount namespaces; without them a container
 that mounts anything fails with CreateContainerError saying so, and /etc/hosts and the
-termination-message file are not provided. A mountPath that does not exist on the host
+termination-message file are not provided (nor the resolv.conf: the process then uses
+the host's). A mountPath that does not exist on the host
 is created only under a folder the caller names (`mount_point_roots`), since it stays
 behind on the host as an empty folder or file (say "/models" for a ModelCache's mount,
 "/var/run/secrets/kubernetes.io" for the service-account token, "/dev/termination-log"
@@ -496,6 +500,7 @@ class PodRun:
     memory_dirs: list[Path] = field(default_factory=list)
     envs: dict[str, dict[str, str]] = field(default_factory=dict)
     hosts_file: Path | None = None
+    resolv_conf: Path | None = None
     terminating: bool = False
     last_status: dict | None = None
 
@@ -524,6 +529,8 @@ class PodRunner:
     `images`: image reference (exactly as in the pod spec) → the local program standing in.
     `claims`: "namespace/claimName" → the host folder a PersistentVolumeClaim stands for.
     `workdir`: where pods' folders and container logs go.
+    `nameserver`: the cluster DNS address a ClusterFirst pod's resolv.conf names (the
+    member's CoreDNS, dns.py); None: such a pod keeps the host's resolver.
     """
 
     def __init__(
@@ -539,6 +546,7 @@ class PodRunner:
         backoff: Backoff = Backoff(),
         mount_point_roots: tuple[str | Path, ...] = (),
         cluster_domain: str = CLUSTER_DOMAIN,
+        nameserver: str | None = None,
     ) -> None:
         self.api = api
         self.node = node
@@ -550,6 +558,7 @@ class PodRunner:
         self.backoff = backoff
         self.mount_point_roots = tuple(Path(r) for r in mount_point_roots)
         self.cluster_domain = cluster_domain
+        self.nameserver = nameserver
         self.core = client.CoreV1Api(api)
         self.mount_namespaces = False
         self._latest: dict[str, dict | None] = {}
@@ -613,6 +622,31 @@ class PodRunner:
                 if process is not None and process.poll() is None:
                     found[f"{run.key}/{c.name}"] = process.pid
         return found
+
+    def resolve(self, namespace: str, name: str, container: str, host: str) -> list[str]:
+        """The IPv4 addresses `host` resolves to as a running container of a pod sees
+        it (the system resolver in the container's mount namespace: its hosts file and
+        resolv.conf); [] when it does not resolve or the container does not run."""
+        pid = self.pids(namespace, name).get(f"{namespace}/{name}/{container}")
+        if pid is None:
+            return []
+        found = subprocess.run(
+            ["nsenter", "--target", str(pid), "--mount", "getent", "ahostsv4", host],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        return sorted({line.split()[0] for line in found.stdout.splitlines() if line.strip()})
+
+    def files(self, namespace: str, name: str) -> dict[str, str]:
+        """The resolver files the runner wrote a pod ("hosts", "resolv.conf"), as its
+        containers see them at /etc/hosts and /etc/resolv.conf."""
+        for run in list(self._runs.values()):
+            if run.key == f"{namespace}/{name}":
+                paths = {"hosts": run.hosts_file, "resolv.conf": run.resolv_conf}
+                return {k: p.read_text() for k, p in paths.items() if p is not None}
+        return {}
 
     def argv(self, namespace: str, name: str, container: str) -> list[str]:
         """The command line a container was last started with (after `$(VAR)`
@@ -801,7 +835,8 @@ class PodRunner:
                 c.state = {"waiting": {"reason": "PodInitializing"}}
         (root / "logs").mkdir(parents=True, exist_ok=True)
         self._runs[uid] = run
-        self._refresh_hosts()
+        self._write_hosts(run)
+        self._write_resolv_conf(run)
         log.info("podrunner %s: pod %s gets %s", self.node, run.key, ip)
         return run
 
@@ -1168,7 +1203,6 @@ class PodRunner:
         for folder in run.memory_dirs:
             shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(run.root / "volumes", ignore_errors=True)
-        self._refresh_hosts()
 
     # --- status -------------------------------------------------------------------------
 
@@ -1461,6 +1495,8 @@ class PodRunner:
             return []
         if not run.pod["spec"].get("hostNetwork") and run.hosts_file is not None:
             mounts.append(Mount(run.hosts_file, "/etc/hosts", False))
+        if run.resolv_conf is not None:
+            mounts.append(Mount(run.resolv_conf, "/etc/resolv.conf", True))
         message_path = spec.get("terminationMessagePath") or "/dev/termination-log"
         c.termination_file = run.root / "termination" / c.name
         c.termination_file.parent.mkdir(parents=True, exist_ok=True)
@@ -1511,44 +1547,84 @@ class PodRunner:
             ]
         return [f"{run.ip}\t{hostname}"]
 
-    def _refresh_hosts(self) -> None:
-        """Rewrite every pod's hosts file in place (a bind mount holds the inode), so a
-        pod started before its peer resolves the peer once the peer has an address."""
-        peers = []
-        for run in self._runs.values():
-            pod = run.pod
-            subdomain = pod["spec"].get("subdomain")
-            if subdomain:
-                name = f"{self._hostname(pod)}.{subdomain}.{pod['metadata']['namespace']}"
-                peers.append(f"{run.ip}\t{name}.svc.{self.cluster_domain}\t{name}.svc\t{name}")
-        for run in self._runs.values():
-            lines = [
-                "# Kubernetes-managed hosts file.",
-                "127.0.0.1\tlocalhost",
-                "::1\tlocalhost ip6-localhost ip6-loopback",
-                "fe00::0\tip6-localnet",
-                "fe00::0\tip6-mcastprefix",
-                "fe00::1\tip6-allnodes",
-                "fe00::2\tip6-allrouters",
-                *self._hosts_lines(run),
-            ]
-            aliases = run.pod["spec"].get("hostAliases") or []
-            if aliases:
-                lines.append("")
-                lines.append("# Entries added by HostAliases.")
-                lines += [f"{a['ip']}\t{chr(9).join(a.get('hostnames') or [])}" for a in aliases]
-            if peers:
-                lines.append("")
-                lines.append(
-                    "# Pods of this runner by their DNS names (stands in for cluster DNS)."
-                )
-                lines += sorted(peers)
-            path = run.root / "etc-hosts"
-            run.hosts_file = path
-            with path.open("a+") as hosts:  # in place: never a new inode
-                hosts.seek(0)
-                hosts.truncate()
-                hosts.write("\n".join(lines) + "\n")
+    def _write_hosts(self, run: PodRun) -> None:
+        """The kubelet's hosts file: localhost, the pod's own names, its hostAliases.
+        Other pods are found through cluster DNS (`nameserver`), never written here."""
+        lines = [
+            "# Kubernetes-managed hosts file.",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+            "fe00::0\tip6-localnet",
+            "fe00::0\tip6-mcastprefix",
+            "fe00::1\tip6-allnodes",
+            "fe00::2\tip6-allrouters",
+            *self._hosts_lines(run),
+        ]
+        aliases = run.pod["spec"].get("hostAliases") or []
+        if aliases:
+            lines.append("")
+            lines.append("# Entries added by HostAliases.")
+            lines += [f"{a['ip']}\t{chr(9).join(a.get('hostnames') or [])}" for a in aliases]
+        path = run.root / "etc-hosts"
+        path.write_text("\n".join(lines) + "\n")
+        run.hosts_file = path
+
+    def _write_resolv_conf(self, run: PodRun) -> None:
+        """The pod's resolv.conf as the kubelet derives it (pkg/kubelet/network/dns),
+        or none (the host's is used) for a pod that resolves as its node does."""
+        content = pod_resolv_conf(run.pod, self.nameserver, self.cluster_domain)
+        if content is None:
+            run.resolv_conf = None
+            return
+        path = run.root / "resolv.conf"
+        path.write_text(content)
+        run.resolv_conf = path
+
+
+# The kubelet's limits on a pod's resolver (pkg/apis/core/validation, pkg/kubelet/network/dns).
+MAX_NAMESERVERS = 3
+MAX_SEARCH_DOMAINS = 32
+CLUSTER_NDOTS = 5
+
+
+def pod_resolv_conf(pod: dict, nameserver: str | None, cluster_domain: str) -> str | None:
+    """The resolv.conf the kubelet gives `pod`, or None where it gives the node's
+    (dnsPolicy Default, a hostNetwork pod with ClusterFirst, or no cluster DNS).
+
+    ClusterFirst (and ClusterFirstWithHostNet): the cluster's nameserver, the search
+    path `<namespace>.svc.<domain> svc.<domain> <domain>`, `options ndots:5`; None: only
+    dnsConfig. dnsConfig's nameservers and searches are appended, its options override
+    by name."""
+    spec = pod["spec"]
+    policy = spec.get("dnsPolicy") or "ClusterFirst"
+    host_network = bool(spec.get("hostNetwork"))
+    dns_config = spec.get("dnsConfig") or {}
+    nameservers: list[str] = []
+    searches: list[str] = []
+    options: dict[str, str | None] = {}
+    if policy == "ClusterFirstWithHostNet" or (policy == "ClusterFirst" and not host_network):
+        if nameserver is None:
+            return None
+        namespace = pod["metadata"]["namespace"]
+        nameservers = [nameserver]
+        searches = [f"{namespace}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain]
+        options = {"ndots": str(CLUSTER_NDOTS)}
+    elif policy != "None":
+        return None
+    nameservers += [n for n in dns_config.get("nameservers") or [] if n not in nameservers]
+    searches += [d for d in dns_config.get("searches") or [] if d not in searches]
+    for option in dns_config.get("options") or []:
+        options[option["name"]] = option.get("value")
+    lines = []
+    if searches:
+        lines.append("search " + " ".join(searches[:MAX_SEARCH_DOMAINS]))
+    lines += [f"nameserver {n}" for n in nameservers[:MAX_NAMESERVERS]]
+    if options:
+        lines.append(
+            "options "
+            + " ".join(name if value is None else f"{name}:{value}" for name, value in options.items())
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _succeeded(c: ContainerRun) -> bool:
@@ -1643,5 +1719,6 @@ __all__ = [
     "PodRunner",
     "build_bind_shim",
     "mount_namespaces_work",
+    "pod_resolv_conf",
     "skip_real_pods",
 ]
