@@ -1622,7 +1622,9 @@ def pod_resolv_conf(pod: dict, nameserver: str | None, cluster_domain: str) -> s
     if options:
         lines.append(
             "options "
-            + " ".join(name if value is None else f"{name}:{value}" for name, value in options.items())
+            + " ".join(
+                name if value is None else f"{name}:{value}" for name, value in options.items()
+            )
         )
     return "\n".join(lines) + "\n"
 
