@@ -1,8 +1,16 @@
 """The real LeaderWorkerSet controller (hack/fleetbox/lws.py) against one real
-kube-apiserver, with kube-controller-manager's StatefulSet controller and the pod runner
-(hack/fleetbox/podrunner.py) as the kubelet: a LeaderWorkerSet of size 2 becomes a leader and a
-worker pod with LWS's own labels and env, both run as local processes, and the worker
-reaches the leader by the address LWS gives it.
+kube-apiserver, with kube-controller-manager's StatefulSet and EndpointSlice controllers,
+the member's CoreDNS (hack/fleetbox/dns.py) and the pod runner (hack/fleetbox/podrunner.py)
+as the kubelet: a LeaderWorkerSet of size 2 becomes a leader and a worker pod with LWS's
+own labels and env, both run as local processes, and the worker reaches the leader by the
+address LWS gives it, resolved through cluster DNS (the kubelet's resolv.conf, no peer in
+its hosts file).
+
+The leader, like a multi-node engine's rank 0, is Ready only once its worker has joined,
+so the worker must resolve it before it is Ready: what the LWS controller's headless
+Service gives (`publishNotReadyAddresses`). A Service of another's making under the
+LeaderWorkerSet's name (what compose-model-replica composed before issue 45) keeps the
+controller from making its own, and the worker never finds its leader.
 
 The webhooks are served to the API server by URL with a CA of the fleet box's making
 (`fleetbox.certificates.Certificates`), as the box will serve them.
@@ -36,6 +44,7 @@ from tests.runtime.conftest import measured
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
 from fleetbox.certificates import Certificates
+from fleetbox.dns import ClusterDns
 from fleetbox.lws import (
     ENV_GROUP_SIZE,
     ENV_LEADER_ADDRESS,
@@ -49,18 +58,47 @@ from fleetbox.lws import (
     LwsController,
     webhook_configurations,
 )
-from fleetbox.podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE, Backoff, Image, PodRunner
+from fleetbox.podrunner import (
+    POD_ADDRESSES,
+    REAL_RUN_LABEL,
+    REAL_RUN_VALUE,
+    Backoff,
+    Image,
+    PodRunner,
+)
 
 NODE = "lws-node-0"
 NAMESPACE = "lws-test"
-SERVER_IMAGE = "example.test/http-server:1"
 PYTHON_IMAGE = "example.test/python:1"
 IMAGES = {
-    SERVER_IMAGE: Image(entrypoint=(sys.executable, "-m", "http.server")),
     PYTHON_IMAGE: Image(entrypoint=(sys.executable, "-c")),
 }
 WAIT = 60.0
 POD_IP = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+# How long a worker that cannot resolve its leader is watched failing to (its own loop
+# tries for 60 s), once the leader runs and its Service's EndpointSlice lists it.
+UNRESOLVED_SECONDS = 5.0
+
+# The leader: serve /hello; answer /ready with 200 only once a worker fetched /hello (a
+# multi-node engine's rank 0 serves only after every rank joined).
+LEADER = textwrap.dedent(
+    """
+    import http.server, os, pathlib
+    pathlib.Path("hello").write_text("leader " + os.environ["HOSTNAME"])
+    class Leader(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            joined = pathlib.Path("joined")
+            if self.path == "/hello":
+                joined.touch()
+            if self.path == "/ready" and not joined.exists():
+                self.send_error(503, "no worker joined yet")
+                return
+            if self.path == "/ready":
+                self.path = "/hello"
+            super().do_GET()
+    http.server.ThreadingHTTPServer((os.environ["POD_IP"], 8080), Leader).serve_forever()
+    """
+)
 
 # The worker: find the leader by LWS_LEADER_ADDRESS (as vLLM's --master-addr would),
 # fetch its page, write what it learned where its own server serves it.
@@ -93,6 +131,7 @@ class LwsMember:
     controller: LwsController
     runner: PodRunner
     api: client.ApiClient
+    dns: ClusterDns
 
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
@@ -122,15 +161,17 @@ def lws() -> Iterator[LwsMember]:
     etcd, apiserver = require_tool("etcd"), require_tool("kube-apiserver")
     controller_manager = require_tool("kube-controller-manager")
     require_tool("lws-controller")
+    coredns = require_tool("coredns")
     root = Path(tempfile.mkdtemp(prefix="modelplane-lws-"))
     member = Member("lws", root / "member", etcd, apiserver)
-    manager = runner = controller = api = None
+    manager = runner = controller = api = dns_process = None
     try:
         member.start_etcd()
         member.start_apiserver()
         kubeconfig = root / "kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(member.kubeconfig()))
-        # StatefulSets make LWS's pods; every namespace needs its default ServiceAccount.
+        # StatefulSets make LWS's pods; every namespace needs its default ServiceAccount;
+        # cluster DNS serves the pods of a Service's EndpointSlices.
         manager = _spawn(
             [
                 str(controller_manager),
@@ -141,7 +182,8 @@ def lws() -> Iterator[LwsMember]:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 f"--cert-dir={root / 'kcm-certs'}",
-                "--controllers=statefulset-controller,serviceaccount-controller",
+                "--controllers=statefulset-controller,serviceaccount-controller,"
+                "endpointslice-controller",
             ],
             root / "kube-controller-manager.log",
         )
@@ -153,13 +195,27 @@ def lws() -> Iterator[LwsMember]:
         began = time.monotonic()
         controller.start(api)
         measured("LWS controller: launch to a LeaderWorkerSet accepted", time.monotonic() - began)
+        dns = ClusterDns(coredns, kubeconfig, root / "coredns", POD_ADDRESSES.allocate("coredns"))
+        dns_process = _spawn(dns.command(), dns.log)
+        began = time.monotonic()
+        dns.wait_ready(lambda: dns_process.poll() is None)
+        measured("CoreDNS: launch to ready (synced with the API server)", time.monotonic() - began)
         # Every node: the scheduler-less pods here all name NODE, a box has many nodes.
-        runner = PodRunner(api, None, IMAGES, root / "pods", backoff=Backoff(0.5, 2.0))
+        runner = PodRunner(
+            api,
+            None,
+            IMAGES,
+            root / "pods",
+            backoff=Backoff(0.5, 2.0),
+            nameserver=dns.address,
+        )
         runner.start()
-        yield LwsMember(member, kubeconfig, controller, runner, api)
+        yield LwsMember(member, kubeconfig, controller, runner, api, dns)
     finally:
         if runner is not None:
             runner.stop()
+        _stop(dns_process)
+        POD_ADDRESSES.release("coredns")
         if controller is not None:
             controller.stop()
         _stop(manager)
@@ -186,22 +242,13 @@ def leader_worker_set(name: str, size: int) -> dict:
                         "containers": [
                             {
                                 "name": "leader",
-                                "image": SERVER_IMAGE,
-                                "args": ["--bind", "$(POD_IP)", "8080"],
-                                "env": [POD_IP],
-                                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
-                            }
-                        ],
-                        # The leader's page, written by an init container into the pod's
-                        # folder (every container's working folder, served by the leader).
-                        "initContainers": [
-                            {
-                                "name": "page",
                                 "image": PYTHON_IMAGE,
-                                "args": [
-                                    "import os, pathlib; pathlib.Path('hello')"
-                                    ".write_text('leader ' + os.environ['HOSTNAME'])"
-                                ],
+                                "args": [LEADER],
+                                "env": [POD_IP],
+                                "readinessProbe": {
+                                    "httpGet": {"path": "/ready", "port": 8080},
+                                    "periodSeconds": 1,
+                                },
                             }
                         ],
                     },
@@ -227,6 +274,37 @@ def leader_worker_set(name: str, size: int) -> dict:
             },
         },
     }
+
+
+def model_service(name: str, lws: str) -> dict:
+    """A ClusterIP Service in front of a LeaderWorkerSet's leader, as compose-model-replica
+    composes the model's: `name` is what the test puts under test."""
+    return {
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "selector": {LABEL_NAME: lws, LABEL_WORKER_INDEX: "0"},
+            "ports": [{"name": "http", "port": 8000, "targetPort": 8080}],
+        },
+    }
+
+
+def wait_pods(core: client.CoreV1Api, lws: str, check, what: str) -> dict[str, client.V1Pod]:
+    deadline = time.monotonic() + WAIT
+    pods: dict[str, client.V1Pod] = {}
+    while time.monotonic() < deadline:
+        pods = {
+            p.metadata.name: p
+            for p in core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_NAME}={lws}").items
+        }
+        if check(pods):
+            return pods
+        time.sleep(0.2)
+    statuses = {n: (p.status.phase, ready(p)) for n, p in pods.items()}
+    raise AssertionError(f"{what} within {WAIT} s: {statuses}")
+
+
+def running(pod: client.V1Pod) -> bool:
+    return any(c.state.running for c in pod.status.container_statuses or [])
 
 
 def ready(pod: client.V1Pod) -> bool:
@@ -257,6 +335,8 @@ def test_a_leader_worker_set_becomes_a_leader_and_a_worker_that_find_each_other(
 ) -> None:
     custom = client.CustomObjectsApi(lws.api)
     core = client.CoreV1Api(lws.api)
+    # The model's Service as compose-model-replica composes it now, beside the LWS.
+    core.create_namespaced_service(NAMESPACE, model_service("tiny-serving", "tiny"))
     began = time.monotonic()
     custom.create_namespaced_custom_object(
         GROUP, VERSION, NAMESPACE, PLURAL, leader_worker_set("tiny", 2)
@@ -294,6 +374,78 @@ def test_a_leader_worker_set_becomes_a_leader_and_a_worker_that_find_each_other(
             report = r.read().decode()
         assert report == f"tiny-0.tiny.{NAMESPACE} {leader.status.pod_ip} leader tiny-0 1 2"
         assert leader.status.pod_ip != worker.status.pod_ip
+        # Through cluster DNS: the controller's headless Service names the pods, the
+        # worker's resolver is the kubelet's, and its hosts file names no other pod.
+        headless = core.read_namespaced_service("tiny", NAMESPACE)
+        assert headless.spec.cluster_ip == "None"
+        assert headless.spec.publish_not_ready_addresses is True
+        assert [o.kind for o in headless.metadata.owner_references] == ["LeaderWorkerSet"]
+        files = lws.runner.files(NAMESPACE, "tiny-0-1")
+        assert files["resolv.conf"] == (
+            f"search {NAMESPACE}.svc.cluster.local svc.cluster.local cluster.local\n"
+            f"nameserver {lws.dns.address}\noptions ndots:5\n"
+        )
+        assert leader.status.pod_ip not in files["hosts"], files["hosts"]
+        address = f"tiny-0.tiny.{NAMESPACE}"
+        assert lws.runner.resolve(NAMESPACE, "tiny-0-1", "worker", address) == [
+            leader.status.pod_ip
+        ]
+        # The worker's own name, from the same headless Service, for a pod of the namespace.
+        assert lws.dns.resolve("tiny-0-1.tiny", NAMESPACE) == [worker.status.pod_ip]
     finally:
         with contextlib.suppress(ApiException):
             custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "tiny")
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_service("tiny-serving", NAMESPACE)
+
+
+def test_a_service_that_takes_the_leader_worker_sets_name_leaves_the_leader_unresolved(
+    lws: LwsMember,
+) -> None:
+    """The composition before issue 45: the model's Service named after the deployment,
+    so after the LeaderWorkerSet. The controller finds a Service of its name and makes no
+    headless one; the leader is not Ready until its worker joins, so the ClusterIP
+    Service publishes no record for it either, and the worker never finds it."""
+    custom = client.CustomObjectsApi(lws.api)
+    core = client.CoreV1Api(lws.api)
+    core.create_namespaced_service(NAMESPACE, model_service("clash", "clash"))
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, PLURAL, leader_worker_set("clash", 2)
+    )
+    try:
+        pods = wait_pods(
+            core,
+            "clash",
+            lambda pods: (
+                sorted(pods) == ["clash-0", "clash-0-1"] and all(running(p) for p in pods.values())
+            ),
+            "clash's leader and worker running",
+        )
+        # The leader is in the Service's EndpointSlice (not ready): DNS has had its chance.
+        discovery = client.DiscoveryV1Api(lws.api)
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            slices = discovery.list_namespaced_endpoint_slice(
+                NAMESPACE, label_selector="kubernetes.io/service-name=clash"
+            ).items
+            if any(e.addresses for es in slices for e in es.endpoints or []):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("no EndpointSlice lists clash's leader")
+        time.sleep(UNRESOLVED_SECONDS)
+        service = core.read_namespaced_service("clash", NAMESPACE)
+        assert service.spec.cluster_ip != "None"  # still ours: no headless Service
+        assert not service.metadata.owner_references
+        address = f"clash-0.clash.{NAMESPACE}"
+        assert lws.runner.resolve(NAMESPACE, "clash-0-1", "worker", address) == []
+        assert lws.dns.resolve(address, NAMESPACE) == []
+        current = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE).items}
+        assert not ready(current["clash-0"])
+        assert not ready(current["clash-0-1"])
+        assert pods["clash-0"].status.pod_ip
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "clash")
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_service("clash", NAMESPACE)
