@@ -161,7 +161,7 @@ def lws() -> Iterator[LwsMember]:
     etcd, apiserver = require_tool("etcd"), require_tool("kube-apiserver")
     controller_manager = require_tool("kube-controller-manager")
     require_tool("lws-controller")
-    coredns = require_tool("coredns")
+    coredns = require_tool("coredns", "coredns")
     root = Path(tempfile.mkdtemp(prefix="modelplane-lws-"))
     member = Member("lws", root / "member", etcd, apiserver)
     manager = runner = controller = api = dns_process = None
