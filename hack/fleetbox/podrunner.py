@@ -46,7 +46,9 @@ which a container runtime gives).
 Not done (a kubelet does): lifecycle hooks, resource limits (cgroups), network
 isolation beyond the bind library, image pulls, ephemeral containers, in-place resize,
 grpc probes; exec probes run on the host, outside the container's mount namespace; a
-hostNetwork pod still gets its own address.
+hostNetwork pod still gets its own address; a dnsConfig with dnsPolicy Default is not
+merged into the host's resolv.conf (the pod keeps the host's); no kube-proxy, so a
+Service's ClusterIP (which cluster DNS answers) reaches nothing.
 
 The runner needs root (or CAP_SYS_ADMIN) for mount namespaces; without them a container
 that mounts anything fails with CreateContainerError saying so, and /etc/hosts and the
