@@ -17,6 +17,7 @@ from functions.common.contracts import ENV_LEADER_ADDRESS
 from functions.common.naming import serving_service_name
 from functions.compose_model_replica.compose import SERVING_SERVICE_KEY, compose
 from functions.compose_model_replica.model import parse
+from functions.runtime.activator.server import DEFAULT_UPSTREAM, Upstreams
 
 INPUTS = sorted((Path(__file__).parent / "testdata/model_replica/inputs").glob("*.yaml"))
 
@@ -109,3 +110,16 @@ def test_every_multi_node_shape_is_checked():
         "grove-leader-worker",
         "grove-leader-worker-vllm",
     }
+
+
+def test_the_activator_forwards_to_the_service_we_compose():
+    """The activator's default upstream (`--upstream`) is this member's model Service:
+    the one compose-model-replica composes, not the LeaderWorkerSet's headless one."""
+    xr_path = next(p for p in INPUTS if p.stem == "leader-worker")
+    spec = yaml.safe_load(xr_path.read_text())
+    composed = _composed(xr_path)
+    service = composed[SERVING_SERVICE_KEY]["metadata"]
+    url = Upstreams("here", DEFAULT_UPSTREAM, {}).url(
+        spec["metadata"]["namespace"], spec["spec"]["deployment"], "here"
+    )
+    assert url == f"http://{service['name']}.{service['namespace']}.svc:8000"
