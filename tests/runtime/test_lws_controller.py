@@ -191,6 +191,9 @@ def lws() -> Iterator[LwsMember]:
         serving = certificates.pair("lws-webhook", "127.0.0.1", "serverAuth")
         api = member.client()
         client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
+        # The pods' node, as an object: the endpointslice controller skips a pod whose
+        # node it cannot find (unless its Service publishes not-ready addresses).
+        client.CoreV1Api(api).create_node({"metadata": {"name": NODE}})
         controller = LwsController(kubeconfig, serving, root / "lws")
         began = time.monotonic()
         controller.start(api)
