@@ -8,8 +8,12 @@ skip by it), `PodRunner` plays the kubelet instead:
 
 - it watches the pods bound to its node and reads each one as the API server stores it,
   after every webhook and controller mutated it (LeaderWorkerSet's env, for one);
-- the pod gets its own loopback address (`LoopbackAddresses`, one pool shared by every
-  runner in the process, so two members' pods never share an address) as its pod IP;
+- the pod gets its own address on the loopback interface (`LoopbackAddresses`, one pool
+  shared by every runner in the process, so two members' pods never share an address)
+  as its pod IP: from 127.0.0.0/8 by default, or, for a runner whose pods resolve
+  through cluster DNS, from `CLUSTER_POD_ADDRESSES` (198.18.x, assigned to `lo` while a
+  pod holds it), since the API server refuses a loopback address in an EndpointSlice and
+  without EndpointSlices no Service or DNS record names the pod;
 - each container's environment, command and args are the kubelet's (hack/fleetbox/kubelet_rules.py:
   `$(VAR)` expansion, downward API, service links), and the image's entrypoint is the
   local program the caller maps the image to (`Image`): `command` replaces it, `args`
@@ -189,16 +193,32 @@ def _go_duration(seconds: float) -> str:
 
 
 class LoopbackAddresses:
-    """Pod IPs on loopback, each handed to one pod at a time. Addresses are handed out
-    round the range before one is reused, so a Service endpoint or a client that still
-    names a deleted pod's address does not reach its successor."""
+    """Pod IPs on the loopback interface, each handed to one pod at a time. Addresses are
+    handed out round the range before one is reused, so a Service endpoint or a client
+    that still names a deleted pod's address does not reach its successor.
 
-    def __init__(self, first: str = "127.0.0.100", last: str = "127.0.0.250") -> None:
+    A range in 127.0.0.0/8 needs nothing assigned, but an EndpointSlice may not hold
+    such an address (the API server refuses loopback endpoints), so no Service, and no
+    cluster DNS record, can name such a pod. With `assign`, the range is outside the
+    special ranges the API server refuses, and each address is assigned to `lo` (as a
+    /32, `ip addr add`, which needs root like the runner's mount namespaces) while a pod
+    holds it: reachable on this host only, as a pod IP is from its node."""
+
+    def __init__(
+        self, first: str = "127.0.0.100", last: str = "127.0.0.250", *, assign: bool = False
+    ) -> None:
         low, high = int(ipaddress.IPv4Address(first)), int(ipaddress.IPv4Address(last))
-        if not (
-            ipaddress.IPv4Address(first).is_loopback and ipaddress.IPv4Address(last).is_loopback
-        ):
+        ends = (ipaddress.IPv4Address(first), ipaddress.IPv4Address(last))
+        if not assign and not all(a.is_loopback for a in ends):
             raise ValueError(f"pod addresses must be loopback addresses: {first}..{last}")
+        if assign and any(
+            a.is_loopback or a.is_link_local or a.is_unspecified or a.is_multicast for a in ends
+        ):
+            raise ValueError(
+                f"assigned pod addresses must be valid endpoint addresses (not loopback, "
+                f"link-local, multicast or unspecified): {first}..{last}"
+            )
+        self.assign = assign
         self._range = [str(ipaddress.IPv4Address(i)) for i in range(low, high + 1)]
         self._cursor = 0
         self._owners: dict[str, str] = {}
@@ -213,6 +233,8 @@ class LoopbackAddresses:
                 address = self._range[self._cursor]
                 self._cursor = (self._cursor + 1) % len(self._range)
                 if address not in self._owners:
+                    if self.assign:
+                        _on_loopback("add", address)
                     self._owners[address] = owner
                     return address
         raise RuntimeError(f"no free pod address in {self._range[0]}..{self._range[-1]}")
@@ -221,6 +243,22 @@ class LoopbackAddresses:
         with self._lock:
             for address in [a for a, who in self._owners.items() if who == owner]:
                 del self._owners[address]
+                if self.assign:
+                    _on_loopback("del", address)
+
+
+def _on_loopback(action: str, address: str) -> None:
+    """`ip addr add|del ADDRESS/32 dev lo`; an address already there (or already gone)
+    is fine, anything else is an error naming the command's answer."""
+    done = subprocess.run(
+        ["ip", "addr", action, f"{address}/32", "dev", "lo"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    benign = "File exists" if action == "add" else "Cannot assign requested address"
+    if done.returncode != 0 and benign not in done.stderr:
+        raise RuntimeError(f"ip addr {action} {address}/32 dev lo: {done.stderr.strip()}")
 
 
 def _pod_address_range() -> tuple[str, str]:
@@ -232,8 +270,20 @@ def _pod_address_range() -> tuple[str, str]:
     return f"127.0.{1 + index}.100", f"127.0.{1 + index}.250"
 
 
+def _cluster_pod_address_range() -> tuple[str, str]:
+    """198.18.0.100..250 (RFC 2544's benchmarking range: never routed, and valid in an
+    EndpointSlice), or under pytest-xdist 198.18.<1 + worker>.100..250."""
+    index, count = xdist_worker()
+    if count == 1:
+        return "198.18.0.100", "198.18.0.250"
+    return f"198.18.{1 + index}.100", f"198.18.{1 + index}.250"
+
+
 # Shared by every runner in this process: two members' pods never share an address.
 POD_ADDRESSES = LoopbackAddresses(*_pod_address_range())
+# For a runner whose pods resolve through cluster DNS (`nameserver`): addresses an
+# EndpointSlice may hold, so the member's Services and CoreDNS can name the pods.
+CLUSTER_POD_ADDRESSES = LoopbackAddresses(*_cluster_pod_address_range(), assign=True)
 
 
 @dataclass(frozen=True)
@@ -598,6 +648,11 @@ class PodRunner:
             if thread.name.startswith("podrunner-sync"):
                 thread.join(timeout=grace + 10)
         self._threads.clear()
+        if self.addresses.assign:
+            # The processes are gone: their addresses leave `lo` (the pods keep them in
+            # the API server, as pods of a stopped node do).
+            for run in list(self._runs.values()):
+                self.addresses.release(run.uid)
 
     def __enter__(self) -> PodRunner:
         return self.start()
@@ -1712,6 +1767,7 @@ def _child_setup(mounts: list[Mount], cwd: str):
 
 
 __all__ = [
+    "CLUSTER_POD_ADDRESSES",
     "KWOK_STAGE_SKIP",
     "POD_ADDRESSES",
     "REAL_RUN_LABEL",

@@ -51,7 +51,7 @@ from fleetbox.clusters import Clusters
 from fleetbox.dns import ClusterDns
 from fleetbox.kubelet_rules import Image
 from fleetbox.lws import GROUP, PLURAL, VERSION, LwsController
-from fleetbox.podrunner import POD_ADDRESSES, PodRunner
+from fleetbox.podrunner import CLUSTER_POD_ADDRESSES, POD_ADDRESSES, PodRunner
 from fleetbox.process import Process
 from functions.compose_model_replica.engines import CHECKED_IMAGES
 
@@ -177,6 +177,8 @@ def serve_for_real(box: Clusters, member: str, certs) -> PodRunner:
         cluster.workdir / "pods",
         mount_point_roots=MOUNT_POINT_ROOTS,
         nameserver=dns.address,
+        # Pod IPs an EndpointSlice may hold (not loopback), so CoreDNS can name the pods.
+        addresses=CLUSTER_POD_ADDRESSES,
     )
     return runner.start()
 

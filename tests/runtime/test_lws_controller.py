@@ -59,6 +59,7 @@ from fleetbox.lws import (
     webhook_configurations,
 )
 from fleetbox.podrunner import (
+    CLUSTER_POD_ADDRESSES,
     POD_ADDRESSES,
     REAL_RUN_LABEL,
     REAL_RUN_VALUE,
@@ -211,6 +212,7 @@ def lws() -> Iterator[LwsMember]:
             root / "pods",
             backoff=Backoff(0.5, 2.0),
             nameserver=dns.address,
+            addresses=CLUSTER_POD_ADDRESSES,
         )
         runner.start()
         yield LwsMember(member, kubeconfig, controller, runner, api, dns)
