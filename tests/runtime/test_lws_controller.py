@@ -36,6 +36,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from functions.common.contracts import ENV_GROUP_INDEX
+from functions.common.contracts import ENV_LEADER_ADDRESS as OUR_LEADER_ADDRESS
+from functions.compose_model_replica.compose import compose
+from functions.compose_model_replica.model import parse
 from tests.conftest import require_tool
 from tests.ports import free_port
 from tests.runtime.cluster import Member, _die_with_parent
@@ -79,6 +83,10 @@ POD_IP = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podI
 # How long a worker that cannot resolve its leader is watched failing to (its own loop
 # tries for 60 s), once the leader runs and its Service's EndpointSlice lists it.
 UNRESOLVED_SECONDS = 5.0
+# A multi-node replica as compose-model-deployment writes it (the unit goldens' input).
+LEADER_WORKER_REPLICA = (
+    Path(__file__).resolve().parents[1] / "unit/testdata/model_replica/inputs/leader-worker.yaml"
+)
 
 # The leader: serve /hello; answer /ready with 200 only once a worker fetched /hello (a
 # multi-node engine's rank 0 serves only after every rank joined).
@@ -454,3 +462,53 @@ def test_a_service_that_takes_the_leader_worker_sets_name_leaves_the_leader_unre
             custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "clash")
         with contextlib.suppress(ApiException):
             core.delete_namespaced_service("clash", NAMESPACE)
+
+
+def test_what_we_compose_beside_a_leader_worker_set_leaves_its_leader_resolvable(
+    lws: LwsMember,
+) -> None:
+    """compose-model-replica's own Services for a multi-node replica (the model's, the
+    picker's), created on the member as provider-kubernetes would, beside a
+    LeaderWorkerSet of the name it composes: the controller still makes its headless
+    Service, and the leader address we launch workers with (MODELPLANE_LEADER_ADDRESS,
+    group 0) resolves through cluster DNS to the leader. Before issue 45 the model's
+    Service took the LeaderWorkerSet's name and this failed."""
+    composed = compose(parse(yaml.safe_load(LEADER_WORKER_REPLICA.read_text())))
+    manifests = {c.key: c.object["spec"]["forProvider"]["manifest"] for c in composed.composed}
+    workload = manifests["workload"]
+    name, composed_namespace = workload["metadata"]["name"], workload["metadata"]["namespace"]
+    leader_env = workload["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"]
+    (address,) = {e["value"] for e in leader_env[0]["env"] if e["name"] == OUR_LEADER_ADDRESS}
+    address = address.replace(f"$({ENV_GROUP_INDEX})", "0").replace(
+        f".{composed_namespace}", f".{NAMESPACE}"
+    )
+    custom = client.CustomObjectsApi(lws.api)
+    core = client.CoreV1Api(lws.api)
+    services = [m for m in manifests.values() if m["kind"] == "Service"]
+    assert services
+    for service in services:
+        core.create_namespaced_service(
+            NAMESPACE,
+            {"metadata": {"name": service["metadata"]["name"]}, "spec": service["spec"]},
+        )
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, NAMESPACE, PLURAL, leader_worker_set(name, 2)
+    )
+    try:
+        pods = wait_pods(
+            core,
+            name,
+            lambda pods: len(pods) == 2 and all(ready(p) for p in pods.values()),
+            f"{name}'s leader (Ready once its worker joined) and worker Ready",
+        )
+        leader, worker = pods[f"{name}-0"], pods[f"{name}-0-1"]
+        assert lws.runner.resolve(NAMESPACE, worker.metadata.name, "worker", address) == [
+            leader.status.pod_ip
+        ]
+        assert core.read_namespaced_service(name, NAMESPACE).spec.cluster_ip == "None"
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+        for service in services:
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_service(service["metadata"]["name"], NAMESPACE)
