@@ -13,10 +13,11 @@ box) the same binary (hack/tools/coredns.sh) runs as a process beside the member
   EndpointSlices come from the member's own endpointslice controller
   (gpu.CONTROLLERS) over the pod IPs the pod runner (or KWOK) writes;
 - everything else goes to the host's resolver (`forward . /etc/resolv.conf`);
-- it listens on port 53 of an address of its own from the pods' loopback pool
+- it listens on port 53 of an address of its own from the loopback pool
   (podrunner.POD_ADDRESSES: a /24 per xdist worker), because a resolv.conf names a
   nameserver by address only; a port below 1024 needs root, as the runner's mount
-  namespaces already do;
+  namespaces already do. The pods it names have addresses an EndpointSlice may hold
+  (podrunner.CLUSTER_POD_ADDRESSES: the API server refuses loopback endpoints);
 - ready means its `ready` plugin answers 200: the kubernetes plugin has synced.
 
 Not done (a cluster does): the `kube-dns` Service itself, caching (answers follow the API
