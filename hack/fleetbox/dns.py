@@ -13,11 +13,14 @@ box) the same binary (hack/tools/coredns.sh) runs as a process beside the member
   EndpointSlices come from the member's own endpointslice controller
   (gpu.CONTROLLERS) over the pod IPs the pod runner (or KWOK) writes;
 - everything else goes to the host's resolver (`forward . /etc/resolv.conf`);
-- it listens on port 53 of an address of its own from the loopback pool
-  (podrunner.POD_ADDRESSES: a /24 per xdist worker), because a resolv.conf names a
-  nameserver by address only; a port below 1024 needs root, as the runner's mount
+- it listens on port 53 of a host-side address of the pods' network (podnet.py: the
+  host end of the veth pair to the network namespace the pods run in,
+  podrunner.CLUSTER_HOST_ADDRESSES), because a resolv.conf names a nameserver by
+  address only and the pods cannot reach the host's loopback; it stays on the host,
+  reading its API server on loopback. A port below 1024 needs root, as the runner's
   namespaces already do. The pods it names have addresses an EndpointSlice may hold
-  (podrunner.CLUSTER_POD_ADDRESSES: the API server refuses loopback endpoints);
+  (podrunner.CLUSTER_POD_ADDRESSES, inside that namespace: the API server refuses
+  loopback endpoints);
 - ready means its `ready` plugin answers 200: the kubernetes plugin has synced.
 
 Not done (a cluster does): the `kube-dns` Service itself, caching (answers follow the API
@@ -78,8 +81,18 @@ def resolv_conf(nameserver: str, namespace: str, cluster_domain: str = CLUSTER_D
 class ClusterDns:
     """One member's CoreDNS: `command()` to run, `wait_ready()` after it starts."""
 
-    def __init__(self, binary: Path, kubeconfig: Path, workdir: Path, address: str) -> None:
+    def __init__(
+        self,
+        binary: Path,
+        kubeconfig: Path,
+        workdir: Path,
+        address: str,
+        netns: Path | None = None,
+    ) -> None:
+        """`netns`: the network namespace its clients (the pods) run in, which
+        `resolve` resolves from; None: the host's."""
         self.binary = binary
+        self.netns = netns
         self.kubeconfig = kubeconfig
         self.workdir = workdir
         self.address = address
@@ -113,12 +126,14 @@ class ClusterDns:
     def resolve(self, name: str, namespace: str) -> list[str]:
         """The IPv4 addresses `name` resolves to for a pod in `namespace`, through the
         system resolver reading the resolv.conf the pod runner gives such a pod (in a
-        private mount namespace, as the pod's processes see it); [] when it does not
-        resolve."""
+        private mount namespace, in the pods' network namespace, as the pod's processes
+        see it); [] when it does not resolve."""
         conf = self.workdir / f"resolv-{namespace}.conf"
         conf.write_text(resolv_conf(self.address, namespace))
+        network = ["nsenter", f"--net={self.netns}"] if self.netns is not None else []
         found = subprocess.run(
             [
+                *network,
                 "unshare",
                 "--mount",
                 "--propagation",

@@ -114,6 +114,9 @@ from fleetbox.kubelet_rules import (
     referenced_objects,
     resource_field_value,
 )
+from fleetbox.podnet import HOST_ADDRESSES as PODNET_HOST_ADDRESSES
+from fleetbox.podnet import POD_ADDRESSES as PODNET_POD_ADDRESSES
+from fleetbox.podnet import POD_NETWORK, PodNetwork
 from tests.ports import xdist_worker
 from tests.runtime.cluster import _die_with_parent
 
@@ -161,6 +164,7 @@ IDLE_WAKE_SECONDS = 1.0
 VOLUME_RETRY_SECONDS = 2.0
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
 _MS_RDONLY = 0x1
 _MS_REMOUNT = 0x20
 _MS_BIND = 0x1000
@@ -175,6 +179,7 @@ _LIBC.mount.argtypes = [
     ctypes.c_void_p,
 ]
 _LIBC.unshare.argtypes = [ctypes.c_int]
+_LIBC.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 
 
 def _now() -> str:
@@ -193,36 +198,60 @@ def _go_duration(seconds: float) -> str:
 
 
 class LoopbackAddresses:
-    """Pod IPs on the loopback interface, each handed to one pod at a time. Addresses are
-    handed out round the range before one is reused, so a Service endpoint or a client
-    that still names a deleted pod's address does not reach its successor.
+    """Pod IPs, each handed to one pod at a time. Addresses are handed out round the
+    range before one is reused, so a Service endpoint or a client that still names a
+    deleted pod's address does not reach its successor.
 
-    A range in 127.0.0.0/8 needs nothing assigned, but an EndpointSlice may not hold
-    such an address (the API server refuses loopback endpoints), so no Service, and no
-    cluster DNS record, can name such a pod. With `assign`, the range is outside the
-    special ranges the API server refuses, and each address is assigned to `lo` (as a
-    /32, `ip addr add`, which needs root like the runner's mount namespaces) while a pod
-    holds it: reachable on this host only, as a pod IP is from its node."""
+    Without `network`, the range is in 127.0.0.0/8: the host's loopback, nothing to
+    assign, but an EndpointSlice may not hold such an address (the API server refuses
+    loopback endpoints), so no Service, and no cluster DNS record, can name such a pod.
+    With `network` (podnet.py: a network namespace the box makes itself), the range is
+    in that network's 198.18.x.0/24 and each address is assigned while an owner holds
+    it: inside the namespace (a pod's, `inside=True`; the runner starts the pod's
+    processes there) or on the host end of its veth pair (`inside=False`: a host-side
+    service the pods reach, such as a member's CoreDNS). Never on a host interface of
+    its own."""
 
     def __init__(
-        self, first: str = "127.0.0.100", last: str = "127.0.0.250", *, assign: bool = False
+        self,
+        first: str = "127.0.0.100",
+        last: str = "127.0.0.250",
+        *,
+        network: PodNetwork | None = None,
+        inside: bool = True,
     ) -> None:
         low, high = int(ipaddress.IPv4Address(first)), int(ipaddress.IPv4Address(last))
         ends = (ipaddress.IPv4Address(first), ipaddress.IPv4Address(last))
-        if not assign and not all(a.is_loopback for a in ends):
+        if network is None and not all(a.is_loopback for a in ends):
             raise ValueError(f"pod addresses must be loopback addresses: {first}..{last}")
-        if assign and any(
-            a.is_loopback or a.is_link_local or a.is_unspecified or a.is_multicast for a in ends
-        ):
+        if network is not None and not all(a in network.subnet for a in ends):
             raise ValueError(
-                f"assigned pod addresses must be valid endpoint addresses (not loopback, "
-                f"link-local, multicast or unspecified): {first}..{last}"
+                f"pod addresses must be in the pod network {network.subnet}: {first}..{last}"
             )
-        self.assign = assign
+        self.network = network
+        self.inside = inside
         self._range = [str(ipaddress.IPv4Address(i)) for i in range(low, high + 1)]
         self._cursor = 0
         self._owners: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    @property
+    def assign(self) -> bool:
+        return self.network is not None
+
+    @property
+    def netns(self) -> Path | None:
+        """The network namespace the pods holding these addresses run in (None: the
+        host's)."""
+        return self.network.path if self.network is not None and self.inside else None
+
+    def _assign(self, action: str, address: str) -> None:
+        if self.network is None:
+            return
+        if self.inside:
+            self.network.pod_address(action, address)
+        else:
+            self.network.host_address(action, address)
 
     def allocate(self, owner: str) -> str:
         with self._lock:
@@ -233,8 +262,7 @@ class LoopbackAddresses:
                 address = self._range[self._cursor]
                 self._cursor = (self._cursor + 1) % len(self._range)
                 if address not in self._owners:
-                    if self.assign:
-                        _on_loopback("add", address)
+                    self._assign("add", address)
                     self._owners[address] = owner
                     return address
         raise RuntimeError(f"no free pod address in {self._range[0]}..{self._range[-1]}")
@@ -243,22 +271,7 @@ class LoopbackAddresses:
         with self._lock:
             for address in [a for a, who in self._owners.items() if who == owner]:
                 del self._owners[address]
-                if self.assign:
-                    _on_loopback("del", address)
-
-
-def _on_loopback(action: str, address: str) -> None:
-    """`ip addr add|del ADDRESS/32 dev lo`; an address already there (or already gone)
-    is fine, anything else is an error naming the command's answer."""
-    done = subprocess.run(
-        ["ip", "addr", action, f"{address}/32", "dev", "lo"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    benign = "File exists" if action == "add" else "Cannot assign requested address"
-    if done.returncode != 0 and benign not in done.stderr:
-        raise RuntimeError(f"ip addr {action} {address}/32 dev lo: {done.stderr.strip()}")
+                self._assign("del", address)
 
 
 def _pod_address_range() -> tuple[str, str]:
@@ -270,20 +283,19 @@ def _pod_address_range() -> tuple[str, str]:
     return f"127.0.{1 + index}.100", f"127.0.{1 + index}.250"
 
 
-def _cluster_pod_address_range() -> tuple[str, str]:
-    """198.18.0.100..250 (RFC 2544's benchmarking range: never routed, and valid in an
-    EndpointSlice), or under pytest-xdist 198.18.<1 + worker>.100..250."""
-    index, count = xdist_worker()
-    if count == 1:
-        return "198.18.0.100", "198.18.0.250"
-    return f"198.18.{1 + index}.100", f"198.18.{1 + index}.250"
-
-
 # Shared by every runner in this process: two members' pods never share an address.
 POD_ADDRESSES = LoopbackAddresses(*_pod_address_range())
 # For a runner whose pods resolve through cluster DNS (`nameserver`): addresses an
-# EndpointSlice may hold, so the member's Services and CoreDNS can name the pods.
-CLUSTER_POD_ADDRESSES = LoopbackAddresses(*_cluster_pod_address_range(), assign=True)
+# EndpointSlice may hold, so the member's Services and CoreDNS can name the pods; the
+# pods run in the box's own network namespace (podnet.py), where these addresses live.
+CLUSTER_POD_ADDRESSES = LoopbackAddresses(
+    *POD_NETWORK.address_range(PODNET_POD_ADDRESSES), network=POD_NETWORK
+)
+# Host-side addresses those pods reach (a member's CoreDNS): on the host end of the
+# namespace's veth pair.
+CLUSTER_HOST_ADDRESSES = LoopbackAddresses(
+    *POD_NETWORK.address_range(PODNET_HOST_ADDRESSES), network=POD_NETWORK, inside=False
+)
 
 
 @dataclass(frozen=True)
@@ -688,7 +700,7 @@ class PodRunner:
         if pid is None:
             return []
         found = subprocess.run(
-            ["nsenter", "--target", str(pid), "--mount", "getent", "ahostsv4", host],
+            ["nsenter", "--target", str(pid), "--mount", "--net", "getent", "ahostsv4", host],
             capture_output=True,
             text=True,
             timeout=30,
@@ -1015,7 +1027,7 @@ class PodRunner:
                     stdout=output,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    preexec_fn=_child_setup(mounts, cwd),  # noqa: PLW1509 - no locks taken
+                    preexec_fn=_child_setup(mounts, cwd, self.addresses.netns),  # noqa: PLW1509 - no locks taken
                 )
         except (OSError, subprocess.SubprocessError) as error:
             self._record_exit(run, c, 128, "StartError", f"failed to start {argv[0]}: {error}")
@@ -1738,15 +1750,24 @@ def _comparable(status: dict | None) -> Any:
     return copy
 
 
-def _child_setup(mounts: list[Mount], cwd: str):
+def _child_setup(mounts: list[Mount], cwd: str, netns: Path | None = None):
     """What runs in the child between fork and exec: die with the runner, its own
-    process group, a private mount namespace with the mounts, the working folder.
-    Everything it needs is encoded before the fork (no imports, no locks after it)."""
+    process group, the pod network's namespace (`netns`: podnet.py; None: the host's),
+    a private mount namespace with the mounts, the working folder. Everything it needs
+    is encoded before the fork (no imports, no locks after it)."""
     prepared = [(os.fsencode(str(m.source)), os.fsencode(m.target), m.read_only) for m in mounts]
     folder = os.fsencode(cwd)
+    network = os.fsencode(str(netns)) if netns is not None else None
 
     def setup() -> None:
         _die_with_parent()
+        if network is not None:
+            fd = os.open(network, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _LIBC.setns(fd, _CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET)")
+            finally:
+                os.close(fd)
         if prepared:
             if _LIBC.unshare(_CLONE_NEWNS) != 0:
                 raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
@@ -1767,6 +1788,7 @@ def _child_setup(mounts: list[Mount], cwd: str):
 
 
 __all__ = [
+    "CLUSTER_HOST_ADDRESSES",
     "CLUSTER_POD_ADDRESSES",
     "KWOK_STAGE_SKIP",
     "POD_ADDRESSES",

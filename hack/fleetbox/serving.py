@@ -9,7 +9,8 @@ name)` on a running box), two more parts run:
   worker StatefulSets and pods with the controller's own labels, env and ordering (the
   member's controller manager runs the statefulset controller: gpu.CONTROLLERS);
 - the member's cluster DNS (dns.py): CoreDNS v1.15.0 with its kubernetes plugin reading
-  the member's API server, on an address of the pods' loopback pool, port 53;
+  the member's API server, on a host-side address of the pods' network (podnet.py),
+  port 53;
 - a pod runner (podrunner.py) for the pods labelled `modelplane.test/run: real`: it
   starts their containers as local processes, the way the kubelet would, from the pod
   spec the member's API server holds, each with the resolv.conf the kubelet writes
@@ -51,7 +52,7 @@ from fleetbox.clusters import Clusters
 from fleetbox.dns import ClusterDns
 from fleetbox.kubelet_rules import Image
 from fleetbox.lws import GROUP, PLURAL, VERSION, LwsController
-from fleetbox.podrunner import CLUSTER_POD_ADDRESSES, POD_ADDRESSES, PodRunner
+from fleetbox.podrunner import CLUSTER_HOST_ADDRESSES, CLUSTER_POD_ADDRESSES, PodRunner
 from fleetbox.process import Process
 from functions.compose_model_replica.engines import CHECKED_IMAGES
 
@@ -163,7 +164,8 @@ def serve_for_real(box: Clusters, member: str, certs) -> PodRunner:
         box.bin / "coredns",
         box.kubeconfigs[member],
         cluster.workdir / "coredns",
-        POD_ADDRESSES.allocate(f"coredns/{member}"),
+        CLUSTER_HOST_ADDRESSES.allocate(f"coredns/{member}"),
+        CLUSTER_POD_ADDRESSES.netns,
     )
     process = box.start_process(Process(f"coredns-{member}", dns.command(), dns.log))
     dns.wait_ready(process.running)

@@ -19,6 +19,7 @@ The webhooks are served to the API server by URL with a CA of the fleet box's ma
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
 import subprocess
@@ -63,8 +64,8 @@ from fleetbox.lws import (
     webhook_configurations,
 )
 from fleetbox.podrunner import (
+    CLUSTER_HOST_ADDRESSES,
     CLUSTER_POD_ADDRESSES,
-    POD_ADDRESSES,
     REAL_RUN_LABEL,
     REAL_RUN_VALUE,
     Backoff,
@@ -207,7 +208,15 @@ def lws() -> Iterator[LwsMember]:
         began = time.monotonic()
         controller.start(api)
         measured("LWS controller: launch to a LeaderWorkerSet accepted", time.monotonic() - began)
-        dns = ClusterDns(coredns, kubeconfig, root / "coredns", POD_ADDRESSES.allocate("coredns"))
+        # CoreDNS on the host end of the pods' network: the pods run in the box's own
+        # network namespace (podnet.py) and reach it there.
+        dns = ClusterDns(
+            coredns,
+            kubeconfig,
+            root / "coredns",
+            CLUSTER_HOST_ADDRESSES.allocate("coredns"),
+            CLUSTER_POD_ADDRESSES.netns,
+        )
         dns_process = _spawn(dns.command(), dns.log)
         began = time.monotonic()
         dns.wait_ready(lambda: dns_process.poll() is None)
@@ -228,7 +237,7 @@ def lws() -> Iterator[LwsMember]:
         if runner is not None:
             runner.stop()
         _stop(dns_process)
-        POD_ADDRESSES.release("coredns")
+        CLUSTER_HOST_ADDRESSES.release("coredns")
         if controller is not None:
             controller.stop()
         _stop(manager)
@@ -324,6 +333,22 @@ def ready(pod: client.V1Pod) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
+def assert_in_the_pod_network(lws: LwsMember, *pods: client.V1Pod) -> None:
+    """The pods' processes run in the box's own network namespace (podnet.py), where
+    their addresses are; no interface of the host's own namespace holds a pod's address."""
+    netns = os.stat(CLUSTER_POD_ADDRESSES.netns).st_ino
+    assert os.stat("/proc/self/ns/net").st_ino != netns
+    for pod in pods:
+        pids = lws.runner.pids(NAMESPACE, pod.metadata.name)
+        assert pids, pod.metadata.name
+        assert {os.stat(f"/proc/{pid}/ns/net").st_ino for pid in pids.values()} == {netns}
+    host = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True)
+    held = {word.split("/")[0] for word in host.stdout.split()}
+    for pod in pods:
+        assert ipaddress.IPv4Address(pod.status.pod_ip) in CLUSTER_POD_ADDRESSES.network.subnet
+        assert pod.status.pod_ip not in held, host.stdout
+
+
 def test_the_webhooks_are_served_by_url_with_the_boxes_ca(lws: LwsMember) -> None:
     admission = client.AdmissionregistrationV1Api(lws.api)
     mutating = admission.read_mutating_webhook_configuration("lws-mutating-webhook-configuration")
@@ -387,6 +412,7 @@ def test_a_leader_worker_set_becomes_a_leader_and_a_worker_that_find_each_other(
             report = r.read().decode()
         assert report == f"tiny-0.tiny.{NAMESPACE} {leader.status.pod_ip} leader tiny-0 1 2"
         assert leader.status.pod_ip != worker.status.pod_ip
+        assert_in_the_pod_network(lws, leader, worker)
         # Through cluster DNS: the controller's headless Service names the pods, the
         # worker's resolver is the kubelet's, and its hosts file names no other pod.
         headless = core.read_namespaced_service("tiny", NAMESPACE)
