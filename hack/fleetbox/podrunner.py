@@ -8,12 +8,14 @@ skip by it), `PodRunner` plays the kubelet instead:
 
 - it watches the pods bound to its node and reads each one as the API server stores it,
   after every webhook and controller mutated it (LeaderWorkerSet's env, for one);
-- the pod gets its own address on the loopback interface (`LoopbackAddresses`, one pool
-  shared by every runner in the process, so two members' pods never share an address)
-  as its pod IP: from 127.0.0.0/8 by default, or, for a runner whose pods resolve
-  through cluster DNS, from `CLUSTER_POD_ADDRESSES` (198.18.x, assigned to `lo` while a
-  pod holds it), since the API server refuses a loopback address in an EndpointSlice and
-  without EndpointSlices no Service or DNS record names the pod;
+- the pod gets its own address (`LoopbackAddresses`, one pool shared by every runner in
+  the process, so two members' pods never share an address) as its pod IP: from the
+  host's loopback 127.0.0.0/8 by default, or, for a runner whose pods resolve through
+  cluster DNS, from `CLUSTER_POD_ADDRESSES` (198.18.x), since the API server refuses a
+  loopback address in an EndpointSlice and without EndpointSlices no Service or DNS
+  record names the pod. Those pods run in a network namespace the box makes itself
+  (podnet.py), where their addresses are assigned while they hold them, reached from
+  the host through its veth pair; no host interface of its own holds them;
 - each container's environment, command and args are the kubelet's (hack/fleetbox/kubelet_rules.py:
   `$(VAR)` expansion, downward API, service links), and the image's entrypoint is the
   local program the caller maps the image to (`Image`): `command` replaces it, `args`
