@@ -14,9 +14,10 @@ Per member that asks for it (`Runtime(box, members).start()`), all out of cluste
   instead of a ClusterIP nobody routes. EndpointSlice validation refuses loopback
   addresses, so the adapter listens on a host-side address of the box's pod network
   (podnet.py: the host end of the veth pair to the namespace the box makes; never an
-  address of the host's own) and its slice names that. The APIService carries the adapter's CA; the adapter's certificate
-  names the Service (`keda-metrics-apiserver.keda.svc`), which is what the aggregator
-  checks. kube-controller-manager's HPA controller reads the floor there, as in cluster.
+  address of the host's own) and its slice names that. The APIService carries the
+  adapter's CA; the adapter's certificate names the Service
+  (`keda-metrics-apiserver.keda.svc`), which is what the aggregator checks.
+  kube-controller-manager's HPA controller reads the floor there, as in cluster.
 
 The operator and the adapter talk over KEDA's own mTLS gRPC (ca.crt, tls.crt, tls.key in
 one folder, as KEDA's chart mounts them); the box makes that pair.
