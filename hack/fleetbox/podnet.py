@@ -81,7 +81,7 @@ class PodNetwork:
         self.name = f"{PREFIX}-{worker}-{os.getpid()}"
         self.gateway = str(self.subnet[GATEWAY_HOST])
         # The host end's name: unique on the host (a pid), at most 15 characters.
-        self.host_device = f"mph{os.getpid()}"
+        self.host_device = f"mp{subnet_index}h{os.getpid()}"
         self._made = False
         self._lock = threading.Lock()
 
@@ -153,7 +153,12 @@ class PodNetwork:
                     f"two test processes of worker {self.worker} cannot share it"
                 )
             _ip("netns", "del", name, ok=("No such file",))
-            _ip("link", "del", f"mph{found.group(1)}", ok=("Cannot find device",))
+            _ip(
+                "link",
+                "del",
+                f"mp{self.subnet.network_address.packed[2]}h{found.group(1)}",
+                ok=("Cannot find device",),
+            )
         # The box before this namespace assigned pod addresses to the host's lo.
         for line in _ip("-o", "-4", "addr", "show", "dev", "lo").splitlines():
             fields = line.split()
