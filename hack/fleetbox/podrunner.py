@@ -220,22 +220,32 @@ class LoopbackAddresses:
         last: str = "127.0.0.250",
         *,
         network: PodNetwork | None = None,
+        hosts: tuple[int, int] = PODNET_POD_ADDRESSES,
         inside: bool = True,
     ) -> None:
-        low, high = int(ipaddress.IPv4Address(first)), int(ipaddress.IPv4Address(last))
-        ends = (ipaddress.IPv4Address(first), ipaddress.IPv4Address(last))
-        if network is None and not all(a.is_loopback for a in ends):
-            raise ValueError(f"pod addresses must be loopback addresses: {first}..{last}")
-        if network is not None and not all(a in network.subnet for a in ends):
-            raise ValueError(
-                f"pod addresses must be in the pod network {network.subnet}: {first}..{last}"
-            )
+        """Without `network`, `first`..`last` (loopback); with it, the host numbers
+        `hosts` of the network's subnet, which the network picks when first used."""
         self.network = network
         self.inside = inside
-        self._range = [str(ipaddress.IPv4Address(i)) for i in range(low, high + 1)]
+        self._hosts = hosts
+        self._range: list[str] = []
+        if network is None:
+            low, high = int(ipaddress.IPv4Address(first)), int(ipaddress.IPv4Address(last))
+            ends = (ipaddress.IPv4Address(first), ipaddress.IPv4Address(last))
+            if not all(a.is_loopback for a in ends):
+                raise ValueError(f"pod addresses must be loopback addresses: {first}..{last}")
+            self._range = [str(ipaddress.IPv4Address(i)) for i in range(low, high + 1)]
+        elif not 1 < hosts[0] <= hosts[1] < 255:
+            raise ValueError(f"host numbers must be within 2..254: {hosts}")
         self._cursor = 0
         self._owners: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    def _addresses(self) -> list[str]:
+        if not self._range and self.network is not None:
+            subnet = self.network.subnet
+            self._range = [str(subnet[i]) for i in range(self._hosts[0], self._hosts[1] + 1)]
+        return self._range
 
     @property
     def assign(self) -> bool:
@@ -260,9 +270,10 @@ class LoopbackAddresses:
             for address, who in self._owners.items():
                 if who == owner:
                     return address
-            for _ in range(len(self._range)):
-                address = self._range[self._cursor]
-                self._cursor = (self._cursor + 1) % len(self._range)
+            addresses = self._addresses()
+            for _ in range(len(addresses)):
+                address = addresses[self._cursor]
+                self._cursor = (self._cursor + 1) % len(addresses)
                 if address not in self._owners:
                     self._assign("add", address)
                     self._owners[address] = owner
@@ -290,13 +301,11 @@ POD_ADDRESSES = LoopbackAddresses(*_pod_address_range())
 # For a runner whose pods resolve through cluster DNS (`nameserver`): addresses an
 # EndpointSlice may hold, so the member's Services and CoreDNS can name the pods; the
 # pods run in the box's own network namespace (podnet.py), where these addresses live.
-CLUSTER_POD_ADDRESSES = LoopbackAddresses(
-    *POD_NETWORK.address_range(PODNET_POD_ADDRESSES), network=POD_NETWORK
-)
+CLUSTER_POD_ADDRESSES = LoopbackAddresses(network=POD_NETWORK, hosts=PODNET_POD_ADDRESSES)
 # Host-side addresses those pods reach (a member's CoreDNS): on the host end of the
 # namespace's veth pair.
 CLUSTER_HOST_ADDRESSES = LoopbackAddresses(
-    *POD_NETWORK.address_range(PODNET_HOST_ADDRESSES), network=POD_NETWORK, inside=False
+    network=POD_NETWORK, hosts=PODNET_HOST_ADDRESSES, inside=False
 )
 
 
