@@ -49,9 +49,11 @@ sees LD_PRELOAD and PODRUNNER_POD_IP in its environment: the only variables a ku
 would not give it (besides the image's ENV, HOSTNAME and a HOME in the pod's folder,
 which a container runtime gives).
 
-Not done (a kubelet does): lifecycle hooks, resource limits (cgroups), network
-isolation beyond the bind library, image pulls, ephemeral containers, in-place resize,
-grpc probes; exec probes run on the host, outside the container's mount namespace; a
+Not done (a kubelet does): lifecycle hooks, resource limits (cgroups), a network
+namespace per pod (pods with cluster DNS share the box's one, podnet.py, the others the
+host's; the bind library keeps their listeners apart), image pulls, ephemeral
+containers, in-place resize, grpc probes; exec probes run on the host, outside the
+container's mount namespace (in the box's network namespace for pods there); a
 hostNetwork pod still gets its own address; a dnsConfig with dnsPolicy Default is not
 merged into the host's resolv.conf (the pod keeps the host's); no kube-proxy, so a
 Service's ClusterIP (which cluster DNS answers) reaches nothing.
@@ -512,8 +514,11 @@ class Prober(threading.Thread):
                     return True
             if spec.get("exec"):
                 argv = spec["exec"].get("command") or []
+                netns = self.runner.addresses.netns
+                # In the pod's network namespace, as the container sees localhost.
+                network = ["nsenter", f"--net={netns}"] if netns is not None and argv else []
                 done = subprocess.run(
-                    argv,
+                    [*network, *argv],
                     env=self.container_env(),
                     capture_output=True,
                     timeout=timeout,
