@@ -673,8 +673,11 @@ def test_a_leader_and_a_headless_worker_serve_with_tensor_parallel_2(box, runner
             f"search {NAMESPACE}.svc.cluster.local svc.cluster.local cluster.local\n"
             f"nameserver {dns.address}\noptions ndots:5\n"
         )
-        assert leader_ip not in files["hosts"], files["hosts"]
-        assert leader["metadata"]["name"] not in files["hosts"], files["hosts"]
+        # By whole entries: the worker's own name starts with the leader's.
+        entries = files["hosts"].split()
+        leader_name = leader["metadata"]["name"]
+        assert leader_ip not in entries, files["hosts"]
+        assert not [e for e in entries if e.split(".")[0] == leader_name], files["hosts"]
         leader_address = f"{name}-0.{name}.{NAMESPACE}"
         assert runner.resolve(NAMESPACE, worker_name, "engine", leader_address) == [leader_ip]
         measured(
