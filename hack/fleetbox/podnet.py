@@ -19,7 +19,9 @@ those addresses never sit on an interface of the host's own (root) namespace. So
   198.18.<n>.2..99 (/32: a member's CoreDNS listens on one, since a resolv.conf names
   a nameserver by address and the pods cannot reach the host's loopback; the KEDA
   adapter the aggregation layer dials, runtime.py, on another);
-- inside: `lo` up, the /24 on eth0 and a default route via the gateway (the host does
+- inside: `lo` up, the namespace's own address 198.18.<n>.254/32 on eth0 (the source
+  of what is sent to the host end, pod or no pod), the /24 on eth0 and a default route
+  via the gateway (the host does
   not forward, ip_forward is left as it is: a pod reaches its peers in the namespace,
   the gateway's addresses, and nothing beyond);
 - the pod runner starts a pod's processes inside (setns, in the child before exec);
@@ -48,6 +50,10 @@ INSIDE_DEVICE = "eth0"
 GATEWAY_HOST = 1
 HOST_ADDRESSES = (2, 99)
 POD_ADDRESSES = (100, 250)
+# The namespace's own address on eth0, held while it exists: the source of what a
+# process inside sends to the host end when no pod's address is there (the box's
+# resolver checks run there with no pod running).
+NAMESPACE_HOST = 254
 LOCK_FILE = Path("/tmp/modelplane-podnet.lock")
 # What the box before this namespace put on the host's lo, removed where found.
 LEFTOVER_RANGE = ipaddress.IPv4Network("198.18.0.0/15")
@@ -168,7 +174,9 @@ class PodNetwork:
             inside = ("-n", self.name)
             _ip(*inside, "link", "set", "lo", "up")
             _ip(*inside, "link", "set", INSIDE_DEVICE, "up")
-            _ip(*inside, "route", "add", str(subnet), "dev", INSIDE_DEVICE)
+            own = str(subnet[NAMESPACE_HOST])
+            _ip(*inside, "addr", "add", f"{own}/32", "dev", INSIDE_DEVICE)
+            _ip(*inside, "route", "add", str(subnet), "dev", INSIDE_DEVICE, "src", own)
             _ip(*inside, "route", "add", "default", "via", gateway, "dev", INSIDE_DEVICE)
         except PodNetworkError:
             _ip("netns", "del", self.name, ok=("No such file", "Invalid argument"))

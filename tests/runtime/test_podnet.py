@@ -84,6 +84,15 @@ def test_a_pod_address_lives_in_the_namespace_and_is_reached_through_the_pair() 
             check=True,
         ).stdout
         assert pod not in inside
+        # With no pod there, what is sent to the host end leaves from the namespace's
+        # own address (the box's resolver checks run inside with no pod running).
+        route = subprocess.run(
+            in_pod_network(["ip", "route", "get", gateway], network),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert f"src {network.subnet[254]}" in route
     finally:
         network.close()
     assert network.name not in netns_names()
