@@ -44,7 +44,7 @@ fuzz-long: venv proto
 # there: the LeaderWorkerSet controller, and real vLLM processes for pods labelled
 # modelplane.test/run=real (installs the LWS controller and vLLM's CPU build first).
 fleet: venv proto
-	@bash hack/tools.sh crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok schemas keda $(if $(FLEET_REAL),lws vllm)
+	@bash hack/tools.sh crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok schemas keda $(if $(FLEET_REAL),lws vllm coredns)
 	@MODELPLANE_FLEET_REAL=$(FLEET_REAL) $(PY) hack/fleetbox up
 
 fleet-down: venv

@@ -44,7 +44,9 @@ CLUSTER_SETTINGS: Final = (
 
 
 def endpoint_name(deployment: str) -> str:
-    """The model's Service, InferencePool and HTTPRoute on every member it runs on."""
+    """The model's InferencePool and HTTPRoute on every member it runs on (its Service is
+    `naming.serving_service_name`: a Service under this name would take the one the
+    LeaderWorkerSet controller needs)."""
     return service_name(deployment)
 
 

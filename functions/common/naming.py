@@ -88,6 +88,23 @@ def service_name(*parts: str) -> str:
     return name if name[:1].isalpha() else dns_label("svc", *parts)
 
 
+SERVING_SERVICE_SUFFIX = "serving"
+
+
+def serving_service_name(deployment: str) -> str:
+    """The Service in front of a model's serving pods on a member (what the activator
+    forwards to): `<deployment>-serving`, never the deployment's own name.
+
+    The workload controllers name their headless Services after the workload, which is
+    named after the deployment: the LeaderWorkerSet controller (subdomain policy
+    `Shared`) gives every pod the subdomain `<lws>` and creates a headless Service of
+    that name only when no Service of the name exists, never changing one that does;
+    Grove names its headless Service `<podcliqueset>-<replica index>`, a name ending in
+    a number, which `-serving` never does. A Service of ours under either name would
+    leave the leader's address (`<lws>-0.<lws>.<ns>`, or Grove's) without DNS records."""
+    return service_name(deployment, SERVING_SERVICE_SUFFIX)
+
+
 def volume_name(*parts: str) -> str:
     """A pod volume's name (an RFC 1123 label), e.g. for a Secret whose name is longer."""
     return dns_label(*parts)

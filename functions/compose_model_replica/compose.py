@@ -30,6 +30,11 @@ from functions.compose_model_replica.pods import resource_claim_template
 
 HEALTH_KEY = "health"
 POLICY_KEY = "adaptivepolicy"  # the AdaptivePolicy copy, whose report carries the signals
+# The model's Service (serving.service). Not "service", the key that composed it under
+# the deployment's own name before: a new key makes Crossplane delete that Object, and
+# provider-kubernetes the Service that took the LeaderWorkerSet's name on the member
+# (docs/upgrading.md); the same key with a new name would leave it behind.
+SERVING_SERVICE_KEY = "serving-service"
 
 
 def ready_query(workload: Workload) -> str:
@@ -117,7 +122,7 @@ def compose(replica: ModelReplica) -> Plan:
             )
         )
 
-    composed.append(envelope(replica, "service", serving.service(replica)))
+    composed.append(envelope(replica, SERVING_SERVICE_KEY, serving.service(replica)))
     composed.append(envelope(replica, "inferencepool", serving.inference_pool(replica)))
     for key, manifest in serving.endpoint_picker(replica).items():
         composed.append(envelope(replica, key, manifest))

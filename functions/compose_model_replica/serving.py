@@ -1,6 +1,12 @@
 """The serving endpoint: a Service, an InferencePool with its endpoint picker, and the
 route that either sends requests to them or answers at once why it cannot.
 
+The Service is `<deployment>-serving` (naming.serving_service_name), not the
+deployment's name, which the workload's controller needs for its own headless Service
+(the LeaderWorkerSet's pods' subdomain; see backends/lws.py). The InferencePool and the
+route keep the deployment's name: they are not Services, and the hub weights the route
+by that name.
+
 Every shape routes through an InferencePool (Gateway API Inference Extension v1.3.0), so
 the endpoint picker balances on each engine's queue and KV-cache; it needs its own
 picker Deployment, Service and read-only RBAC, composed here per model. Unified uses the
@@ -63,7 +69,7 @@ from functions.common.contracts import (
     ROLE_STANDALONE,
     SYSTEM_NAMESPACE,
 )
-from functions.common.naming import dns_label, service_name
+from functions.common.naming import dns_label, service_name, serving_service_name
 from functions.common.served_name import container_served_names
 from functions.compose_model_replica.backends.prefill_decode import (
     PD_ROLE_VALUES,
@@ -134,7 +140,7 @@ def service(replica: ModelReplica, name: str | None = None) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(replica, name or endpoint_name(replica)),
+        "metadata": _meta(replica, name or serving_service_name(replica.deployment)),
         "spec": {
             "selector": {
                 LABEL_SERVING: replica.serving_label,

@@ -27,7 +27,9 @@ test_fleetbox_imports.py fails on a circle); each module imports only the ones a
     box            FleetBox: starts the parts above in order, stops them, saves its
                    state, and attaches to a box another process runs
     service_proxy  in-cluster Service names mapped to local addresses (for KEDA and
-                   our agent, which have no cluster DNS here)
+                   our agent, host processes that do not use the members' cluster DNS)
+    dns            a member's cluster DNS: CoreDNS with its kubernetes plugin, which the
+                   real pods of a member that serves for real resolve through
     runtime        Runtime: our agent and scaler, KEDA and the HPA controller per member
     cli            `make fleet` / `make fleet-down` (`python hack/fleetbox up|down|status`)
 

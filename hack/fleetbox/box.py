@@ -152,7 +152,7 @@ class FleetBox(Clusters):
             if missing:
                 raise FleetBoxError(
                     f"missing tools {', '.join(missing)} in {self.bin}: run "
-                    "'bash hack/tools.sh lws vllm'"
+                    "'bash hack/tools.sh lws vllm coredns'"
                 )
             began = time.monotonic()
             self.runners[member] = serve_for_real(self, member, self.certs)

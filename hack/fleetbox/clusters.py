@@ -42,6 +42,8 @@ class Clusters:
         self.members = members
         self.kubeconfigs: dict[str, Path] = dict(kubeconfigs or {})
         self.processes: dict[str, Process] = {}
+        # Each member's cluster DNS, where one runs (serving.py: members that serve for real).
+        self.dns: dict = {}
 
     @property
     def all_clusters(self) -> list[Member]:

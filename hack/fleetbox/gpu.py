@@ -79,6 +79,10 @@ CONTROLLERS = (
     # token volume needs its namespace's kube-root-ca.crt.
     "statefulset-controller",
     "root-ca-certificate-publisher-controller",
+    # A Service's EndpointSlices over its pods' IPs (KWOK's or the pod runner's), with a
+    # pod's hostname where it names the Service as its subdomain: what cluster DNS
+    # (dns.py) serves as `<hostname>.<subdomain>.<namespace>.svc`.
+    "endpointslice-controller",
 )
 # What KWOK manages: only the nodes the box made (a node annotated so).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"

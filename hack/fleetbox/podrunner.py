@@ -8,8 +8,14 @@ skip by it), `PodRunner` plays the kubelet instead:
 
 - it watches the pods bound to its node and reads each one as the API server stores it,
   after every webhook and controller mutated it (LeaderWorkerSet's env, for one);
-- the pod gets its own loopback address (`LoopbackAddresses`, one pool shared by every
-  runner in the process, so two members' pods never share an address) as its pod IP;
+- the pod gets its own address (`LoopbackAddresses`, one pool shared by every runner in
+  the process, so two members' pods never share an address) as its pod IP: from the
+  host's loopback 127.0.0.0/8 by default, or, for a runner whose pods resolve through
+  cluster DNS, from `CLUSTER_POD_ADDRESSES` (198.18.x), since the API server refuses a
+  loopback address in an EndpointSlice and without EndpointSlices no Service or DNS
+  record names the pod. Those pods run in a network namespace the box makes itself
+  (podnet.py), where their addresses are assigned while they hold them, reached from
+  the host through its veth pair; no host interface of its own holds them;
 - each container's environment, command and args are the kubelet's (hack/fleetbox/kubelet_rules.py:
   `$(VAR)` expansion, downward API, service links), and the image's entrypoint is the
   local program the caller maps the image to (`Image`): `command` replaces it, `args`
@@ -18,9 +24,12 @@ skip by it), `PodRunner` plays the kubelet instead:
   /dev/shm, hostPath, ConfigMap, Secret, downward API, projected service-account
   token, a PersistentVolumeClaim the caller maps to a folder) and bind-mounted at
   their mountPath in a private mount namespace of the container's process, with a
-  kubelet-managed /etc/hosts (the pod's own name, hostAliases, and, standing in for
-  cluster DNS, every pod this runner runs by `<hostname>.<subdomain>.<namespace>[.svc
-  [.cluster.local]]`, so LeaderWorkerSet's leader address resolves);
+  kubelet-managed /etc/hosts (localhost, the pod's own name and FQDN, hostAliases:
+  nothing about other pods) and the resolv.conf the kubelet writes by the pod's
+  dnsPolicy and dnsConfig: for ClusterFirst, the cluster's nameserver (the runner's
+  `nameserver`, the member's CoreDNS: dns.py), `search <namespace>.svc.<domain>
+  svc.<domain> <domain>` and `options ndots:5`. Peers (LeaderWorkerSet's leader
+  address) resolve through cluster DNS only, as in a cluster;
 - it writes the pod's status as the kubelet does: podIP, phase, conditions, container
   states; started and ready follow startup and readiness probes (httpGet, tcpSocket,
   exec) against the pod IP; a failing liveness or startup probe restarts the container;
@@ -40,14 +49,19 @@ sees LD_PRELOAD and PODRUNNER_POD_IP in its environment: the only variables a ku
 would not give it (besides the image's ENV, HOSTNAME and a HOME in the pod's folder,
 which a container runtime gives).
 
-Not done (a kubelet does): lifecycle hooks, resource limits (cgroups), network
-isolation beyond the bind library, image pulls, ephemeral containers, in-place resize,
-grpc probes; exec probes run on the host, outside the container's mount namespace; a
-hostNetwork pod still gets its own address.
+Not done (a kubelet does): lifecycle hooks, resource limits (cgroups), a network
+namespace per pod (pods with cluster DNS share the box's one, podnet.py, the others the
+host's; the bind library keeps their listeners apart), image pulls, ephemeral
+containers, in-place resize, grpc probes; exec probes run on the host, outside the
+container's mount namespace (in the box's network namespace for pods there); a
+hostNetwork pod still gets its own address; a dnsConfig with dnsPolicy Default is not
+merged into the host's resolv.conf (the pod keeps the host's); no kube-proxy, so a
+Service's ClusterIP (which cluster DNS answers) reaches nothing.
 
 The runner needs root (or CAP_SYS_ADMIN) for mount namespaces; without them a container
 that mounts anything fails with CreateContainerError saying so, and /etc/hosts and the
-termination-message file are not provided. A mountPath that does not exist on the host
+termination-message file are not provided (nor the resolv.conf: the process then uses
+the host's). A mountPath that does not exist on the host
 is created only under a folder the caller names (`mount_point_roots`), since it stays
 behind on the host as an empty folder or file (say "/models" for a ModelCache's mount,
 "/var/run/secrets/kubernetes.io" for the service-account token, "/dev/termination-log"
@@ -104,6 +118,9 @@ from fleetbox.kubelet_rules import (
     referenced_objects,
     resource_field_value,
 )
+from fleetbox.podnet import HOST_ADDRESSES as PODNET_HOST_ADDRESSES
+from fleetbox.podnet import POD_ADDRESSES as PODNET_POD_ADDRESSES
+from fleetbox.podnet import POD_NETWORK, PodNetwork
 from tests.ports import xdist_worker
 from tests.runtime.cluster import _die_with_parent
 
@@ -151,6 +168,7 @@ IDLE_WAKE_SECONDS = 1.0
 VOLUME_RETRY_SECONDS = 2.0
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
 _MS_RDONLY = 0x1
 _MS_REMOUNT = 0x20
 _MS_BIND = 0x1000
@@ -165,6 +183,7 @@ _LIBC.mount.argtypes = [
     ctypes.c_void_p,
 ]
 _LIBC.unshare.argtypes = [ctypes.c_int]
+_LIBC.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 
 
 def _now() -> str:
@@ -183,30 +202,82 @@ def _go_duration(seconds: float) -> str:
 
 
 class LoopbackAddresses:
-    """Pod IPs on loopback, each handed to one pod at a time. Addresses are handed out
-    round the range before one is reused, so a Service endpoint or a client that still
-    names a deleted pod's address does not reach its successor."""
+    """Pod IPs, each handed to one pod at a time. Addresses are handed out round the
+    range before one is reused, so a Service endpoint or a client that still names a
+    deleted pod's address does not reach its successor.
 
-    def __init__(self, first: str = "127.0.0.100", last: str = "127.0.0.250") -> None:
-        low, high = int(ipaddress.IPv4Address(first)), int(ipaddress.IPv4Address(last))
-        if not (
-            ipaddress.IPv4Address(first).is_loopback and ipaddress.IPv4Address(last).is_loopback
-        ):
-            raise ValueError(f"pod addresses must be loopback addresses: {first}..{last}")
-        self._range = [str(ipaddress.IPv4Address(i)) for i in range(low, high + 1)]
+    Without `network`, the range is in 127.0.0.0/8: the host's loopback, nothing to
+    assign, but an EndpointSlice may not hold such an address (the API server refuses
+    loopback endpoints), so no Service, and no cluster DNS record, can name such a pod.
+    With `network` (podnet.py: a network namespace the box makes itself), the range is
+    in that network's 198.18.x.0/24 and each address is assigned while an owner holds
+    it: inside the namespace (a pod's, `inside=True`; the runner starts the pod's
+    processes there) or on the host end of its veth pair (`inside=False`: a host-side
+    service the pods reach, such as a member's CoreDNS). Never on a host interface of
+    its own."""
+
+    def __init__(
+        self,
+        first: str = "127.0.0.100",
+        last: str = "127.0.0.250",
+        *,
+        network: PodNetwork | None = None,
+        hosts: tuple[int, int] = PODNET_POD_ADDRESSES,
+        inside: bool = True,
+    ) -> None:
+        """Without `network`, `first`..`last` (loopback); with it, the host numbers
+        `hosts` of the network's subnet, which the network picks when first used."""
+        self.network = network
+        self.inside = inside
+        self._hosts = hosts
+        self._range: list[str] = []
+        if network is None:
+            low, high = int(ipaddress.IPv4Address(first)), int(ipaddress.IPv4Address(last))
+            ends = (ipaddress.IPv4Address(first), ipaddress.IPv4Address(last))
+            if not all(a.is_loopback for a in ends):
+                raise ValueError(f"pod addresses must be loopback addresses: {first}..{last}")
+            self._range = [str(ipaddress.IPv4Address(i)) for i in range(low, high + 1)]
+        elif not 1 < hosts[0] <= hosts[1] < 255:
+            raise ValueError(f"host numbers must be within 2..254: {hosts}")
         self._cursor = 0
         self._owners: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    def _addresses(self) -> list[str]:
+        if not self._range and self.network is not None:
+            subnet = self.network.subnet
+            self._range = [str(subnet[i]) for i in range(self._hosts[0], self._hosts[1] + 1)]
+        return self._range
+
+    @property
+    def assign(self) -> bool:
+        return self.network is not None
+
+    @property
+    def netns(self) -> Path | None:
+        """The network namespace the pods holding these addresses run in (None: the
+        host's)."""
+        return self.network.path if self.network is not None and self.inside else None
+
+    def _assign(self, action: str, address: str) -> None:
+        if self.network is None:
+            return
+        if self.inside:
+            self.network.pod_address(action, address)
+        else:
+            self.network.host_address(action, address)
 
     def allocate(self, owner: str) -> str:
         with self._lock:
             for address, who in self._owners.items():
                 if who == owner:
                     return address
-            for _ in range(len(self._range)):
-                address = self._range[self._cursor]
-                self._cursor = (self._cursor + 1) % len(self._range)
+            addresses = self._addresses()
+            for _ in range(len(addresses)):
+                address = addresses[self._cursor]
+                self._cursor = (self._cursor + 1) % len(addresses)
                 if address not in self._owners:
+                    self._assign("add", address)
                     self._owners[address] = owner
                     return address
         raise RuntimeError(f"no free pod address in {self._range[0]}..{self._range[-1]}")
@@ -215,6 +286,7 @@ class LoopbackAddresses:
         with self._lock:
             for address in [a for a, who in self._owners.items() if who == owner]:
                 del self._owners[address]
+                self._assign("del", address)
 
 
 def _pod_address_range() -> tuple[str, str]:
@@ -228,6 +300,15 @@ def _pod_address_range() -> tuple[str, str]:
 
 # Shared by every runner in this process: two members' pods never share an address.
 POD_ADDRESSES = LoopbackAddresses(*_pod_address_range())
+# For a runner whose pods resolve through cluster DNS (`nameserver`): addresses an
+# EndpointSlice may hold, so the member's Services and CoreDNS can name the pods; the
+# pods run in the box's own network namespace (podnet.py), where these addresses live.
+CLUSTER_POD_ADDRESSES = LoopbackAddresses(network=POD_NETWORK, hosts=PODNET_POD_ADDRESSES)
+# Host-side addresses those pods reach (a member's CoreDNS): on the host end of the
+# namespace's veth pair.
+CLUSTER_HOST_ADDRESSES = LoopbackAddresses(
+    network=POD_NETWORK, hosts=PODNET_HOST_ADDRESSES, inside=False
+)
 
 
 @dataclass(frozen=True)
@@ -433,8 +514,11 @@ class Prober(threading.Thread):
                     return True
             if spec.get("exec"):
                 argv = spec["exec"].get("command") or []
+                netns = self.runner.addresses.netns
+                # In the pod's network namespace, as the container sees localhost.
+                network = ["nsenter", f"--net={netns}"] if netns is not None and argv else []
                 done = subprocess.run(
-                    argv,
+                    [*network, *argv],
                     env=self.container_env(),
                     capture_output=True,
                     timeout=timeout,
@@ -496,6 +580,7 @@ class PodRun:
     memory_dirs: list[Path] = field(default_factory=list)
     envs: dict[str, dict[str, str]] = field(default_factory=dict)
     hosts_file: Path | None = None
+    resolv_conf: Path | None = None
     terminating: bool = False
     last_status: dict | None = None
 
@@ -524,6 +609,8 @@ class PodRunner:
     `images`: image reference (exactly as in the pod spec) → the local program standing in.
     `claims`: "namespace/claimName" → the host folder a PersistentVolumeClaim stands for.
     `workdir`: where pods' folders and container logs go.
+    `nameserver`: the cluster DNS address a ClusterFirst pod's resolv.conf names (the
+    member's CoreDNS, dns.py); None: such a pod keeps the host's resolver.
     """
 
     def __init__(
@@ -539,6 +626,7 @@ class PodRunner:
         backoff: Backoff = Backoff(),
         mount_point_roots: tuple[str | Path, ...] = (),
         cluster_domain: str = CLUSTER_DOMAIN,
+        nameserver: str | None = None,
     ) -> None:
         self.api = api
         self.node = node
@@ -550,6 +638,7 @@ class PodRunner:
         self.backoff = backoff
         self.mount_point_roots = tuple(Path(r) for r in mount_point_roots)
         self.cluster_domain = cluster_domain
+        self.nameserver = nameserver
         self.core = client.CoreV1Api(api)
         self.mount_namespaces = False
         self._latest: dict[str, dict | None] = {}
@@ -587,6 +676,11 @@ class PodRunner:
             if thread.name.startswith("podrunner-sync"):
                 thread.join(timeout=grace + 10)
         self._threads.clear()
+        if self.addresses.assign:
+            # The processes are gone: their addresses leave `lo` (the pods keep them in
+            # the API server, as pods of a stopped node do).
+            for run in list(self._runs.values()):
+                self.addresses.release(run.uid)
 
     def __enter__(self) -> PodRunner:
         return self.start()
@@ -613,6 +707,31 @@ class PodRunner:
                 if process is not None and process.poll() is None:
                     found[f"{run.key}/{c.name}"] = process.pid
         return found
+
+    def resolve(self, namespace: str, name: str, container: str, host: str) -> list[str]:
+        """The IPv4 addresses `host` resolves to as a running container of a pod sees
+        it (the system resolver in the container's mount namespace: its hosts file and
+        resolv.conf); [] when it does not resolve or the container does not run."""
+        pid = self.pids(namespace, name).get(f"{namespace}/{name}/{container}")
+        if pid is None:
+            return []
+        found = subprocess.run(
+            ["nsenter", "--target", str(pid), "--mount", "--net", "getent", "ahostsv4", host],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        return sorted({line.split()[0] for line in found.stdout.splitlines() if line.strip()})
+
+    def files(self, namespace: str, name: str) -> dict[str, str]:
+        """The resolver files the runner wrote a pod ("hosts", "resolv.conf"), as its
+        containers see them at /etc/hosts and /etc/resolv.conf."""
+        for run in list(self._runs.values()):
+            if run.key == f"{namespace}/{name}":
+                paths = {"hosts": run.hosts_file, "resolv.conf": run.resolv_conf}
+                return {k: p.read_text() for k, p in paths.items() if p is not None}
+        return {}
 
     def argv(self, namespace: str, name: str, container: str) -> list[str]:
         """The command line a container was last started with (after `$(VAR)`
@@ -801,7 +920,8 @@ class PodRunner:
                 c.state = {"waiting": {"reason": "PodInitializing"}}
         (root / "logs").mkdir(parents=True, exist_ok=True)
         self._runs[uid] = run
-        self._refresh_hosts()
+        self._write_hosts(run)
+        self._write_resolv_conf(run)
         log.info("podrunner %s: pod %s gets %s", self.node, run.key, ip)
         return run
 
@@ -923,7 +1043,7 @@ class PodRunner:
                     stdout=output,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    preexec_fn=_child_setup(mounts, cwd),  # noqa: PLW1509 - no locks taken
+                    preexec_fn=_child_setup(mounts, cwd, self.addresses.netns),  # noqa: PLW1509 - no locks taken
                 )
         except (OSError, subprocess.SubprocessError) as error:
             self._record_exit(run, c, 128, "StartError", f"failed to start {argv[0]}: {error}")
@@ -1168,7 +1288,6 @@ class PodRunner:
         for folder in run.memory_dirs:
             shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(run.root / "volumes", ignore_errors=True)
-        self._refresh_hosts()
 
     # --- status -------------------------------------------------------------------------
 
@@ -1461,6 +1580,8 @@ class PodRunner:
             return []
         if not run.pod["spec"].get("hostNetwork") and run.hosts_file is not None:
             mounts.append(Mount(run.hosts_file, "/etc/hosts", False))
+        if run.resolv_conf is not None:
+            mounts.append(Mount(run.resolv_conf, "/etc/resolv.conf", True))
         message_path = spec.get("terminationMessagePath") or "/dev/termination-log"
         c.termination_file = run.root / "termination" / c.name
         c.termination_file.parent.mkdir(parents=True, exist_ok=True)
@@ -1511,44 +1632,86 @@ class PodRunner:
             ]
         return [f"{run.ip}\t{hostname}"]
 
-    def _refresh_hosts(self) -> None:
-        """Rewrite every pod's hosts file in place (a bind mount holds the inode), so a
-        pod started before its peer resolves the peer once the peer has an address."""
-        peers = []
-        for run in self._runs.values():
-            pod = run.pod
-            subdomain = pod["spec"].get("subdomain")
-            if subdomain:
-                name = f"{self._hostname(pod)}.{subdomain}.{pod['metadata']['namespace']}"
-                peers.append(f"{run.ip}\t{name}.svc.{self.cluster_domain}\t{name}.svc\t{name}")
-        for run in self._runs.values():
-            lines = [
-                "# Kubernetes-managed hosts file.",
-                "127.0.0.1\tlocalhost",
-                "::1\tlocalhost ip6-localhost ip6-loopback",
-                "fe00::0\tip6-localnet",
-                "fe00::0\tip6-mcastprefix",
-                "fe00::1\tip6-allnodes",
-                "fe00::2\tip6-allrouters",
-                *self._hosts_lines(run),
-            ]
-            aliases = run.pod["spec"].get("hostAliases") or []
-            if aliases:
-                lines.append("")
-                lines.append("# Entries added by HostAliases.")
-                lines += [f"{a['ip']}\t{chr(9).join(a.get('hostnames') or [])}" for a in aliases]
-            if peers:
-                lines.append("")
-                lines.append(
-                    "# Pods of this runner by their DNS names (stands in for cluster DNS)."
-                )
-                lines += sorted(peers)
-            path = run.root / "etc-hosts"
-            run.hosts_file = path
-            with path.open("a+") as hosts:  # in place: never a new inode
-                hosts.seek(0)
-                hosts.truncate()
-                hosts.write("\n".join(lines) + "\n")
+    def _write_hosts(self, run: PodRun) -> None:
+        """The kubelet's hosts file: localhost, the pod's own names, its hostAliases.
+        Other pods are found through cluster DNS (`nameserver`), never written here."""
+        lines = [
+            "# Kubernetes-managed hosts file.",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+            "fe00::0\tip6-localnet",
+            "fe00::0\tip6-mcastprefix",
+            "fe00::1\tip6-allnodes",
+            "fe00::2\tip6-allrouters",
+            *self._hosts_lines(run),
+        ]
+        aliases = run.pod["spec"].get("hostAliases") or []
+        if aliases:
+            lines.append("")
+            lines.append("# Entries added by HostAliases.")
+            lines += [f"{a['ip']}\t{chr(9).join(a.get('hostnames') or [])}" for a in aliases]
+        path = run.root / "etc-hosts"
+        path.write_text("\n".join(lines) + "\n")
+        run.hosts_file = path
+
+    def _write_resolv_conf(self, run: PodRun) -> None:
+        """The pod's resolv.conf as the kubelet derives it (pkg/kubelet/network/dns),
+        or none (the host's is used) for a pod that resolves as its node does."""
+        content = pod_resolv_conf(run.pod, self.nameserver, self.cluster_domain)
+        if content is None:
+            run.resolv_conf = None
+            return
+        path = run.root / "resolv.conf"
+        path.write_text(content)
+        run.resolv_conf = path
+
+
+# The kubelet's limits on a pod's resolver (pkg/apis/core/validation, pkg/kubelet/network/dns).
+MAX_NAMESERVERS = 3
+MAX_SEARCH_DOMAINS = 32
+CLUSTER_NDOTS = 5
+
+
+def pod_resolv_conf(pod: dict, nameserver: str | None, cluster_domain: str) -> str | None:
+    """The resolv.conf the kubelet gives `pod`, or None where it gives the node's
+    (dnsPolicy Default, a hostNetwork pod with ClusterFirst, or no cluster DNS).
+
+    ClusterFirst (and ClusterFirstWithHostNet): the cluster's nameserver, the search
+    path `<namespace>.svc.<domain> svc.<domain> <domain>`, `options ndots:5`; None: only
+    dnsConfig. dnsConfig's nameservers and searches are appended, its options override
+    by name."""
+    spec = pod["spec"]
+    policy = spec.get("dnsPolicy") or "ClusterFirst"
+    host_network = bool(spec.get("hostNetwork"))
+    dns_config = spec.get("dnsConfig") or {}
+    nameservers: list[str] = []
+    searches: list[str] = []
+    options: dict[str, str | None] = {}
+    if policy == "ClusterFirstWithHostNet" or (policy == "ClusterFirst" and not host_network):
+        if nameserver is None:
+            return None
+        namespace = pod["metadata"]["namespace"]
+        nameservers = [nameserver]
+        searches = [f"{namespace}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain]
+        options = {"ndots": str(CLUSTER_NDOTS)}
+    elif policy != "None":
+        return None
+    nameservers += [n for n in dns_config.get("nameservers") or [] if n not in nameservers]
+    searches += [d for d in dns_config.get("searches") or [] if d not in searches]
+    for option in dns_config.get("options") or []:
+        options[option["name"]] = option.get("value")
+    lines = []
+    if searches:
+        lines.append("search " + " ".join(searches[:MAX_SEARCH_DOMAINS]))
+    lines += [f"nameserver {n}" for n in nameservers[:MAX_NAMESERVERS]]
+    if options:
+        lines.append(
+            "options "
+            + " ".join(
+                name if value is None else f"{name}:{value}" for name, value in options.items()
+            )
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _succeeded(c: ContainerRun) -> bool:
@@ -1603,15 +1766,24 @@ def _comparable(status: dict | None) -> Any:
     return copy
 
 
-def _child_setup(mounts: list[Mount], cwd: str):
+def _child_setup(mounts: list[Mount], cwd: str, netns: Path | None = None):
     """What runs in the child between fork and exec: die with the runner, its own
-    process group, a private mount namespace with the mounts, the working folder.
-    Everything it needs is encoded before the fork (no imports, no locks after it)."""
+    process group, the pod network's namespace (`netns`: podnet.py; None: the host's),
+    a private mount namespace with the mounts, the working folder. Everything it needs
+    is encoded before the fork (no imports, no locks after it)."""
     prepared = [(os.fsencode(str(m.source)), os.fsencode(m.target), m.read_only) for m in mounts]
     folder = os.fsencode(cwd)
+    network = os.fsencode(str(netns)) if netns is not None else None
 
     def setup() -> None:
         _die_with_parent()
+        if network is not None:
+            fd = os.open(network, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _LIBC.setns(fd, _CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET)")
+            finally:
+                os.close(fd)
         if prepared:
             if _LIBC.unshare(_CLONE_NEWNS) != 0:
                 raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
@@ -1632,6 +1804,8 @@ def _child_setup(mounts: list[Mount], cwd: str):
 
 
 __all__ = [
+    "CLUSTER_HOST_ADDRESSES",
+    "CLUSTER_POD_ADDRESSES",
     "KWOK_STAGE_SKIP",
     "POD_ADDRESSES",
     "REAL_RUN_LABEL",
@@ -1643,5 +1817,6 @@ __all__ = [
     "PodRunner",
     "build_bind_shim",
     "mount_namespaces_work",
+    "pod_resolv_conf",
     "skip_real_pods",
 ]

@@ -12,10 +12,12 @@ Per member that asks for it (`Runtime(box, members).start()`), all out of cluste
   The member's kube-apiserver runs with the front-proxy (requestheader) flags and
   `--enable-aggregator-routing` (members.py), so it proxies to an EndpointSlice address
   instead of a ClusterIP nobody routes. EndpointSlice validation refuses loopback
-  addresses, so the adapter listens on this host's first global IPv4 address and its
-  slice names that. The APIService carries the adapter's CA; the adapter's certificate
-  names the Service (`keda-metrics-apiserver.keda.svc`), which is what the aggregator
-  checks. kube-controller-manager's HPA controller reads the floor there, as in cluster.
+  addresses, so the adapter listens on a host-side address of the box's pod network
+  (podnet.py: the host end of the veth pair to the namespace the box makes; never an
+  address of the host's own) and its slice names that. The APIService carries the
+  adapter's CA; the adapter's certificate names the Service
+  (`keda-metrics-apiserver.keda.svc`), which is what the aggregator checks.
+  kube-controller-manager's HPA controller reads the floor there, as in cluster.
 
 The operator and the adapter talk over KEDA's own mTLS gRPC (ca.crt, tls.crt, tls.key in
 one folder, as KEDA's chart mounts them); the box makes that pair.
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -40,6 +41,7 @@ from fleetbox.certificates import Certificates
 from fleetbox.clusters import component_flags
 from fleetbox.control_plane import KEDA_SCALER_CLIENT, SCALER_DNS_NAME
 from fleetbox.gpu import example_cluster
+from fleetbox.podrunner import CLUSTER_HOST_ADDRESSES
 from fleetbox.process import Process
 from fleetbox.service_proxy import ServiceProxy, in_cluster_name
 from fleetbox.wait import FleetBoxError, wait_for
@@ -89,19 +91,11 @@ AGENT_IDLE_AFTER = 20
 
 
 def host_address() -> str:
-    """This host's first global IPv4 address: EndpointSlices refuse loopback ones."""
-    out = subprocess.run(
-        ["ip", "-4", "-o", "addr", "show", "scope", "global"],
-        capture_output=True, text=True, check=False,
-    ).stdout  # fmt: skip
-    for line in out.splitlines():
-        fields = line.split()
-        if "inet" in fields:
-            return fields[fields.index("inet") + 1].split("/")[0]
-    raise FleetBoxError(
-        "no global IPv4 address on this host: the aggregation layer cannot reach the KEDA "
-        "adapter (EndpointSlices refuse loopback addresses)"
-    )
+    """The address the KEDA adapter listens on for the aggregation layer: EndpointSlices
+    refuse loopback ones, and test traffic goes to no address of the host's own, so a
+    host-side address of the box's pod network (podnet.py: the host end of the veth pair
+    to the namespace the box made itself)."""
+    return CLUSTER_HOST_ADDRESSES.allocate("keda-adapter")
 
 
 def _listening_ports() -> set[int]:
@@ -504,6 +498,7 @@ class Runtime:
         for proxy in self.proxies.values():
             with contextlib.suppress(Exception):
                 proxy.close()
+        CLUSTER_HOST_ADDRESSES.release("keda-adapter")
 
 
 __all__ = ["Runtime"]

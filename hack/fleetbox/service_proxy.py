@@ -1,4 +1,8 @@
-"""In-cluster Service names, mapped to local addresses: the box has no cluster DNS.
+"""In-cluster Service names, mapped to local addresses, for the box's host processes.
+
+These processes (KEDA, our agent) run on the host, outside any pod, where no cluster DNS
+answers and no kube-proxy routes a ClusterIP (real pods resolve through their member's
+CoreDNS, dns.py, and reach each other by pod IP).
 
 KEDA's operator dials the scaler at the address the composed ScaledObject names
 (`modelplane-scaler.modelplane-system.svc.cluster.local:9090`), and our agent reads the

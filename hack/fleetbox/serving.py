@@ -8,11 +8,20 @@ name)` on a running box), two more parts run:
   with a serving certificate of the box's CA, so a LeaderWorkerSet becomes leader and
   worker StatefulSets and pods with the controller's own labels, env and ordering (the
   member's controller manager runs the statefulset controller: gpu.CONTROLLERS);
+- the member's cluster DNS (dns.py): CoreDNS v1.15.0 with its kubernetes plugin reading
+  the member's API server, on a host-side address of the pods' network (podnet.py),
+  port 53;
 - a pod runner (podrunner.py) for the pods labelled `modelplane.test/run: real`: it
   starts their containers as local processes, the way the kubelet would, from the pod
-  spec the member's API server holds. KWOK's Stages skip those pods
+  spec the member's API server holds, each with the resolv.conf the kubelet writes
+  naming that CoreDNS (so a worker finds its leader by the record the LeaderWorkerSet's
+  headless Service makes, and by nothing else). KWOK's Stages skip those pods
   (`podrunner.skip_real_pods`, applied on every GPU member: without the label nothing
   changes). Every other pod stays a KWOK pod.
+
+CoreDNS runs only on members that serve for real: its only clients are the pods the
+runner starts (KWOK's pods resolve nothing, and the box's host processes reach Services
+through service_proxy.py).
 
 The image table (`images`) maps the engine image the examples pin
 (`vllm/vllm-openai:v0.32.0`, engines.CHECKED_IMAGES) to the vLLM CPU build of the same
@@ -40,9 +49,10 @@ from pathlib import Path
 from kubernetes import client
 
 from fleetbox.clusters import Clusters
+from fleetbox.dns import ClusterDns
 from fleetbox.kubelet_rules import Image
 from fleetbox.lws import GROUP, PLURAL, VERSION, LwsController
-from fleetbox.podrunner import PodRunner
+from fleetbox.podrunner import CLUSTER_HOST_ADDRESSES, CLUSTER_POD_ADDRESSES, PodRunner
 from fleetbox.process import Process
 from functions.compose_model_replica.engines import CHECKED_IMAGES
 
@@ -51,7 +61,7 @@ VLLM_VERSION = VLLM_IMAGE.rsplit(":v", 1)[1]
 TINY_MODEL_REPO = "modelplane/tiny-llama"
 TINY_MODEL_URI = f"hf://{TINY_MODEL_REPO}"
 # The tools a member that serves for real needs besides a GPU member's.
-REQUIRED_TOOLS = ("lws-controller", "vllm")
+REQUIRED_TOOLS = ("lws-controller", "vllm", "coredns")
 # Where a pod's mounts may create their mount points on this host (podrunner.py): the
 # projected service-account token and the default termination-message path.
 MOUNT_POINT_ROOTS = ("/var/run/secrets/kubernetes.io", "/dev/termination-log")
@@ -135,7 +145,8 @@ def default_existing(api) -> None:
 
 def serve_for_real(box: Clusters, member: str, certs) -> PodRunner:
     """Start `member`'s LeaderWorkerSet controller (installed, ready for a
-    LeaderWorkerSet) and its pod runner; the runner, which the caller stops."""
+    LeaderWorkerSet), its CoreDNS (ready) and its pod runner; the runner, which the
+    caller stops."""
     cluster = box.members[member]
     serving_certs = certs.pair(f"lws-webhook-{member}", "127.0.0.1", "serverAuth")
     lws = LwsController(
@@ -149,6 +160,16 @@ def serve_for_real(box: Clusters, member: str, certs) -> PodRunner:
         default_existing(api)
     finally:
         api.close()
+    dns = ClusterDns(
+        box.bin / "coredns",
+        box.kubeconfigs[member],
+        cluster.workdir / "coredns",
+        CLUSTER_HOST_ADDRESSES.allocate(f"coredns/{member}"),
+        CLUSTER_POD_ADDRESSES.netns,
+    )
+    process = box.start_process(Process(f"coredns-{member}", dns.command(), dns.log))
+    dns.wait_ready(process.running)
+    box.dns[member] = dns
     root = box.root / "real"
     root.mkdir(exist_ok=True)
     runner = PodRunner(
@@ -157,6 +178,9 @@ def serve_for_real(box: Clusters, member: str, certs) -> PodRunner:
         images(box.bin, root),
         cluster.workdir / "pods",
         mount_point_roots=MOUNT_POINT_ROOTS,
+        nameserver=dns.address,
+        # Pod IPs an EndpointSlice may hold (not loopback), so CoreDNS can name the pods.
+        addresses=CLUSTER_POD_ADDRESSES,
     )
     return runner.start()
 

@@ -21,8 +21,15 @@ with a DRA GPU (the engine runs on the CPU; the claim is what placement asked fo
   (demand, pressure, latency) moved by a burst of concurrent requests, in agreement
   with the burst's size.
 - A Leader + headless Worker replica (a LeaderWorkerSet made into pods by the real
-  controller) serves with tensor parallel 2 across its two pods.
-- The example LeaderWorkerSet, applied before the controller ran, gets its (KWOK) pods.
+  controller) serves with tensor parallel 2 across its two pods, the worker finding its
+  leader (`--master-addr <lws>-0.<lws>.<namespace>`) through the member's CoreDNS
+  (hack/fleetbox/dns.py) from the resolv.conf the kubelet would write, with no other
+  pod in its hosts file: the record exists because the LWS controller made its headless
+  Service, which no Service of ours takes the name of (`<deployment>-serving`).
+- The example LeaderWorkerSet, applied before the controller ran, gets its (KWOK) pods,
+  and the controller its headless Service: the leader's and the worker's names resolve
+  through the member's CoreDNS to the pod IPs KWOK wrote, from EndpointSlices the
+  member's endpointslice controller made.
 - A launch with a flag vLLM does not know exits for real, is counted as start failures
   by the member's health agent and parks the model, with the engine's own error.
 
@@ -45,6 +52,7 @@ from kubernetes import client
 from fleetbox.podrunner import REAL_RUN_LABEL, REAL_RUN_VALUE
 from fleetbox.serving import REQUIRED_TOOLS as REAL_TOOLS
 from fleetbox.serving import TINY_MODEL_REPO, TINY_MODEL_URI, engine_rss
+from fleetbox.wait import wait_for
 from functions.common import builtin_mappings, contracts, vocabulary
 from functions.common import metricmapping as mappings
 from functions.common.contracts import (
@@ -55,7 +63,7 @@ from functions.common.contracts import (
     PORT_NAME_HTTP,
     SYSTEM_NAMESPACE,
 )
-from functions.common.naming import dns_label
+from functions.common.naming import dns_label, serving_service_name
 from functions.compose_serving_stack import collector
 from functions.compose_serving_stack.collector_objects import CONFIG_KEY
 from functions.runtime.agent.collect import policy_signals, read_member_inputs
@@ -82,6 +90,7 @@ ENGINE_ARGS = ["--max-model-len", "512", "--enforce-eager"]
 SERVE_SECONDS = 420.0
 PARK_SECONDS = 420.0
 GONE_SECONDS = 120.0
+RESOLVE_SECONDS = 30.0
 PARK_AFTER = 2  # the broken launch's spec.parking.maxConsecutiveFailures
 # The collector's scrape interval (and so its scrape timeout) in the real-engine
 # collector runs, seconds. At 1 s, on 2 shared cores, the engine's series left the
@@ -225,6 +234,24 @@ def _scheduled_on_a_gpu_node(box, pod: dict) -> None:
     )
     (result,) = allocated["status"]["allocation"]["devices"]["results"]
     assert result["driver"] == "gpu.nvidia.com", result
+
+
+def _the_controllers_headless_service(box, lws: str) -> dict:
+    """The Service named after a LeaderWorkerSet: the one its controller made (headless,
+    owned by it, publishing pods before they are ready), never one of ours."""
+    api = box.api(MEMBER)
+    try:
+        core = client.CoreV1Api(api)
+        service = api.sanitize_for_serialization(core.read_namespaced_service(lws, NAMESPACE))
+        ours = core.read_namespaced_service(serving_service_name(lws), NAMESPACE)
+    finally:
+        api.close()
+    assert service["spec"]["clusterIP"] == "None", service["spec"]
+    assert service["spec"].get("publishNotReadyAddresses") is True, service["spec"]
+    owners = service["metadata"].get("ownerReferences") or []
+    assert [(o["kind"], o["name"]) for o in owners] == [("LeaderWorkerSet", lws)], owners
+    assert ours.spec.cluster_ip != "None"  # the model's own Service, beside it
+    return service
 
 
 def _http_address(pod: dict) -> str:
@@ -634,6 +661,25 @@ def test_a_leader_and_a_headless_worker_serve_with_tensor_parallel_2(box, runner
         assert "--headless" in argvs["worker"]
         assert "--node-rank 1" in " ".join(argvs["worker"])
         assert "--headless" not in argvs["leader"]
+        # The worker found the leader through cluster DNS: the controller's headless
+        # Service exists, the worker's resolver is the kubelet's (the member's CoreDNS,
+        # its namespace's search path), its hosts file names no other pod, and the
+        # leader address resolves, in the worker's own view, to the leader's pod IP.
+        _the_controllers_headless_service(box, name)
+        dns = box.dns[MEMBER]
+        leader_ip, worker_name = leader["status"]["podIP"], worker["metadata"]["name"]
+        files = runner.files(NAMESPACE, worker_name)
+        assert files["resolv.conf"] == (
+            f"search {NAMESPACE}.svc.cluster.local svc.cluster.local cluster.local\n"
+            f"nameserver {dns.address}\noptions ndots:5\n"
+        )
+        # By whole entries: the worker's own name starts with the leader's.
+        entries = files["hosts"].split()
+        leader_name = leader["metadata"]["name"]
+        assert leader_ip not in entries, files["hosts"]
+        assert not [e for e in entries if e.split(".")[0] == leader_name], files["hosts"]
+        leader_address = f"{name}-0.{name}.{NAMESPACE}"
+        assert runner.resolve(NAMESPACE, worker_name, "engine", leader_address) == [leader_ip]
         measured(
             "RSS of a real leader + worker, process trees (GiB)",
             engine_rss([p for found in pids.values() for p in found.values()]) / 2**30,
@@ -661,6 +707,19 @@ def test_the_examples_leader_worker_set_made_before_the_controller_gets_kwok_pod
         assert pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"] == example
         assert REAL_RUN_LABEL not in pod["metadata"]["labels"]
         assert not runner.pids(NAMESPACE, pod["metadata"]["name"])
+    # The controller made its headless Service (ours is `<name>-serving`), and the
+    # member's CoreDNS serves every pod of the group by `<hostname>.<lws>.<namespace>`
+    # at the IP KWOK gave it, as a pod in the namespace resolves it.
+    _the_controllers_headless_service(box, example)
+    dns = box.dns[MEMBER]
+    for pod in pods:
+        address, ip = f"{pod['metadata']['name']}.{example}.{NAMESPACE}", pod["status"]["podIP"]
+        # DNS has no watch: polled, for the EndpointSlice and CoreDNS's informer to catch up.
+        wait_for(
+            f"{address} resolving to {ip} through the member's CoreDNS",
+            lambda address=address, ip=ip: dns.resolve(address, NAMESPACE) == [ip],
+            RESOLVE_SECONDS,
+        )
 
 
 def test_a_launch_with_a_wrong_flag_is_parked_from_real_exits(box, runtime, runner):

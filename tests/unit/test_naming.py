@@ -12,6 +12,7 @@ from functions.common.naming import (
     label_value,
     resource_key,
     service_name,
+    serving_service_name,
     stable_hash,
 )
 
@@ -90,6 +91,22 @@ def test_label_values_keep_long_names_apart():
 def test_service_names_start_with_a_letter_and_fit(name):
     assert re.fullmatch(DNS_1035, service_name(name))
     assert len(service_name(name, "epp")) <= 63
+
+
+@given(SUBDOMAINS)
+def test_the_serving_service_never_takes_a_name_a_workload_controller_needs(name):
+    """The workload is named dns_label(deployment): LWS's headless Service takes that
+    name, Grove's takes `<podcliqueset>-<replica index>`."""
+    serving = serving_service_name(name)
+    assert re.fullmatch(DNS_1035, serving)
+    workload = dns_label(name)
+    assert serving != workload
+    assert not re.fullmatch(rf"{re.escape(workload)}-[0-9]+", serving)
+
+
+def test_the_serving_service_is_the_deployment_and_serving():
+    assert serving_service_name("deepseek-v3") == "deepseek-v3-serving"
+    assert serving_service_name("8b-model") == "svc-8b-model-serving"
 
 
 def test_service_names_that_are_valid_stay_as_they_are():

@@ -49,7 +49,7 @@ from kubernetes.client.rest import ApiException
 from opentelemetry.metrics import NoOpMeter
 
 from functions.common import contracts
-from functions.common.naming import service_name
+from functions.common.naming import serving_service_name
 from functions.runtime.activator import core
 from functions.runtime.activator.metrics import (
     OUTCOME_CLIENT_GONE,
@@ -364,7 +364,7 @@ class Upstreams:
     def url(self, namespace: str, name: str, cluster: str) -> str | None:
         if cluster == self.cluster:
             return self.template.format(
-                service=service_name(name),
+                service=serving_service_name(name),
                 namespace=namespace,
                 port=contracts.PORT_SERVING,
                 deployment=name,
