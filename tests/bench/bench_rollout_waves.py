@@ -84,6 +84,7 @@ def main() -> int:
         revision = live._rollout(md)["revision"]
         for recorder in recorders.values():
             live._wait_rolled(recorder, revision, 300)
+        live._seen_serving(box)
         passed, wave1, complete = [], [], []
         for run in range(1, args.runs + 1):
             began = time.time()

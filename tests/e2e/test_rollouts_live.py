@@ -435,6 +435,19 @@ def _rollout(md: dict) -> dict:
     return (md.get("status") or {}).get("rollout") or {}
 
 
+def _seen_serving(box, name: str = NAME, replicas: int = 2) -> None:
+    """Until the control plane has seen every replica Ready (status.readyReplicas): a
+    change before that goes to every cluster at once, rightly (the planner protects a
+    model it sees serving, and it sees nothing serving yet)."""
+    _deployment(
+        box,
+        lambda md: (md.get("status") or {}).get("readyReplicas") == replicas,
+        f"{name} seen serving ({replicas} Ready)",
+        claims.CONVERGE_SECONDS,
+        name,
+    )
+
+
 def _time(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
@@ -473,6 +486,7 @@ def serving(box, fleet, runner):
         revision = _rollout(md)["revision"]
         for recorder in recorders.values():
             _wait_rolled(recorder, revision, SERVE_SECONDS)
+        _seen_serving(box)
         measured("rollout: apply → real engine and KWOK replica rolled", time.time() - applied_at)
         yield Serving(recorders, revision, applied_at)
     finally:
@@ -696,6 +710,7 @@ def test_an_slo_gate_holds_a_wave_whose_error_rate_exceeds_its_threshold(box, fl
         first = _rollout(md)["revision"]
         for recorder in recorders.values():
             _wait_rolled(recorder, first, claims.CONVERGE_SECONDS)
+        _seen_serving(box, SLO_NAME)
         began = time.time()
         claims.apply_document(box, _slo_document(GOOD_FLAG))
         held = _deployment(
