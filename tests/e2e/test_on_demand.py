@@ -258,7 +258,7 @@ def test_a_request_to_a_model_that_fits_nowhere_is_answered_at_once(box, activat
     assert error["model"] == NOWHERE
     # What the caller can do; why (no pool has an H200) is the operator's, in status.
     assert error["message"] == answers.caller_message("Unplaceable"), error
-    assert "NVIDIA H200" not in body
+    assert b"NVIDIA H200" not in body
     attempt = claims.get(box, "modeldeployment", NOWHERE, NAMESPACE)["status"]["onDemand"]
     assert "NVIDIA H200" in attempt["attempt"]["reason"], attempt
     assert total < AT_ONCE_SECONDS, f"held {total:.1f}s, not answered at once"

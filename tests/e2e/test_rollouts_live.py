@@ -94,6 +94,11 @@ REQUEST_TIMEOUT = 120.0
 CLIENT_PACE = 0.5
 # The bench's acceptance: a wave's gates passing to the next wave's first change.
 NEXT_WAVE_SECONDS = 30.0
+# From a cluster given a revision (its ModelReplica composed) to its member's workload
+# changing: core's and provider-kubernetes' reconciles in between (the box polls every 15 s
+# and 30 s with watches; under CI's load it took 61 s once, issue #43's latency). What this
+# module holds is that no member changes before its wave; the bound only catches a hang.
+PROPAGATE_SECONDS = 180.0
 
 
 # --- what the test watches and sends --------------------------------------------------
@@ -567,10 +572,10 @@ def test_a_good_change_rolls_wave_by_wave_while_the_real_engine_serves(box, serv
     assert by_cluster[REAL]["wave"] == 1, rollout
     assert by_cluster[SPARE_CLUSTER]["wave"] == 2, rollout
     # Each member's workload changed when the function gave its cluster the revision
-    # (its `since`, whole seconds), not before, and soon after.
+    # (its `since`, whole seconds), not before (PROPAGATE_SECONDS: and not never).
     for cluster, changes in ((REAL, real_changes), (SPARE_CLUSTER, spare_changes)):
         given = _time(by_cluster[cluster]["since"])
-        assert given - 1 <= changes[0].at <= given + NEXT_WAVE_SECONDS, (cluster, given, changes)
+        assert given - 1 <= changes[0].at <= given + PROPAGATE_SECONDS, (cluster, given, changes)
     serving.revision = new
 
 
