@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "hack"))
 from fleetbox import gpu  # noqa: E402
 from fleetbox.box import FleetBox, missing_tools  # noqa: E402
 from tests.e2e import claims  # noqa: E402
-from tests.e2e import test_rollouts_live as live  # noqa: E402
+from tests.e2e import rollouts_live as live  # noqa: E402
 
 REAL, SPARE = live.REAL, live.SPARE
 
