@@ -24,7 +24,11 @@ from tests.conftest import IN_CI
 if os.geteuid() != 0:
     if IN_CI:
         pytest.fail("CI requires root for the pod network (ip netns, veth)", pytrace=False)
-    pytest.skip("the pod network needs root (ip netns, veth)", allow_module_level=True)
+    pytest.skip(
+        "the pod network needs root (ip netns, veth): run it as root, "
+        "`sudo .venv/bin/python -m pytest tests/runtime/test_podnet.py` (under CI=true it fails)",
+        allow_module_level=True,
+    )
 
 LISTENER = (
     "import socket, sys\n"
