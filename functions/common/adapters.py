@@ -54,6 +54,11 @@ DEFAULT_MAX_RANK: Final = 16
 # vLLM (`POST /v1/load_lora_adapter`, with VLLM_ALLOW_RUNTIME_LORA_UPDATING) and SGLang
 # (`POST /load_lora_adapter`). Any other engine type is refused with its name.
 RUNTIME_LORA_ENGINES: Final = ("vllm", "sglang")
+# The loader ConfigMap's keys: compose-model-deployment writes one per adapter and
+# cluster, the member's agent reads it (functions/runtime/agent/adapters.py).
+CONFIG_SERVED_NAME: Final = "servedName"
+CONFIG_PATH: Final = "path"
+CONFIG_RANK: Final = "rank"
 UNSUPPORTED_REASONS: Final = {
     "triton": "Triton Inference Server has no runtime LoRA loading endpoint",
     "trtllm": "TensorRT-LLM builds LoRA support into its engine at build time; it has no "

@@ -66,11 +66,6 @@ REASON_LOAD_FAILED: Final = "LoadFailed"
 
 UNAVAILABLE_STATUS: Final = 503
 
-# The ConfigMap key the runtime reads each field from.
-CONFIG_SERVED_NAME: Final = "servedName"
-CONFIG_PATH: Final = "path"
-CONFIG_RANK: Final = "rank"
-
 
 @dataclass(frozen=True)
 class Adapter:
@@ -517,9 +512,9 @@ def loader_config(adapter: Adapter) -> dict:
             "labels": labels(adapter),
         },
         "data": {
-            CONFIG_SERVED_NAME: adapter.served_name,
-            CONFIG_PATH: adapter.path,
-            CONFIG_RANK: str(adapter.rank),
+            contract.CONFIG_SERVED_NAME: adapter.served_name,
+            contract.CONFIG_PATH: adapter.path,
+            contract.CONFIG_RANK: str(adapter.rank),
         },
     }
 

@@ -49,6 +49,7 @@ from functions.common.adaptivepolicy import endpoint_name as model_endpoint_name
 from functions.common.contracts import (
     ACTIVATOR_PORT,
     ACTIVATOR_SERVICE_NAME,
+    ENVOY_GATEWAY_GROUP,
     HEADER_DEPLOYMENT,
     HEADER_MODEL_NAME,
     INFERENCE_GATEWAY_NAME,
@@ -87,7 +88,6 @@ EPP_METRICS_PORT = 9090
 # Kubernetes' bootstrap ClusterRole: create TokenReviews and SubjectAccessReviews.
 AUTH_DELEGATOR_ROLE = "system:auth-delegator"
 POOL_GROUP = INFERENCE_POOL_GROUP
-ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
 UNAVAILABLE_STATUS = answers.UNAVAILABLE_STATUS
 
 

@@ -78,7 +78,7 @@ def staged_by_base(configmaps: Iterable[Mapping[str, Any]]) -> dict[tuple[str, s
         meta = cm.get("metadata") or {}
         data = cm.get("data") or {}
         base = (meta.get("labels") or {}).get(LABEL_DEPLOYMENT)
-        name, path = data.get("servedName"), data.get("path")
+        name, path = data.get(contract.CONFIG_SERVED_NAME), data.get(contract.CONFIG_PATH)
         if not (
             isinstance(base, str)
             and contract.is_served_name(name)
