@@ -30,7 +30,9 @@ Flag names, checked against the engines' own sources (vLLM 0.32.0, SGLang 0.5.23
   `--data-parallel-size/-dp`, `--port`, `--served-model-name`, `--revision`,
   `--kv-transfer-config` (JSON; `kv_connector`, `kv_role`: `kv_producer` on prefill,
   `kv_consumer` on decode, never the deprecated `kv_both`), `--otlp-traces-endpoint`
-  (vLLM depends on the OpenTelemetry packages itself).
+  (vLLM depends on the OpenTelemetry packages itself), `--shutdown-timeout` (seconds;
+  its default 0 aborts every in-flight request on SIGTERM, a value above 0 lets them
+  finish first, up to that long: "drain").
 - SGLang (`sglang.launch_server`): `--model-path` (alias `--model`), `--nnodes`,
   `--node-rank`, `--dist-init-addr host:port`, `--tp-size` (alias
   `--tensor-parallel-size`; `--tp` only works as an abbreviation) counting GPUs across
@@ -87,6 +89,13 @@ METRICS_FLAG = {"sglang": "--enable-metrics"}
 # and the `sglang[tracing]` extra: not added (see the module docstring).
 TRACES_FLAGS = {"vllm": lambda endpoint: ["--otlp-traces-endpoint", f"http://{endpoint}"]}
 TRACES_ENDPOINT_FLAG = "--otlp-traces-endpoint"
+# What an engine does with the requests it is serving when it is told to stop (SIGTERM,
+# after the pod's preStop: pods.py). vLLM aborts them unless `--shutdown-timeout` is
+# above 0 (vllm/entrypoints/launchers/launcher.py: mode "abort" or "drain"); with it,
+# the engine finishes them first, for up to that many seconds. Only on pods that serve
+# requests. SGLang has no such flag: its requests end with the process.
+DRAIN_FLAG = {"vllm": "--shutdown-timeout"}
+DRAIN_SECONDS = 60
 SGLANG_DIST_INIT_PORT = 5000
 LAYOUT_DIMENSIONS = (layout.TENSOR, layout.PIPELINE, layout.DATA)
 # vLLM's KV transfer for prefill/decode through llm-d's routing sidecar (its `nixlv2`
@@ -152,6 +161,18 @@ def _var(name: str) -> str:
 
 def _has(args: list[str], spellings: tuple[str, ...]) -> bool:
     return any(a == s or a.startswith(s + "=") for a in args for s in spellings)
+
+
+def drain_seconds(engine_type: str, args: list[str]) -> int:
+    """How long the engine may spend finishing its requests once told to stop: what the
+    arguments say (the user's value, or ours), 0 for an engine that does not drain or a
+    value that is not a whole number here (a `$(VAR)`)."""
+    flag = DRAIN_FLAG.get(engine_type)
+    found = layout.flag_value(args, (flag,)) if flag else None
+    if found is None:
+        return 0
+    text = found[1]
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else 0
 
 
 def runs_vllm_serve(command: list[str]) -> bool:
@@ -316,6 +337,9 @@ def engine_args(
         traces = TRACES_FLAGS.get(engine_type)
         if traces_endpoint and traces and not _has(existing, (TRACES_ENDPOINT_FLAG,)):
             added += traces(traces_endpoint)
+        flag = DRAIN_FLAG.get(engine_type)
+        if flag and not _has(existing, (flag,)):
+            added += [flag, str(DRAIN_SECONDS)]
     if wiring.kv_role and engine_type == "vllm" and not _has(existing, (KV_TRANSFER_FLAG,)):
         added += [KV_TRANSFER_FLAG, vllm_kv_transfer_config(wiring.kv_role)]
     if wiring.multinode is not None:

@@ -59,6 +59,7 @@ from functions.compose_model_replica.engines import (
     Model,
     MultiNode,
     cpu_image,
+    drain_seconds,
     launch_args,
     layout_flags,
 )
@@ -100,6 +101,18 @@ READINESS_PERIOD_SECONDS = 5
 READINESS_FAILURE_THRESHOLD = 3
 LIVENESS_PERIOD_SECONDS = 10
 LIVENESS_FAILURE_THRESHOLD = 6
+# Taking a serving pod out of rotation loses no request. A pod being deleted leaves its
+# Service's and InferencePool's endpoints at once (EndpointSlice ready false; the
+# endpoint picker drops a terminating pod), but whatever routes a request learns it a
+# moment later, and until then requests still arrive. The kubelet runs a container's
+# preStop hook first and sends SIGTERM only once it returns: the engine keeps serving
+# for PRESTOP_SLEEP_SECONDS while the routes catch up, then finishes what it was given
+# (its drain, engines.DRAIN_FLAG) and exits. The pod's grace period, which counts from
+# the deletion and so includes the hook, covers the hook, the drain and the teardown;
+# the kubelet kills what is left after it. The `sleep` action needs no program in the
+# image (Kubernetes 1.30+, on by default). A hook or grace period the user wrote wins.
+PRESTOP_SLEEP_SECONDS = 10
+SHUTDOWN_MARGIN_SECONDS = 10
 
 DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
 ENV_MODEL_URI = "MODELPLANE_MODEL_URI"
@@ -215,6 +228,37 @@ def _add_probes(container: dict, engine_type: str, cache: ModelCacheMount | None
         "livenessProbe",
         _probe(PORT_NAME_HTTP, LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURE_THRESHOLD, timeout),
     )
+
+
+def _add_prestop_sleep(container: dict) -> None:
+    lifecycle = container.setdefault("lifecycle", {})
+    lifecycle.setdefault("preStop", {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}})
+
+
+def _serve(
+    spec: dict, container: dict, engine_type: str, cache: ModelCacheMount | None, args: list[str]
+) -> None:
+    """A serving engine's way into rotation (its probes) and out of it (its drain)."""
+    _add_probes(container, engine_type, cache)
+    _add_drain(spec, container, engine_type, args)
+
+
+def _sidecars(wiring: Wiring) -> list[dict]:
+    """The backend's sidecars; in front of a serving engine (PrefillDecode's routing
+    sidecar) each keeps forwarding for as long as the engine keeps serving."""
+    sidecars = copy.deepcopy(list(wiring.sidecars))
+    if wiring.serves_http:
+        for sidecar in sidecars:
+            _add_prestop_sleep(sidecar)
+    return sidecars
+
+
+def _add_drain(spec: dict, container: dict, engine_type: str, args: list[str]) -> None:
+    """A serving engine's way out of rotation (see PRESTOP_SLEEP_SECONDS): the preStop
+    sleep, and a grace period that covers it, the engine's drain and its teardown."""
+    _add_prestop_sleep(container)
+    grace = PRESTOP_SLEEP_SECONDS + drain_seconds(engine_type, args) + SHUTDOWN_MARGIN_SECONDS
+    spec.setdefault("terminationGracePeriodSeconds", grace)
 
 
 def startup_failure_threshold(cache: ModelCacheMount | None) -> int:
@@ -392,12 +436,12 @@ def pod_template(
                 {"name": PORT_NAME_HTTP, "containerPort": port, "protocol": "TCP"},
                 *ports,
             ]
-            _add_probes(container, engine.type, replica.model_cache)
+            _serve(spec, container, engine.type, replica.model_cache, args)
         if member.devices:
             resources = container.setdefault("resources", {})
             claims = [c for c in resources.get("claims") or [] if c.get("name") != claim]
             resources["claims"] = [{"name": claim}, *claims]
-    containers.extend(copy.deepcopy(list(wiring.sidecars)))
+    containers.extend(_sidecars(wiring))
     for container in containers:
         container.setdefault("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY)
     _add_cache_volume(spec, replica.model_cache)

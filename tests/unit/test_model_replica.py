@@ -15,6 +15,7 @@ from functions.common import answers
 from functions.common.contracts import (
     ANNOTATION_DEFINITION_HASH,
     ENV_NODE_RANK,
+    LABEL_ENGINE,
     LABEL_ROLE,
     LABEL_SERVING,
     MULTINODE_ENV,
@@ -25,7 +26,12 @@ from functions.common.contracts import (
 )
 from functions.common.health import health_record_name
 from functions.compose_model_replica.compose import HEALTH_KEY, compose
-from functions.compose_model_replica.engines import MultiNode, engine_args
+from functions.compose_model_replica.engines import (
+    DRAIN_SECONDS,
+    MultiNode,
+    drain_seconds,
+    engine_args,
+)
 from functions.compose_model_replica.model import InvalidReplica, parse
 from functions.compose_model_replica.pods import Wiring
 from functions.compose_model_replica.status import observe
@@ -173,6 +179,64 @@ def test_a_termination_message_policy_the_user_set_is_kept():
     member["template"]["spec"]["containers"][0]["terminationMessagePolicy"] = "File"
     (pod,) = workload_pods(xr)
     assert pod["spec"]["containers"][0]["terminationMessagePolicy"] == "File"
+
+
+def _serving_engines(pod: dict) -> list[dict]:
+    return [
+        c
+        for c in pod["spec"]["containers"]
+        if any(port.get("name") == PORT_NAME_HTTP for port in c.get("ports") or [])
+    ]
+
+
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_a_serving_pod_leaves_rotation_before_its_engine_stops(xr_path):
+    """Every pod that serves requests waits in preStop while the routes learn it is
+    going (SIGTERM only follows the hook), and its grace period covers the hook, the
+    engine's drain and its teardown: no request it was given is cut off."""
+    xr = yaml.safe_load(xr_path.read_text())
+    for pod in workload_pods(xr):
+        for engine in _serving_engines(pod):
+            assert engine["lifecycle"]["preStop"] == {"sleep": {"seconds": 10}}, engine["name"]
+            grace = pod["spec"]["terminationGracePeriodSeconds"]
+            drain = drain_seconds(pod["metadata"]["labels"][LABEL_ENGINE], engine.get("args", []))
+            assert grace >= 10 + drain + 10, (grace, drain)
+            if pod["metadata"]["labels"][LABEL_ENGINE] == "vllm" and engine.get("args"):
+                # vLLM aborts what it serves on SIGTERM unless told to drain.
+                assert drain == DRAIN_SECONDS, engine["args"]
+
+
+@pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
+def test_a_changed_template_replaces_pods_one_at_a_time_keeping_the_old_until_ready(xr_path):
+    for key, manifest in manifests(yaml.safe_load(xr_path.read_text())).items():
+        if key.startswith("workload") and manifest["kind"] == "Deployment":
+            assert manifest["spec"]["strategy"] == {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            }, key
+
+
+def test_a_prestop_hook_grace_period_and_drain_the_user_wrote_are_kept():
+    xr = load("standalone")
+    template = xr["spec"]["engines"][0]["members"][0]["template"]
+    container = template["spec"]["containers"][0]
+    container["lifecycle"] = {"preStop": {"exec": {"command": ["/bin/drain"]}}}
+    container["args"] += ["--shutdown-timeout", "300"]
+    template["spec"]["terminationGracePeriodSeconds"] = 400
+    (pod,) = workload_pods(xr)
+    engine = pod["spec"]["containers"][0]
+    assert engine["lifecycle"] == {"preStop": {"exec": {"command": ["/bin/drain"]}}}
+    assert engine["args"].count("--shutdown-timeout") == 1
+    assert engine["args"][engine["args"].index("--shutdown-timeout") + 1] == "300"
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 400
+
+
+def test_the_grace_period_covers_a_longer_drain_the_user_asked_the_engine_for():
+    xr = load("standalone")
+    container = xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
+    container["args"] += ["--shutdown-timeout=300"]
+    (pod,) = workload_pods(xr)
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 10 + 300 + 10
 
 
 def test_a_flag_the_user_set_is_not_added_again():

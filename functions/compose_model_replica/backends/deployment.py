@@ -1,6 +1,18 @@
-"""Standard stack, one pod per replica: an apps/v1 Deployment."""
+"""Standard stack, one pod per replica: an apps/v1 Deployment.
+
+A changed template (a rollout's wave, or a rollback) replaces the pods one at a time,
+each old pod serving until its successor is Ready: `maxUnavailable: 0` and `maxSurge: 1`
+(`ROLLING_UPDATE`). Kubernetes' default (25 % each) rounds maxUnavailable down to 0 for
+fewer than four replicas but takes a quarter of a larger deployment out of service at
+once, and surges a quarter. The price of serving throughout is room for one more pod
+(its accelerators) while a pod is replaced; where there is none, the new pod stays
+Pending, the old ones keep serving, and the rollout's progress deadline rolls it back
+(docs/runbook.md, "A rollout is stuck").
+"""
 
 from __future__ import annotations
+
+import copy
 
 from functions.common.contracts import (
     LABEL_ROLE,
@@ -12,6 +24,7 @@ from functions.compose_model_replica.model import Engine, Member, ModelReplica
 from functions.compose_model_replica.pods import Wiring, pod_template
 
 WORKLOAD_KEY = "workload"
+ROLLING_UPDATE = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
 
 
 def deployment(
@@ -31,6 +44,7 @@ def deployment(
         "spec": {
             **replica_count(replica),
             "selector": {"matchLabels": selector},
+            "strategy": copy.deepcopy(ROLLING_UPDATE),
             "template": pod_template(replica, engine, member, wiring),
         },
     }
