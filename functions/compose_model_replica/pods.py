@@ -230,7 +230,13 @@ def _add_probes(container: dict, engine_type: str, cache: ModelCacheMount | None
     )
 
 
-def _add_prestop_sleep(container: dict) -> None:
+def _add_prestop_sleep(spec: dict, container: dict) -> None:
+    """Unless the user wrote a preStop hook, or a grace period no longer than the sleep
+    (the API server refuses a sleep that is not shorter than the grace period; such a
+    pod is meant to stop fast)."""
+    grace = spec.get("terminationGracePeriodSeconds")
+    if isinstance(grace, int) and grace <= PRESTOP_SLEEP_SECONDS:
+        return
     lifecycle = container.setdefault("lifecycle", {})
     lifecycle.setdefault("preStop", {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}})
 
@@ -243,22 +249,23 @@ def _serve(
     _add_drain(spec, container, engine_type, args)
 
 
-def _sidecars(wiring: Wiring) -> list[dict]:
+def _sidecars(spec: dict, wiring: Wiring) -> list[dict]:
     """The backend's sidecars; in front of a serving engine (PrefillDecode's routing
     sidecar) each keeps forwarding for as long as the engine keeps serving."""
     sidecars = copy.deepcopy(list(wiring.sidecars))
     if wiring.serves_http:
         for sidecar in sidecars:
-            _add_prestop_sleep(sidecar)
+            _add_prestop_sleep(spec, sidecar)
     return sidecars
 
 
 def _add_drain(spec: dict, container: dict, engine_type: str, args: list[str]) -> None:
-    """A serving engine's way out of rotation (see PRESTOP_SLEEP_SECONDS): the preStop
-    sleep, and a grace period that covers it, the engine's drain and its teardown."""
-    _add_prestop_sleep(container)
+    """A serving engine's way out of rotation (see PRESTOP_SLEEP_SECONDS): a grace
+    period that covers the preStop sleep, the engine's drain and its teardown, and the
+    sleep."""
     grace = PRESTOP_SLEEP_SECONDS + drain_seconds(engine_type, args) + SHUTDOWN_MARGIN_SECONDS
     spec.setdefault("terminationGracePeriodSeconds", grace)
+    _add_prestop_sleep(spec, container)
 
 
 def startup_failure_threshold(cache: ModelCacheMount | None) -> int:
@@ -441,7 +448,7 @@ def pod_template(
             resources = container.setdefault("resources", {})
             claims = [c for c in resources.get("claims") or [] if c.get("name") != claim]
             resources["claims"] = [{"name": claim}, *claims]
-    containers.extend(_sidecars(wiring))
+    containers.extend(_sidecars(spec, wiring))
     for container in containers:
         container.setdefault("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY)
     _add_cache_volume(spec, replica.model_cache)

@@ -39,7 +39,16 @@ skip by it), `PodRunner` plays the kubelet instead:
   its output), restarted by the pod's restartPolicy with the kubelet's back-off (first
   restart at once, then 10 s doubling to 5 min; `Backoff` scales it for tests) and
   `restartCount` counting;
-- a pod deleted gracefully gets SIGTERM, SIGKILL after its grace period, and is then
+- a pod deleted gracefully is stopped as the kubelet stops it (killContainer,
+  pkg/kubelet/kuberuntime): each running container's preStop hook runs first (sleep,
+  exec in the container's namespaces, httpGet against the pod IP; never for a container
+  that is not running, nor with a grace period of 0), and SIGTERM follows once it
+  returns, or once the grace period is spent (the grace period counts from the
+  deletion, the hook included); SIGKILL follows what is left of the grace period, at
+  least 2 s (the kubelet's minimum, which is also the "one-off extension" a hook that
+  outlasts the grace period leaves the container). Meanwhile the pod's status is written
+  as before: readiness follows the readiness probe until the container exits, so an
+  engine that stops answering reads not Ready before it is gone. The pod is then
   removed with grace 0, as the kubelet confirms a deletion.
 
 A process that binds every address (0.0.0.0 or a dual-stack ::) is bound to its pod's
@@ -49,7 +58,7 @@ sees LD_PRELOAD and PODRUNNER_POD_IP in its environment: the only variables a ku
 would not give it (besides the image's ENV, HOSTNAME and a HOME in the pod's folder,
 which a container runtime gives).
 
-Not done (a kubelet does): lifecycle hooks, resource limits (cgroups), a network
+Not done (a kubelet does): postStart hooks, resource limits (cgroups), a network
 namespace per pod (pods with cluster DNS share the box's one, podnet.py, the others the
 host's; the bind library keeps their listeners apart), image pulls, ephemeral
 containers, in-place resize, grpc probes; exec probes run on the host, outside the
@@ -166,6 +175,9 @@ STATUS_KEPT = (
 IDLE_WAKE_SECONDS = 1.0
 # How long a volume that cannot be set up waits before the next try.
 VOLUME_RETRY_SECONDS = 2.0
+# What the kubelet leaves a container between SIGTERM and SIGKILL at least, however
+# little of the grace period a preStop hook left (minimumGracePeriodInSeconds).
+MINIMUM_GRACE_SECONDS = 2.0
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
@@ -433,6 +445,7 @@ class ContainerRun:
     restart_at: float | None = None
     kill_deadline: float | None = None
     kill_reason: str = ""
+    prestop: PreStopHook | None = None  # running or run while the pod terminates
     termination_file: Path | None = None
     log_path: Path | None = None
     probers: list[Prober] = field(default_factory=list)
@@ -533,12 +546,7 @@ class Prober(threading.Thread):
         return dict(self.pod.envs.get(self.container.name, {}))
 
     def _port(self, port: int | str) -> int:
-        if isinstance(port, int) or str(port).isdigit():
-            return int(port)
-        for declared in self.container.spec.get("ports") or []:
-            if declared.get("name") == port:
-                return int(declared["containerPort"])
-        raise OSError(f"no container port named {port}")
+        return _container_port(self.container.spec, port)
 
     def _http(self, target: dict, timeout: float) -> bool:
         host = target.get("host") or self.pod.ip
@@ -558,6 +566,97 @@ class Prober(threading.Thread):
             return 200 <= connection.getresponse().status < 400
         finally:
             connection.close()
+
+
+# --- lifecycle hooks ------------------------------------------------------------------------
+
+
+class PreStopHook(threading.Thread):
+    """A container's preStop handler, run once while its pod terminates; it wakes the
+    sync thread when it returns. The sync thread sends SIGTERM after it (or at
+    `deadline`, the end of the grace period, if it has not returned by then)."""
+
+    def __init__(
+        self, runner: PodRunner, pod: PodRun, container: ContainerRun, grace: float
+    ) -> None:
+        super().__init__(daemon=True, name=f"prestop-{pod.key}/{container.name}")
+        self.runner, self.pod, self.container = runner, pod, container
+        self.spec = container.spec["lifecycle"]["preStop"]
+        self.began = time.monotonic()
+        self.deadline = self.began + grace
+        self.finished = threading.Event()
+        self.abandoned = threading.Event()  # the grace period ended, or the runner stops
+        self.error = ""
+
+    def run(self) -> None:
+        try:
+            self._handle()
+        except (OSError, subprocess.SubprocessError, http.client.HTTPException) as error:
+            # The kubelet records a failed hook (an event) and stops the container anyway.
+            self.error = str(error)
+            log.info(
+                "podrunner: preStop of %s/%s failed: %s", self.pod.key, self.container.name, error
+            )
+        finally:
+            self.finished.set()
+            self.runner._wake(self.pod.uid)
+
+    def _remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def _handle(self) -> None:
+        spec = self.spec
+        if spec.get("sleep"):
+            self.abandoned.wait(min(float(spec["sleep"].get("seconds") or 0), self._remaining()))
+        elif spec.get("exec"):
+            argv = spec["exec"].get("command") or []
+            process = self.container.process
+            if not argv or process is None:
+                return
+            # In the container's own namespaces, as `kubectl exec` would run it.
+            enter = (
+                ["nsenter", f"--target={process.pid}", "--mount", "--net", "--"]
+                if self.runner.mount_namespaces
+                else []
+            )
+            subprocess.run(
+                [*enter, *argv],
+                env=dict(self.pod.envs.get(self.container.name, {})),
+                capture_output=True,
+                timeout=max(0.1, self._remaining()),
+                check=False,
+            )
+        elif spec.get("httpGet"):
+            target = spec["httpGet"]
+            port = _container_port(self.container.spec, target["port"])
+            host = target.get("host") or self.pod.ip
+            scheme = (target.get("scheme") or "HTTP").upper()
+            timeout = max(0.1, self._remaining())
+            if scheme == "HTTPS":
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+                connection = http.client.HTTPSConnection(
+                    host, port, timeout=timeout, context=context
+                )
+            else:
+                connection = http.client.HTTPConnection(host, port, timeout=timeout)
+            headers = {h["name"]: h["value"] for h in target.get("httpHeaders") or []}
+            try:
+                connection.request("GET", target.get("path") or "/", headers=headers)
+                connection.getresponse().read()
+            finally:
+                connection.close()
+        # tcpSocket: kept in the API for compatibility, the kubelet runs nothing for it.
+
+
+def _container_port(spec: dict, port: int | str) -> int:
+    if isinstance(port, int) or str(port).isdigit():
+        return int(port)
+    for declared in spec.get("ports") or []:
+        if declared.get("name") == port:
+            return int(declared["containerPort"])
+    raise OSError(f"no container port named {port}")
 
 
 # --- a pod --------------------------------------------------------------------------------
@@ -875,7 +974,8 @@ class PodRunner:
         wake = IDLE_WAKE_SECONDS
         for run in self._runs.values():
             for c in run.containers:
-                for at in (c.restart_at, c.kill_deadline):
+                hook_end = c.prestop.deadline if c.prestop is not None else None
+                for at in (c.restart_at, c.kill_deadline, hook_end):
                     if at is not None:
                         wake = min(wake, max(0.01, at - now))
         return wake
@@ -1227,27 +1327,55 @@ class PodRunner:
     # --- deleting -----------------------------------------------------------------------
 
     def _terminate(self, run: PodRun) -> None:
+        """One step of stopping a deleted pod (see the module docstring): preStop hooks,
+        then SIGTERM, SIGKILL at the end of the grace period; the status written as it
+        changes; the deletion confirmed once every container has exited."""
         metadata = run.pod["metadata"]
+        now = time.monotonic()
         if not run.terminating:
             run.terminating = True
             grace = float(metadata.get("deletionGracePeriodSeconds") or 0)
             for c in run.containers:
                 c.restart_at = None
-                if c.running():
-                    self._signal(c, signal.SIGTERM)
-                    c.kill_deadline = time.monotonic() + grace
-        now = time.monotonic()
+                if not c.running():
+                    continue  # the kubelet runs no hook for a container that is not running
+                if (c.spec.get("lifecycle") or {}).get("preStop") and grace > 0:
+                    c.prestop = PreStopHook(self, run, c, grace)
+                    c.prestop.start()
+                else:
+                    self._stop(c, grace, now)
         for c in run.containers:
-            if c.running() and c.kill_deadline is not None and now >= c.kill_deadline:
-                self._signal(c, signal.SIGKILL)
-        if any(c.running() for c in run.containers):
-            return
-        for c in run.containers:
-            if c.process is not None:
-                c.process.wait()
+            if c.process is not None and c.process.poll() is not None:
                 self._on_exit(run, c)
+                continue
+            if not c.running():
+                continue
+            hook = c.prestop
+            if c.kill_deadline is None and hook is not None:
+                if hook.finished.is_set() or now >= hook.deadline:
+                    hook.abandoned.set()
+                    self._stop(c, hook.deadline - now, now)
+            elif c.kill_deadline is not None and now >= c.kill_deadline:
+                self._signal(c, signal.SIGKILL)
+            self._apply_readiness(c)
+        if any(c.running() for c in run.containers):
+            self._write_status(run)
+            return
         self._confirm_deletion(run.pod)
         self._forget(run)
+
+    def _stop(self, c: ContainerRun, grace: float, now: float) -> None:
+        """SIGTERM now, SIGKILL after `grace` (at least the kubelet's minimum)."""
+        self._signal(c, signal.SIGTERM)
+        c.kill_deadline = now + max(MINIMUM_GRACE_SECONDS, grace)
+
+    @staticmethod
+    def _apply_readiness(c: ContainerRun) -> None:
+        """While a pod terminates its readiness probe still runs (what an EndpointSlice's
+        `serving` reads), and nothing restarts."""
+        for prober in c.probers:
+            if prober.generation == c.generation and prober.kind == "readiness":
+                c.ready = c.started and prober.result is True
 
     def _confirm_deletion(self, pod: dict) -> None:
         metadata = pod["metadata"]
@@ -1283,6 +1411,8 @@ class PodRunner:
         for c in run.containers:
             for prober in c.probers:
                 prober.stopped.set()
+            if c.prestop is not None:
+                c.prestop.abandoned.set()
         self._runs.pop(run.uid, None)
         self.addresses.release(run.uid)
         for folder in run.memory_dirs:

@@ -404,6 +404,107 @@ def test_a_deleted_pod_stops_its_process_and_is_removed(
     assert runner.pod_ip(NAMESPACE, "doomed") is None
 
 
+def _removed_after(core: client.CoreV1Api, name: str, began: float) -> float:
+    """Seconds from `began` until the pod is gone from the API server."""
+    deadline = began + WAIT
+    while time.monotonic() < deadline and name in pod_names(core):
+        time.sleep(0.05)
+    assert name not in pod_names(core), f"{name} was never removed"
+    return time.monotonic() - began
+
+
+def test_a_prestop_sleep_keeps_the_container_serving_and_sigterm_follows_it(
+    runner: PodRunner, core: client.CoreV1Api
+) -> None:
+    """As the kubelet: the hook runs first, the container keeps serving meanwhile (and
+    reads Ready), SIGTERM follows the hook, long before the grace period ends."""
+    pod = real_pod(
+        "draining",
+        [
+            {
+                "name": "server",
+                "image": SERVER_IMAGE,
+                "args": ["--bind", "$(POD_IP)", "8082"],
+                "env": [
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                ],
+                "readinessProbe": {"tcpSocket": {"port": 8082}, "periodSeconds": 1},
+                "lifecycle": {"preStop": {"sleep": {"seconds": 2}}},
+            }
+        ],
+        terminationGracePeriodSeconds=20,
+    )
+    core.create_namespaced_pod(NAMESPACE, pod)
+    ready = wait_pod(core, "draining", lambda p: condition(p, "Ready") == "True")
+    ip = ready["status"]["podIP"]
+    began = time.monotonic()
+    core.delete_namespaced_pod("draining", NAMESPACE)
+    terminating = wait_pod(core, "draining", lambda p: p["metadata"].get("deletionTimestamp"))
+    assert condition(terminating, "Ready") == "True"
+    assert fetch(f"http://{ip}:8082/") != ""  # during the hook: still serving
+    assert time.monotonic() - began < 2
+    gone = _removed_after(core, "draining", began)
+    assert 2 <= gone < 10, gone  # the hook's 2 s, then SIGTERM stops http.server at once
+
+
+def test_a_prestop_exec_runs_in_the_container_before_its_sigterm(
+    runner: PodRunner, core: client.CoreV1Api, tmp_path: Path
+) -> None:
+    record = tmp_path / "order"
+    pod = real_pod(
+        "hooked",
+        [
+            {
+                "name": "c",
+                "image": SHELL_IMAGE,
+                "args": [
+                    f"trap 'echo term >> {record}; exit 0' TERM; echo started >> {record}; "
+                    "while true; do sleep 0.1; done"
+                ],
+                "lifecycle": {
+                    "preStop": {"exec": {"command": ["/bin/sh", "-c", f"echo hook >> {record}"]}}
+                },
+            }
+        ],
+        terminationGracePeriodSeconds=20,
+    )
+    core.create_namespaced_pod(NAMESPACE, pod)
+    wait_pod(core, "hooked", lambda p: condition(p, "Ready") == "True")
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and not record.exists():
+        time.sleep(0.05)
+    began = time.monotonic()
+    core.delete_namespaced_pod("hooked", NAMESPACE)
+    assert _removed_after(core, "hooked", began) < 10
+    assert record.read_text().split() == ["started", "hook", "term"]
+
+
+def test_a_hook_that_outlasts_the_grace_period_is_cut_short_then_sigkill_after_two_seconds(
+    runner: PodRunner, core: client.CoreV1Api
+) -> None:
+    """Grace 2 s, a preStop that would take 60 s, a process that ignores SIGTERM: SIGTERM
+    when the grace period ends, SIGKILL the kubelet's minimum 2 s later. (An exec hook:
+    the API server refuses a sleep action as long as the grace period.)"""
+    pod = real_pod(
+        "stubborn",
+        [
+            {
+                "name": "c",
+                "image": SHELL_IMAGE,
+                "args": ["trap '' TERM; while true; do sleep 0.1; done"],
+                "lifecycle": {"preStop": {"exec": {"command": ["/bin/sleep", "60"]}}},
+            }
+        ],
+        terminationGracePeriodSeconds=2,
+    )
+    core.create_namespaced_pod(NAMESPACE, pod)
+    wait_pod(core, "stubborn", lambda p: condition(p, "Ready") == "True")
+    began = time.monotonic()
+    core.delete_namespaced_pod("stubborn", NAMESPACE)
+    gone = _removed_after(core, "stubborn", began)
+    assert 4 <= gone < 10, gone
+
+
 def test_pods_without_the_label_are_left_alone(runner: PodRunner, core: client.CoreV1Api) -> None:
     pod = real_pod("fake", [{"name": "c", "image": SHELL_IMAGE, "args": ["sleep 30"]}])
     pod["metadata"]["labels"] = {}

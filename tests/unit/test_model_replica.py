@@ -231,6 +231,16 @@ def test_a_prestop_hook_grace_period_and_drain_the_user_wrote_are_kept():
     assert pod["spec"]["terminationGracePeriodSeconds"] == 400
 
 
+def test_a_grace_period_too_short_for_the_sleep_gets_no_sleep():
+    """The API server refuses a preStop sleep not shorter than the grace period; a pod
+    the user gives 5 s is meant to stop fast."""
+    xr = load("standalone")
+    xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["terminationGracePeriodSeconds"] = 5
+    (pod,) = workload_pods(xr)
+    assert "preStop" not in (pod["spec"]["containers"][0].get("lifecycle") or {})
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 5
+
+
 def test_the_grace_period_covers_a_longer_drain_the_user_asked_the_engine_for():
     xr = load("standalone")
     container = xr["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
