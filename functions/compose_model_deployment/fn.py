@@ -77,6 +77,10 @@ REQUIRED_CLUSTERS: Final = "inference-clusters"
 REQUIRED_CACHE: Final = "model-cache"
 # What a waiting result keeps of an observed ModelReplica's metadata (as it always has).
 KEPT_REPLICA_METADATA: Final = ("name", "labels")
+# Core moves every requeue after a TTL by up to this fraction either way (requeue_ttl).
+CORE_REQUEUE_JITTER: Final = 0.1
+# The shortest call-back asked for: a timer closer than this is as good as ended.
+MIN_REQUEUE_SECONDS: Final = 0.25
 
 
 def _hold(
@@ -184,9 +188,20 @@ def _write_rollout(
     )
     emit(rsp, *(Event(warning, f"{name}: {message}") for warning, message in rolled.events))
     if rolled.requeue_after is not None:
-        ttl = max(1, math.ceil(rolled.requeue_after))
-        if not rsp.meta.HasField("ttl") or ttl < rsp.meta.ttl.seconds:
-            rsp.meta.ttl.FromSeconds(ttl)
+        ttl = requeue_ttl(rolled.requeue_after)
+        if not rsp.meta.HasField("ttl") or ttl < rsp.meta.ttl.ToTimedelta().total_seconds():
+            rsp.meta.ttl.FromMilliseconds(math.floor(ttl * 1000))
+
+
+def requeue_ttl(seconds: float) -> float:
+    """The TTL that has core call again by the time `seconds` have passed. Core requeues
+    an XR after the pipeline's TTL moved by a random ±10 % (its `jitter`, crossplane
+    v2.3 internal/controller/apiextensions/composite): asked for the timer itself, a
+    2-minute bake ends up to 12 s late. Asked for a tenth less, the call comes at the
+    timer's end at the latest; one that comes early finds the rest of the timer and asks
+    again for a tenth of what it asked before, so a couple of calls close it. Millisecond
+    precision: a whole-second TTL would round a timer up by up to a second."""
+    return max(MIN_REQUEUE_SECONDS, seconds / (1 + CORE_REQUEUE_JITTER))
 
 
 def _read_spec(xr: dict) -> tuple[Deployment, list]:
