@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -39,6 +40,20 @@ T = TypeVar("T")
 # overridable by the SDK's flags and MAX_RECV_MESSAGE_SIZE / MAX_SEND_MESSAGE_SIZE.
 MAX_RECV_MESSAGE_MB: Final = 256
 MAX_SEND_MESSAGE_MB: Final = 4
+
+# Core's watch circuit breaker (v2.3: internal/circuit). An XR that receives more watch
+# events than its token bucket allows (burst 100, 1 a second by default; a ModelReplica's
+# dozen composed Objects send more than that while they are created) has its breaker
+# opened for 5 minutes: core then drops the XR's watch events (its own spec changing, its
+# composed resources progressing) but one every 30 s, says so in the XR's condition
+# `Responsive: False` (reason WatchCircuitOpen), and reconciles it otherwise only when
+# the TTL its pipeline returned ends (60 s by default; a TTL requeue is no watch event).
+# A change a parent makes to it (a rollout's next wave) then waits up to a minute. While
+# the observed XR says its breaker is open, every response asks to be called back within
+# WATCH_CIRCUIT_OPEN_CALL_BACK_SECONDS: level-triggered progress at a pace of our choosing
+# for as long as events cannot be relied on, and the usual TTL once they can.
+CONDITION_RESPONSIVE: Final = "Responsive"
+WATCH_CIRCUIT_OPEN_CALL_BACK_SECONDS: Final = 5.0
 
 
 def make_cli(name: str, runner: Callable[[], grpcv1.FunctionRunnerServiceServicer]):
@@ -225,6 +240,8 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
             keep_observed(
                 rsp, observed, replaced=[k for k in observed if k in rsp.desired.resources]
             )
+        if watch_circuit_open(req):
+            call_back_within(rsp, WATCH_CIRCUIT_OPEN_CALL_BACK_SECONDS)
         return redact_messages(rsp)
 
     def stopped(
@@ -255,6 +272,38 @@ class GuardedRunner(grpcv1.FunctionRunnerServiceServicer):
             "every resource composed before is kept. Please report this with the input.",
         )
         return rsp
+
+
+def watch_circuit_open(req: fnv1.RunFunctionRequest) -> bool:
+    """Core says the observed XR's watch circuit breaker is open (`Responsive: False`).
+    Read from the Struct without converting the XR (an InferenceCluster's status is
+    large)."""
+    status = req.observed.composite.resource.fields.get("status")
+    if status is None or not status.HasField("struct_value"):
+        return False
+    found = status.struct_value.fields.get("conditions")
+    if found is None or not found.HasField("list_value"):
+        return False
+    for entry in found.list_value.values:
+        if not entry.HasField("struct_value"):
+            continue
+        fields = entry.struct_value.fields
+        kind, state = fields.get("type"), fields.get("status")
+        if (
+            kind is not None
+            and kind.string_value == CONDITION_RESPONSIVE
+            and state is not None
+            and state.string_value == "False"
+        ):
+            return True
+    return False
+
+
+def call_back_within(rsp: fnv1.RunFunctionResponse, seconds: float) -> None:
+    """Lower the response's TTL (core's requeue after it) to `seconds`, never raise it;
+    millisecond precision."""
+    if not rsp.meta.HasField("ttl") or seconds < rsp.meta.ttl.ToTimedelta().total_seconds():
+        rsp.meta.ttl.FromMilliseconds(math.floor(seconds * 1000))
 
 
 def redact_messages(rsp: fnv1.RunFunctionResponse) -> fnv1.RunFunctionResponse:

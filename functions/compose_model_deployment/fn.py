@@ -24,7 +24,6 @@ every reconcile, and converting protobuf Structs is the costliest part of a requ
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
@@ -38,6 +37,7 @@ from functions.common.conditions import Event
 from functions.common.sdk import (
     GuardedRunner,
     Required,
+    call_back_within,
     describe_composite,
     emit,
     keep_observed,
@@ -188,9 +188,7 @@ def _write_rollout(
     )
     emit(rsp, *(Event(warning, f"{name}: {message}") for warning, message in rolled.events))
     if rolled.requeue_after is not None:
-        ttl = requeue_ttl(rolled.requeue_after)
-        if not rsp.meta.HasField("ttl") or ttl < rsp.meta.ttl.ToTimedelta().total_seconds():
-            rsp.meta.ttl.FromMilliseconds(math.floor(ttl * 1000))
+        call_back_within(rsp, requeue_ttl(rolled.requeue_after))
 
 
 def requeue_ttl(seconds: float) -> float:
