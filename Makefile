@@ -20,7 +20,7 @@ render: venv
 	@$(PY) hack/render.py --fleet
 
 # Two pytest-xdist workers: one takes the end-to-end tier (its fleet box mostly waits on
-# events), the other the tier's real-engine module, then the rest, module by module
+# events), the other the tier's real-engine modules, then the rest, module by module
 # (tests/conftest.py).
 TEST_WORKERS ?= 2
 

@@ -63,18 +63,25 @@ def fleet(function_servers, tmp_path_factory) -> render.Fleet:
     return render.render_fleet(function_servers, tmp_path_factory.mktemp("fleet"))
 
 
-# The end-to-end tier's real-engine module: the longest scope but one, and the only one
-# that spends most of its time in engine processes, so a worker of its own runs it (on
-# a fleet box of its own) while the other runs the rest of the tier.
+# The end-to-end tier's real-engine modules: together the longest scope but one, and the
+# only ones that spend most of their time in engine processes, so a worker of its own
+# runs them (on one fleet box of their own, its real serving turned on once for both)
+# while the other runs the rest of the tier, CI's critical path.
 REAL_SERVING = "tests/e2e/test_serving_real.py"
+REAL_ROLLOUTS = "tests/e2e/test_rollouts_live.py"
+REAL_ENGINE_MODULES = (REAL_SERVING, REAL_ROLLOUTS)
+REAL_ENGINE_SCOPE = "tests/e2e (real engine)"
 
 
 def _scope(nodeid: str) -> str:
     """What one pytest-xdist worker runs whole: the end-to-end tier (its fleet box is
-    package-scoped, started once for the tier) but its real-engine module, else a module
-    (its module-scoped fixtures — a fleet box, a collector, a live fleet — start once)."""
+    package-scoped, started once for the tier) but its real-engine modules, which form
+    a scope of their own, else a module (its module-scoped fixtures — a fleet box, a
+    collector, a live fleet — start once)."""
     path = nodeid.split("::", 1)[0]
-    if path.startswith("tests/e2e/") and path != REAL_SERVING:
+    if path in REAL_ENGINE_MODULES:
+        return REAL_ENGINE_SCOPE
+    if path.startswith("tests/e2e/"):
         return "tests/e2e"
     return path
 
@@ -90,13 +97,14 @@ def pytest_xdist_make_scheduler(config, log):
     `loadgroup` cannot do it here: it renames node ids, which pytest 9 no longer lets a
     plugin do.) The scopes go out in collection order (pytest_collection_modifyitems),
     not xdist's default of the scope with the most tests first, which put the real-engine
-    module last, behind every unit module."""
+    modules last, behind every unit module."""
     config.option.loadscopereorder = False
     return TierScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end tier first, then its real-engine module: under `make test` the two
-    longest scopes start at once, one on each worker, and the rest fill in around them."""
-    rank = {"tests/e2e": 0, REAL_SERVING: 1}
+    """The end-to-end tier first, then its real-engine modules: under `make test` the two
+    longest scopes start at once, one on each worker, and the rest fill in around them.
+    (Stable: within a scope the modules keep their order.)"""
+    rank = {"tests/e2e": 0, REAL_ENGINE_SCOPE: 1}
     items.sort(key=lambda item: rank.get(_scope(item.nodeid), 2))

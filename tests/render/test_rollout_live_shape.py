@@ -1,4 +1,4 @@
-"""The live rollout scenarios (tests/e2e/rollouts_live.py) as the real `crossplane
+"""The live rollout scenarios (tests/e2e/test_rollouts_live.py) as the real `crossplane
 render` composes them, without the fleet box: the documents the e2e tier applies, over
 the clusters it makes (us-east-1 labelled for it, its H100 copy e2e-rollout on a spare
 member, and eu-west-1, which it does not select).
@@ -18,7 +18,7 @@ import yaml
 import render
 from functions.common import contracts
 from tests.e2e import claims
-from tests.e2e import rollouts_live as live
+from tests.e2e import test_rollouts_live as live
 from tests.ledgers import with_ledgers
 from tests.render.test_rollout import as_observed, baked, composite, next_xr, replicas
 
