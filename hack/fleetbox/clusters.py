@@ -44,6 +44,8 @@ class Clusters:
         self.processes: dict[str, Process] = {}
         # Each member's cluster DNS, where one runs (serving.py: members that serve for real).
         self.dns: dict = {}
+        # Crossplane core's metrics port, once it runs (control_plane.start_crossplane).
+        self.core_metrics_port: int | None = None
 
     @property
     def all_clusters(self) -> list[Member]:

@@ -72,6 +72,10 @@ EXAMPLE_NAMESPACES = ("ml-team",)
 PEER_SECRET_PREFIX = "modelplane-peer-"
 SCALER_DNS_NAME = "modelplane-scaler.modelplane-system.svc.cluster.local"
 KEDA_SCALER_CLIENT = "keda-scaler-client"  # the certificate KEDA presents to our scaler
+# Core's per-XR watch circuit breaker (--circuit-breaker-burst, --circuit-breaker-
+# refill-rate), sized as docs/operating.md recommends ("Reconciles that follow changes").
+CIRCUIT_BREAKER_BURST = 1000
+CIRCUIT_BREAKER_REFILL_PER_SECOND = 10
 
 
 # --- the function packages ---------------------------------------------------------------
@@ -207,6 +211,7 @@ def start_crossplane(
     cache = box.root / "xpkg-cache"
     cache.mkdir()
     package_refs = {f: seed_package(cache, f) for f in FUNCTIONS}
+    box.core_metrics_port = free_port()  # circuit_breaker_opens_total, for the benches
     box.start_process(
         Process(
             "crossplane-core",
@@ -218,9 +223,16 @@ def start_crossplane(
                 "--enable-webhooks=false",
                 f"--tls-client-certs-dir={core_client_certs}",
                 f"--xpkg-cache-dir={cache}",
-                f"--metrics-port={free_port()}",
+                f"--metrics-port={box.core_metrics_port}",
                 f"--health-probe-port={free_port()}",
                 "--poll-interval=15s",
+                # Each XR's circuit breaker, sized for what our XRs legitimately see: a
+                # ModelReplica's creation alone makes ~110 watch events, an
+                # InferenceCluster's ~460. At the default (100, refilled 1/s) a new
+                # replica's breaker opened in some runs and its pod's readiness then
+                # waited up to a minute (docs/operating.md).
+                f"--circuit-breaker-burst={CIRCUIT_BREAKER_BURST}",
+                f"--circuit-breaker-refill-rate={CIRCUIT_BREAKER_REFILL_PER_SECOND}",
             ],
             box.root / "crossplane-core.log",
             env={
