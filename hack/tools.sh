@@ -17,7 +17,7 @@ export TOOLS_BIN="$MODELPLANE_TOOLS/bin"
 # Builds use the Go on this machine; never let a go.mod pull another toolchain.
 export GOTOOLCHAIN=local
 # Every tool in the order it is installed. Later issues append theirs here.
-ALL_TOOLS=(crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok otelcol otelcol_node prometheus jq schemas keda lws vllm coredns)
+ALL_TOOLS=(crossplane crossplane_core provider_kubernetes etcd kube_apiserver kwok otelcol otelcol_node prometheus jq schemas keda lws vllm coredns helm crane)
 
 if [[ ${1:-} == --dir ]]; then
   echo "$TOOLS_BIN"

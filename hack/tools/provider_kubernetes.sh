@@ -52,6 +52,28 @@ install_provider_kubernetes() {
     mv "$helm/crds.partial" "$helm/crds"
   fi
   ln -sfn "$helm/crds" "$MODELPLANE_TOOLS/provider-helm-crds"
+  _provider_package provider-kubernetes "$PROVIDER_KUBERNETES_MODULE" "$PROVIDER_KUBERNETES_VERSION"
+  _provider_package provider-helm "$PROVIDER_HELM_MODULE" "$PROVIDER_HELM_VERSION"
+}
+
+# _provider_package NAME MODULE VERSION: the provider's package root as its module ships
+# it (package/crossplane.yaml and package/crds), linked as $MODELPLANE_TOOLS/NAME-package.
+# The package-install test builds it with `crossplane xpkg build` and pushes it to a
+# loopback registry, so core's package manager installs the provider as a dependency.
+_provider_package() {
+  local dest="$MODELPLANE_TOOLS/$1-$3/package"
+  if [[ ! -f $dest/crossplane.yaml ]]; then
+    local src
+    src=$(go_module_dir "$2" "$3")
+    rm -rf "$dest.partial"
+    mkdir -p "$dest.partial/crds"
+    cp "$src/package/crossplane.yaml" "$dest.partial/"
+    cp "$src"/package/crds/*.yaml "$dest.partial/crds/"
+    chmod -R u+w "$dest.partial"
+    rm -rf "$dest"
+    mv "$dest.partial" "$dest"
+  fi
+  ln -sfn "$dest" "$MODELPLANE_TOOLS/$1-package"
 }
 
 version_provider_kubernetes() {
