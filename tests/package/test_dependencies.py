@@ -80,7 +80,7 @@ def called_functions() -> set[str]:
     return names
 
 
-def tested_providers() -> dict[str, tuple[str, str]]:
+def providers_under_test() -> dict[str, tuple[str, str]]:
     """Provider name -> (package, the version the suite tests with)."""
     script = TOOLS / "provider_kubernetes.sh"
     out = {}
@@ -102,7 +102,7 @@ PROVIDER_FOR_GROUP = {
 
 def needed(groups: dict[str, set[str]]) -> tuple[dict[str, str], set[str]]:
     """(package -> constraint, unserved groups) for the composed groups."""
-    providers = tested_providers()
+    providers = providers_under_test()
     deps: dict[str, str] = {}
     unserved = set()
     for group in sorted(set(groups) - own_groups()):
