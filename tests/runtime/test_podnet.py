@@ -24,7 +24,7 @@ from tests.conftest import IN_CI
 if os.geteuid() != 0:
     if IN_CI:
         pytest.fail("CI requires root for the pod network (ip netns, veth)", pytrace=False)
-    pytest.skip(
+    pytest.skip(  # not in CI: under CI=true it failed above
         "the pod network needs root (ip netns, veth): run it as root, "
         "`sudo .venv/bin/python -m pytest tests/runtime/test_podnet.py` (under CI=true it fails)",
         allow_module_level=True,
