@@ -6,9 +6,12 @@ envelope, so a readiness policy or a field provider-kubernetes adds is one edit.
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from functions.common.contracts import OBJECT_API_VERSION, OBJECT_KIND
+
+# The management policies of an Object that only reads its remote object.
+OBSERVE: Final = ("Observe",)
 
 
 def provider_object(
@@ -30,8 +33,14 @@ def provider_object(
     from the remote object's own conditions, else provider-kubernetes' default.
     `watch`: provider-kubernetes watches the remote object and reconciles the Object as
     it changes, instead of at its next poll (`spec.watch`; honoured when the provider
-    runs with `--enable-watches`, ignored otherwise).
+    runs with `--enable-watches`, ignored otherwise). Every Object whose remote state a
+    function reads is watched whatever `watch` says: one whose readiness comes from the
+    remote object, and an Observe-only one (read for its `status.atProvider`). The
+    provider's poll is then only drift detection, and can be as slow as its default
+    (10 minutes) without a cluster's readiness, inventory or gateway address waiting for
+    it (docs/operating.md, "Reconciles that follow changes").
     """
+    watch = watch or bool(ready_cel) or derive_readiness or tuple(management_policies) == OBSERVE
     spec: dict[str, Any] = {
         "forProvider": {"manifest": manifest},
         "providerConfigRef": dict(provider_config_ref),

@@ -308,19 +308,19 @@ def point_functions(box: Clusters, functions: dict[str, FunctionServer]) -> None
 
 
 def start_provider_kubernetes(box: Clusters, certs: Certificates, watches: bool = True) -> None:
-    """provider-kubernetes, polling every 30 s; with `watches`, an Object that asks for
-    it (`spec.watch`: our workloads and health records) is reconciled as its remote
-    object changes (its --enable-watches; off, the field is ignored: what a provider
-    without the flag does, for comparing)."""
+    """provider-kubernetes at its own poll and sync defaults (10 minutes, 1 hour), as a
+    platform team runs it: every Object whose remote state a function reads asks to be
+    watched (functions/common/objects.py), so the poll only catches drift. With
+    `watches` off (its --enable-watches; the field is then ignored: what a provider
+    without the flag does, for comparing) it polls every 30 s, or a comparison would
+    wait ten minutes for every status."""
     webhook = certs.pair("provider-kubernetes-webhook", "127.0.0.1", "serverAuth")
     box.start_process(
         Process(
             "provider-kubernetes",
             [
                 str(box.bin / "provider-kubernetes"),
-                "--poll=30s",
-                "--sync=5m",
-                *(["--enable-watches"] if watches else []),
+                *(["--enable-watches"] if watches else ["--poll=30s"]),
                 f"--webhook-port={free_port()}",
                 f"--metrics-bind-address=127.0.0.1:{free_port()}",
                 f"--health-probe-bind-addr=127.0.0.1:{free_port()}",

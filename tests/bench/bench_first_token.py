@@ -153,7 +153,7 @@ def main() -> int:
     parser.add_argument(
         "--no-watches",
         action="store_true",
-        help="provider-kubernetes without --enable-watches (status at its 30 s poll)",
+        help="provider-kubernetes without --enable-watches (status at a 30 s poll)",
     )
     args = parser.parse_args()
     missing = missing_tools(gpu=True, real=True)

@@ -43,7 +43,7 @@ MEMBER = "us-east-1"  # the example member whose pods are Deployments' (Standard
 NAME = "e2e-parking"
 # Placement's choice made certain: only us-east-1's H100s match, whatever else has room.
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
-# Health records every 30 s, provider-kubernetes' poll, two compositions: generous.
+# Health records every 30 s, read through a watch, two compositions: generous.
 PARK_SECONDS = 300.0
 
 

@@ -101,8 +101,8 @@ CLIENT_PACE = 0.5
 # The bench's acceptance: a wave's gates passing to the next wave's first change.
 NEXT_WAVE_SECONDS = 30.0
 # From a cluster given a revision (its ModelReplica composed) to its member's workload
-# changing: core's and provider-kubernetes' reconciles in between (the box polls every 15 s
-# and 30 s with watches; under CI's load it took 61 s once, issue #43's latency). What this
+# changing: core's and provider-kubernetes' reconciles in between (watch events both;
+# under CI's load it took 61 s once, issue #43's latency). What this
 # module holds is that no member changes before its wave; the bound only catches a hang.
 PROPAGATE_SECONDS = 180.0
 

@@ -64,7 +64,7 @@ H200 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"'
 # The idle model's engine page: requests finished so far, and it never moves.
 FINISHED = 1234
 # Parking is the slowest of the four (five start failures, health records every 5 s,
-# provider-kubernetes' 30 s poll, two compositions): as in test_parking_live, generous.
+# two compositions): as in test_parking_live, generous.
 ALL_FOUR_SECONDS = 420.0
 # A new claim through core, two compositions, provider-kubernetes, the scheduler and KWOK.
 FIRST_POD_SECONDS = 300.0
