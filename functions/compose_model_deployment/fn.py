@@ -49,6 +49,7 @@ from functions.common.structs import ParsedByContent, plain, plain_only, shared_
 from functions.compose_model_deployment import (
     advice,
     cel_env,
+    confirm,
     fleet,
     launch,
     ledger_view,
@@ -218,7 +219,9 @@ class FunctionRunner(GuardedRunner):
         self.views = ParsedByContent(ledger_view.read_view, ledger_view.LEDGER_FIELDS)
         self.holdings = ParsedByContent(read_holding, HOLDING_FIELDS)
 
-    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    def run(  # noqa: PLR0915 (the function's steps, read top to bottom)
+        self, req: fnv1.RunFunctionRequest
+    ) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         now = self.clock()
         xr = plain(req.observed.composite.resource)
@@ -258,7 +261,7 @@ class FunctionRunner(GuardedRunner):
                 f"ModelCache {cache.name} (spec.modelCacheRef.name) does not exist; "
                 "keeping every ModelReplica as it is and placing nothing new",
             )
-        readable, base_rooms = self._read_fleet(
+        readable, base_rooms, listed = self._read_fleet(
             rsp,
             name,
             deployment,
@@ -321,6 +324,12 @@ class FunctionRunner(GuardedRunner):
             decided = targets.on_demand_targets(
                 decided, existing_at, clusters, deployment, idle=desired == 0
             )
+        # A new placement its cluster's ledger does not list yet: back within seconds to
+        # see the ledger it writes next, not a TTL later (confirm.py).
+        if confirm.unconfirmed(
+            ((c.name, pool, n) for c, pool, n in decided.replicas), listed, own, now
+        ):
+            call_back_within(rsp, confirm.CALL_BACK_SECONDS)
 
         rolled = self._rollout(
             deployment,
@@ -470,11 +479,12 @@ class FunctionRunner(GuardedRunner):
         *,
         cluster_items: tuple[struct_pb2.Struct, ...],
         observed_own: dict[str, struct_pb2.Struct],
-    ) -> tuple[fleet.Fleet, dict[tuple[str, str], PoolRoom]]:
+    ) -> tuple[fleet.Fleet, dict[tuple[str, str], PoolRoom], dict[tuple[str, str], int]]:
         """Every cluster (with its ledger) and own ModelReplica that can be read, each
         failure said in a warning; what cannot be read is frozen (fleet.py) and kept
         exactly as observed. Also the rooms of the pools this deployment holds nothing
-        in, from the ledgers (ledger_view.py)."""
+        in, from the ledgers (ledger_view.py), and what the ledgers list for it
+        (confirm.py)."""
         views = []
         unreadable: dict[str, str] = {}  # cluster name -> why it cannot be read
         for item in cluster_items:
@@ -511,7 +521,11 @@ class FunctionRunner(GuardedRunner):
             },
             metadata=KEPT_REPLICA_METADATA,
         )
-        return readable, counted.rooms
+        return (
+            readable,
+            counted.rooms,
+            confirm.ledgered(views, deployment.namespace, deployment.name),
+        )
 
     @staticmethod
     def _compose(

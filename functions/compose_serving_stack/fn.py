@@ -25,6 +25,7 @@ from functions.common.metricmapping import resolve_mappings
 from functions.common.sdk import (
     GuardedRunner,
     Required,
+    call_back_within,
     describe_composite,
     emit,
     keep_observed,
@@ -44,7 +45,11 @@ from functions.compose_serving_stack.compose import (
     plan,
 )
 from functions.compose_serving_stack.destination import destination_state
-from functions.compose_serving_stack.ledger import cluster_ledger
+from functions.compose_serving_stack.ledger import (
+    LEDGER_CALL_BACK_SECONDS,
+    cluster_ledger,
+    ledger_changed,
+)
 
 REQUIRED_MAPPINGS: Final = "metric-mappings"
 REQUIRED_DESTINATIONS: Final = "telemetry-destinations"
@@ -182,6 +187,8 @@ class FunctionRunner(GuardedRunner):
         cluster_status = status.cluster_status(decided.telemetry, observed, cluster.device_classes)
         # The capacity ledger: what placement reads instead of every ModelReplica.
         cluster_status["ledger"], ledger_warnings = cluster_ledger(cluster.name, replicas)
+        if ledger_changed(xr.get("status"), cluster_status["ledger"]):
+            call_back_within(rsp, LEDGER_CALL_BACK_SECONDS)
         for message in ledger_warnings:
             response.warning(rsp, f"{name}: {message}")
         resource.update(rsp.desired.composite, {"status": cluster_status})

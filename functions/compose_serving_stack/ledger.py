@@ -7,11 +7,19 @@ cluster's; one that cannot be read is left out with a warning (placement would n
 count it either), and so is one whose names cannot be written on one ledger line. A
 ledger too large for the object (common/ledger.py MAX_LEDGER_BYTES) is written without
 its holders, with `overflow` and a warning; placement then refuses to read it.
+
+A ledger this reconcile changed asks for a call back within LEDGER_CALL_BACK_SECONDS:
+the deployments on the cluster answer a changed ledger within seconds (yielding, or
+taking room it freed; compose_model_deployment/confirm.py), and core would not
+reconcile the cluster for their answer until its TTL ends (it watches what an XR
+composes, not the ModelReplicas its function requires). Once a reconcile leaves the
+ledger as it was, the cluster is back at the usual TTL.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, Final
 
 from functions.common.ledger import (
     Entry,
@@ -20,6 +28,8 @@ from functions.common.ledger import (
     overflow_message,
     read_entry,
 )
+
+LEDGER_CALL_BACK_SECONDS: Final = 5.0
 
 
 def cluster_ledger(cluster: str, replicas: Iterable[dict]) -> tuple[dict, list[str]]:
@@ -48,3 +58,21 @@ def cluster_ledger(cluster: str, replicas: Iterable[dict]) -> tuple[dict, list[s
     if "overflow" in ledger:
         warnings.append(f"status.ledger lists no holders: {overflow_message(ledger['overflow'])}")
     return ledger, warnings
+
+
+def _canonical(value: Any) -> Any:
+    """Integral floats as ints, all the way down: an observed status comes back from its
+    Struct with every number a float."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def ledger_changed(observed_status: Any, ledger: dict) -> bool:
+    """Whether `ledger` differs from the observed XR's status.ledger."""
+    before = observed_status.get("ledger") if isinstance(observed_status, dict) else None
+    return _canonical(before) != _canonical(ledger)
