@@ -71,17 +71,21 @@ REAL_SERVING = "tests/e2e/test_serving_real.py"
 REAL_ROLLOUTS = "tests/e2e/test_rollouts_live.py"
 REAL_ENGINE_MODULES = (REAL_SERVING, REAL_ROLLOUTS)
 REAL_ENGINE_SCOPE = "tests/e2e (real engine)"
+# The package-install module runs a control plane of its own, not the tier's fleet box:
+# a scope of its own keeps it off the worker that runs the tier.
+PACKAGE_INSTALL = "tests/e2e/test_package_install.py"
 
 
 def _scope(nodeid: str) -> str:
     """What one pytest-xdist worker runs whole: the end-to-end tier (its fleet box is
     package-scoped, started once for the tier) but its real-engine modules, which form
-    a scope of their own, else a module (its module-scoped fixtures — a fleet box, a
-    collector, a live fleet — start once)."""
+    a scope of their own, and the package install (no fleet box: a module of its own),
+    else a module (its module-scoped fixtures — a fleet box, a collector, a live fleet —
+    start once)."""
     path = nodeid.split("::", 1)[0]
     if path in REAL_ENGINE_MODULES:
         return REAL_ENGINE_SCOPE
-    if path.startswith("tests/e2e/"):
+    if path.startswith("tests/e2e/") and path != PACKAGE_INSTALL:
         return "tests/e2e"
     return path
 

@@ -73,6 +73,7 @@ class Member:
     starts: list[float] = field(default_factory=list)  # every start's, first one first
     # More kube-apiserver flags (the fleet box's aggregation layer sets some).
     apiserver_args: list[str] = field(default_factory=list)
+    start_timeout: float = START_TIMEOUT
 
     @property
     def server(self) -> str:
@@ -177,7 +178,7 @@ class Member:
         request = urllib.request.Request(
             f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.token}"}
         )
-        while time.monotonic() - started < START_TIMEOUT:
+        while time.monotonic() - started < self.start_timeout:
             if self.apiserver.poll() is not None:
                 raise RuntimeError(f"{self.name}: kube-apiserver exited\n{self.log_tail()}")
             with (
@@ -190,7 +191,7 @@ class Member:
                     return
             time.sleep(0.05)
         raise RuntimeError(
-            f"{self.name}: kube-apiserver not ready in {START_TIMEOUT}s\n{self.log_tail()}"
+            f"{self.name}: kube-apiserver not ready in {self.start_timeout}s\n{self.log_tail()}"
         )
 
     def log_tail(self, lines: int = 20) -> str:
@@ -286,10 +287,18 @@ def delete_crd(extensions: client.ApiextensionsV1Api, name: str, timeout: int = 
 class Fleet:
     """N members, started in parallel; `close()` always stops every process."""
 
-    def __init__(self, size: int, etcd_bin: Path, apiserver_bin: Path) -> None:
+    def __init__(
+        self, size: int, etcd_bin: Path, apiserver_bin: Path, start_timeout: float = START_TIMEOUT
+    ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="modelplane-fleet-"))
         self.members = [
-            Member(f"member-{i}", self.root / f"member-{i}", etcd_bin, apiserver_bin)
+            Member(
+                f"member-{i}",
+                self.root / f"member-{i}",
+                etcd_bin,
+                apiserver_bin,
+                start_timeout=start_timeout,
+            )
             for i in range(size)
         ]
         self.install_seconds = 0.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REAL_ENGINE_MODULES, REAL_ENGINE_SCOPE, _scope
+from tests.conftest import PACKAGE_INSTALL, REAL_ENGINE_MODULES, REAL_ENGINE_SCOPE, _scope
 
 
 @pytest.mark.parametrize("module", REAL_ENGINE_MODULES)
@@ -21,3 +21,11 @@ def test_the_rollout_module_runs_with_the_real_engine_not_on_the_critical_path()
     )
     assert _scope("tests/e2e/test_scheduling.py::test_z") == "tests/e2e"
     assert _scope("tests/unit/test_rollout.py::test_z") == "tests/unit/test_rollout.py"
+
+
+def test_the_package_install_is_a_scope_of_its_own_off_the_tiers_worker():
+    """It starts no fleet box, only a control plane of its own: held by the tier's
+    worker it would wait behind the whole tier."""
+    scope = _scope(f"{PACKAGE_INSTALL}::test_x")
+    assert scope == PACKAGE_INSTALL
+    assert scope not in ("tests/e2e", REAL_ENGINE_SCOPE)
