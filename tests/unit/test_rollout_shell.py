@@ -148,8 +148,13 @@ TEMPLATE_KEYS = ("definitionHash", "source", "profile", "servingMode", "engines"
 
 
 def template_bytes(body: dict) -> str:
-    """A composed ModelReplica's revision part, as bytes (key order kept)."""
-    return json.dumps({k: body["spec"][k] for k in TEMPLATE_KEYS if k in body["spec"]})
+    """A composed ModelReplica's revision part, as canonical bytes: every value exactly,
+    keys sorted. An object's key order is not content (the API server and every
+    controller read it as a map), and a Struct's map does not keep one: compared with
+    the order kept, the same template failed in one CI run in several."""
+    return json.dumps(
+        {k: body["spec"][k] for k in TEMPLATE_KEYS if k in body["spec"]}, sort_keys=True
+    )
 
 
 def observed_from(rsp, failing_revisions: set[str], rolls: bool) -> list[dict]:
