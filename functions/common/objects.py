@@ -34,8 +34,10 @@ def provider_object(
     `watch`: provider-kubernetes watches the remote object and reconciles the Object as
     it changes, instead of at its next poll (`spec.watch`; honoured when the provider
     runs with `--enable-watches`, ignored otherwise). Every Object whose remote state a
-    function reads is watched whatever `watch` says: one whose readiness comes from the
-    remote object, and an Observe-only one (read for its `status.atProvider`). The
+    function reads must be watched: one whose readiness comes from the remote object and
+    an Observe-only one are, whatever `watch` says; any other whose `status.atProvider`
+    a function reads passes `watch=True` (an AdaptivePolicy copy's report, a cache's
+    volume). The
     provider's poll is then only drift detection, and can be as slow as its default
     (10 minutes) without a cluster's readiness, inventory or gateway address waiting for
     it (docs/operating.md, "Reconciles that follow changes").

@@ -84,7 +84,8 @@ def _cluster_objects(
             },
             {"management_policies": modelcache.KEEP_ON_DELETE},
         ),
-        (modelcache.volume_key(cluster.name), modelcache.volume_claim(cache), {}),
+        # Watched: its phase says why a pending download waits (modelcache.py).
+        (modelcache.volume_key(cluster.name), modelcache.volume_claim(cache), {"watch": True}),
         (job_key, modelcache.download_job(cache), {"ready_cel": modelcache.JOB_READY_CEL}),
     ):
         body = provider_object(

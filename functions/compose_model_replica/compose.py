@@ -142,5 +142,9 @@ def compose(replica: ModelReplica) -> Plan:
             key = workload.key.replace("workload", "scaledobject", 1)
             manifest = autoscaling.scaled_object(replica, workload, serving=workload is serving_one)
             composed.append(envelope(replica, key, manifest))
-        composed.append(envelope(replica, POLICY_KEY, autoscaling.adaptive_policy(replica)))
+        # Its status carries the agent's report, the signals a rollout's gates read:
+        # read as the agent writes it, not at provider-kubernetes' next poll.
+        composed.append(
+            envelope(replica, POLICY_KEY, autoscaling.adaptive_policy(replica), watch=True)
+        )
     return Plan(sorted(composed, key=lambda c: c.key), built)
