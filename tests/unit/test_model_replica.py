@@ -25,7 +25,7 @@ from functions.common.contracts import (
     PORT_SERVING,
 )
 from functions.common.health import health_record_name
-from functions.compose_model_replica.compose import HEALTH_KEY, compose
+from functions.compose_model_replica.compose import HEALTH_KEY, POLICY_KEY, compose
 from functions.compose_model_replica.engines import (
     DRAIN_SECONDS,
     MultiNode,
@@ -165,11 +165,12 @@ def test_every_container_reports_its_last_log_lines_when_it_fails(xr_path):
 
 @pytest.mark.parametrize("xr_path", SHAPES, ids=lambda p: p.stem)
 def test_what_gates_serving_is_watched_not_polled(xr_path):
-    """The workloads (their readiness is the replica's) and the health record (start
-    failures park the model) ask provider-kubernetes to watch them; nothing else does,
+    """The workloads (their readiness is the replica's), the health record (start
+    failures park the model) and the AdaptivePolicy copy (its report carries the signals
+    a rollout's gates read) ask provider-kubernetes to watch them; nothing else does,
     since every watched kind is one more informer in the provider."""
     for composed in compose(parse(yaml.safe_load(xr_path.read_text()))).composed:
-        watched = composed.key.startswith("workload") or composed.key == HEALTH_KEY
+        watched = composed.key.startswith("workload") or composed.key in (HEALTH_KEY, POLICY_KEY)
         assert composed.object["spec"].get("watch", False) is watched, composed.key
 
 
