@@ -23,13 +23,10 @@ from functions.compose_serving_stack import fn as stack_fn
 from functions.compose_serving_stack import ledger as stack_ledger
 from functions.compose_serving_stack import names
 from tests.ledgers import with_ledgers
+from tests.unit.test_rollout_shell import CLUSTERS, DEPLOYMENT, request
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-DEPLOYMENT = yaml.safe_load((EXAMPLES / "modeldeployments" / "llama-8b-vllm.yaml").read_text())
-CLUSTERS = [
-    yaml.safe_load(p.read_text()) for p in sorted((EXAMPLES / "inferenceclusters").glob("*.yaml"))
-]
 US_EAST = EXAMPLES / "inferenceclusters" / "us-east-h100.yaml"
 REPLICA = REPO / "tests" / "render" / "testdata" / "modelreplica.yaml"
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -90,16 +87,8 @@ def test_an_unreadable_creation_time_is_not_counted_as_new():
 
 
 def _deployment_request(observed: list[dict]) -> fnv1.RunFunctionRequest:
-    req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.update(DEPLOYMENT)
-    name = deployment_fn.REQUIRED_CLUSTERS
-    req.required_resources[name].SetInParent()
-    for item in with_ledgers(CLUSTERS, observed):
-        req.required_resources[name].items.add().resource.update(item)
-    for body in observed:
-        key = body["metadata"]["annotations"]["crossplane.io/composition-resource-name"]
-        req.observed.resources[key].resource.update(body)
-    return req
+    """The example deployment with every example cluster, ledgers written for `observed`."""
+    return request(DEPLOYMENT, observed)
 
 
 def _ttl(rsp: fnv1.RunFunctionResponse) -> float:
