@@ -21,9 +21,9 @@ from functions.compose_model_deployment import fn as deployment_fn
 from functions.compose_model_deployment.model import Footprint, Holding
 from functions.compose_serving_stack import fn as stack_fn
 from functions.compose_serving_stack import ledger as stack_ledger
-from functions.compose_serving_stack import names
 from tests.ledgers import with_ledgers
 from tests.unit.test_rollout_shell import CLUSTERS, DEPLOYMENT, request
+from tests.unit.test_tenancy import _stack_request as tenancy_request
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -140,25 +140,9 @@ def test_a_deployment_whose_new_replicas_no_ledger_lists_yet_keeps_coming_back()
 
 
 def _stack_request(xr: dict, replicas: list[dict]) -> fnv1.RunFunctionRequest:
-    req = fnv1.RunFunctionRequest()
-    req.observed.composite.resource.update(xr)
-    for name in (
-        stack_fn.REQUIRED_MAPPINGS,
-        stack_fn.REQUIRED_DESTINATIONS,
-        stack_fn.REQUIRED_CLUSTERS,
-        stack_fn.REQUIRED_REPLICAS,
-    ):
-        req.required_resources[name].SetInParent()
-    for required_name, api_version, _key in names.PROVIDER_CONFIGS:
-        req.required_resources[required_name].SetInParent()
-        req.required_resources[required_name].items.add().resource.update(
-            {
-                "apiVersion": api_version,
-                "kind": "ClusterProviderConfig",
-                "metadata": {"name": xr["metadata"]["name"]},
-                "spec": {"credentials": {"source": "Secret"}},
-            }
-        )
+    """The cluster with its provider configs present (test_tenancy's request) and
+    `replicas` as the ModelReplicas it requires."""
+    req = tenancy_request(xr, existing=True)
     for body in replicas:
         req.required_resources[stack_fn.REQUIRED_REPLICAS].items.add().resource.update(body)
     return req
