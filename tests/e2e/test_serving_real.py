@@ -88,6 +88,10 @@ ENGINE_ARGS = ["--max-model-len", "512", "--enforce-eager"]
 # Composition, scheduling, the engine's start (1-2 minutes on 2 busy cores) and the
 # startup probe's 10 s period: generous.
 SERVE_SECONDS = 420.0
+# Two real ranks joining one tensor-parallel group on the same 2 cores, while the other
+# tier's control planes run: 190-490 s measured from apply to both Ready in CI runs, so a
+# 420 s bound failed one. The bound only caps a broken start; a good one never waits it.
+LEADER_WORKER_SERVE_SECONDS = 900.0
 PARK_SECONDS = 420.0
 GONE_SECONDS = 120.0
 RESOLVE_SECONDS = 30.0
@@ -630,6 +634,7 @@ def test_a_leader_and_a_headless_worker_serve_with_tensor_parallel_2(box, runner
             name,
             lambda pods: len(pods) == 2 and all(map(_ready, pods)) and pods,
             f"{name}'s leader and worker Ready",
+            LEADER_WORKER_SERVE_SECONDS,
         )
         measured("apply → real leader + worker Ready", time.monotonic() - began)
         by_index = {p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]: p
