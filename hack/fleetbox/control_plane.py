@@ -23,8 +23,11 @@ provider-helm's CRDs on the control plane but no controller: a chart registry is
 of this machine's reach. They stay unready, and so does each InferenceCluster's stack
 condition; the box says so instead of pretending.
 
-Each member is connected the way a platform team connects one: a kubeconfig Secret and
-a ClusterProviderConfig per member (and one for the control plane itself), and the
+Each member is connected the way docs/install.md (step 4) connects one: provider-
+kubernetes' identity from docs/member-rbac.yaml and provider-helm's, a kubeconfig Secret
+per identity holding its token, and the page's ClusterProviderConfigs (the control plane
+itself gets one with its admin kubeconfig, where a real install injects the provider's own
+identity); and the
 Secrets compose-serving-stack copies to members (the scaler's TLS pairs, peer and
 activator kubeconfigs).
 """
@@ -42,7 +45,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from fleetbox import REPO
+from fleetbox import REPO, install_doc
 from fleetbox.certificates import Certificates
 from fleetbox.clusters import CONTROL_PLANE, Clusters
 from fleetbox.process import Process
@@ -58,6 +61,8 @@ from render import module_for
 from tests.ports import free_port
 
 CROSSPLANE_NAMESPACE = "crossplane-system"
+# The members' provider identities' tokens: longer than any box runs.
+IDENTITY_TOKEN_DURATION = "48h"
 PACKAGE_REGISTRY = "ghcr.io/modelplaneai"
 # The provider config the example TelemetryDestination's gateway names (the control
 # plane itself).
@@ -387,6 +392,22 @@ def connect_members(box: Clusters, certs: Certificates) -> None:
                     ACTIVATOR_SECRET_KEY: yaml.safe_dump(box.control.kubeconfig()),
                 },
             })  # fmt: skip
+        if name in box.members:
+            # docs/install.md, step 4: provider-kubernetes reaches the member as the
+            # identity docs/member-rbac.yaml grants, so a kind the functions compose and
+            # the role lacks fails here; provider-helm (no controller in the box) gets
+            # its own identity, as the page says.
+            for provider, config in member_identities(box, name).items():
+                documents.append({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {
+                        "name": install_doc.secret_name(name, provider),
+                        "namespace": CROSSPLANE_NAMESPACE,
+                    },
+                    "stringData": {"kubeconfig": yaml.safe_dump(config)},
+                })  # fmt: skip
+            documents.extend(install_doc.provider_configs(name))
+            continue
         secret = f"{name}-kubeconfig"
         documents.append({
             "apiVersion": "v1", "kind": "Secret",
@@ -411,6 +432,32 @@ def connect_members(box: Clusters, certs: Certificates) -> None:
             "metadata": {"name": name}, "spec": {"credentials": credentials},
         })  # fmt: skip
     box.kubectl(CONTROL_PLANE, "apply", "-f", "-", stdin=yaml.safe_dump_all(documents))
+
+
+def member_identities(box: Clusters, name: str) -> dict[str, dict]:
+    """docs/install.md, step 4, on one member: docs/member-rbac.yaml applied,
+    provider-helm's ServiceAccount bound to cluster-admin, and per provider a kubeconfig
+    holding that ServiceAccount's TokenRequest token and no other credential."""
+    namespace = install_doc.IDENTITY_NAMESPACE
+    helm = install_doc.IDENTITIES["helm"]
+    box.kubectl(name, "apply", "-f", str(install_doc.MEMBER_RBAC))
+    box.kubectl(name, "-n", namespace, "create", "serviceaccount", helm)
+    box.kubectl(
+        name, "create", "clusterrolebinding", helm, "--clusterrole=cluster-admin",
+        f"--serviceaccount={namespace}:{helm}",
+    )  # fmt: skip
+    configs = {}
+    for provider, account in install_doc.IDENTITIES.items():
+        token = box.kubectl(
+            name, "-n", namespace, "create", "token", account,
+            f"--duration={IDENTITY_TOKEN_DURATION}",
+        ).stdout.strip()  # fmt: skip
+        config = box.members[name].kubeconfig()
+        config["users"] = [{"name": account, "user": {"token": token}}]
+        for context in config["contexts"]:
+            context["context"]["user"] = account
+        configs[provider] = config
+    return configs
 
 
 # --- our APIs ----------------------------------------------------------------------------

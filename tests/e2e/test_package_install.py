@@ -8,8 +8,9 @@ package`'s Configuration and Function packages (hack/package.sh, metadata only w
 Docker) and the two providers' packages as their modules ship them, pushed with
 `crossplane xpkg push` to a registry (`crane registry serve` on loopback, standing in
 for ghcr.io and xpkg.crossplane.io through two ImageConfigs that rewrite those prefixes,
-as a registry mirror does), then one `Configuration` applied to a control plane running
-the real Crossplane core (v2.3.0, `--package-runtime=External`: no Deployments, so no
+as a registry mirror does), then docs/install.md's steps 2 and 3 as the page shows them
+(provider-kubernetes with its watches runtime config, then the Configuration) applied to
+a control plane running the real Crossplane core (v2.3.0, `--package-runtime=External`: no Deployments, so no
 images), with the managed-resource activation policy its Helm chart creates by default.
 Core's resolver installs every dependency from the registry by its version
 constraint; then every kind the Compositions compose (the render goldens, as
@@ -33,6 +34,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from fleetbox import install_doc
 from fleetbox.certificates import Certificates
 from fleetbox.process import Process
 from fleetbox.wait import FleetBoxError, conditions, is_true, wait_for
@@ -253,19 +255,15 @@ def installed(tmp_path_factory) -> Iterator[tuple[ControlPlane, float]]:
     plane = ControlPlane(root)
     try:
         plane.start()
-        build_and_push(plane, root / "packages")
+        pushed = build_and_push(plane, root / "packages")
         began = time.monotonic()
-        configuration = {
-            "apiVersion": "pkg.crossplane.io/v1",
-            "kind": "Configuration",
-            "metadata": {"name": "modelplane"},
-            "spec": {"package": f"{CONFIGURATION}:{_version()}"},
-        }
+        # docs/install.md's steps 2 and 3 as the page shows them: provider-kubernetes
+        # with its watches runtime config, then the Configuration.
+        steps = [*install_doc.block("provider-kubernetes"), *install_doc.block("configuration")]
+        packages = {d["spec"]["package"] for d in steps if "package" in d["spec"]}
+        assert packages <= set(pushed), f"the page installs {packages}; pushed: {sorted(pushed)}"
         plane.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin=yaml.safe_dump_all([*image_configs(plane.registry), configuration]),
+            "apply", "-f", "-", stdin=yaml.safe_dump_all([*image_configs(plane.registry), *steps])
         )
 
         def healthy() -> bool:
@@ -321,6 +319,33 @@ def test_the_package_manager_installs_every_dependency_from_dependsOn(installed)
         assert dependency["package"] in locked, (
             f"{dependency['package']} was not installed: {sorted(locked)}"
         )
+
+
+def test_provider_kubernetes_is_the_one_the_page_installs_with_watches(installed):
+    """The package manager took the Provider docs/install.md applies (with its runtime
+    config) as the Configuration's dependency, and installed no second one."""
+    plane, _ = installed
+    (provider,) = [d for d in install_doc.block("provider-kubernetes") if d["kind"] == "Provider"]
+    (runtime_config,) = [
+        d for d in install_doc.block("provider-kubernetes")
+        if d["kind"] == "DeploymentRuntimeConfig"
+    ]  # fmt: skip
+    installed_providers = json.loads(plane.kubectl("get", "providers", "-o", "json"))["items"]
+    named = [
+        p["metadata"]["name"]
+        for p in installed_providers
+        if p["spec"]["package"].split(":")[0] == provider["spec"]["package"].split(":")[0]
+    ]
+    assert named == [provider["metadata"]["name"]], named
+    revisions = json.loads(plane.kubectl("get", "providerrevisions", "-o", "json"))["items"]
+    (active,) = [
+        r
+        for r in revisions
+        if r["spec"].get("desiredState") == "Active"
+        and r["metadata"]["labels"]["pkg.crossplane.io/package"] == named[0]
+    ]
+    assert active["spec"]["runtimeConfigRef"]["name"] == runtime_config["metadata"]["name"]
+    assert plane.kubectl("get", "deploymentruntimeconfig", runtime_config["metadata"]["name"])
 
 
 def unserved_kinds(plane: ControlPlane) -> list[str]:

@@ -27,6 +27,7 @@ import time
 
 import pytest
 
+from fleetbox import install_doc
 from fleetbox.control_plane import CROSSPLANE_NAMESPACE
 from fleetbox.process import Process
 from fleetbox.wait import wait_for
@@ -165,7 +166,7 @@ def test_a_cluster_named_like_an_existing_provider_config_does_not_take_it_over(
     # A kubeconfig that reaches a spare member, from the platform's Secret namespace.
     document["spec"]["kubeconfigSecretRef"] = {
         "namespace": CROSSPLANE_NAMESPACE,
-        "name": f"{SPARE[1]}-kubeconfig",
+        "name": install_doc.secret_name(SPARE[1], "kubernetes"),
         "key": "kubeconfig",
     }
     claims.apply_document(box, document)

@@ -468,18 +468,18 @@ def test_every_field_in_a_yaml_example_is_in_its_schema():
         for block in blocks(page):
             if block.language != "yaml":
                 continue
-            document = yaml.safe_load(block.text)
-            if not isinstance(document, dict) or document.get("apiVersion") not in API_GROUPS:
-                continue
-            kind = document.get("kind")
-            where = f"{page.relative_to(REPO)}:{block.line}"
-            if kind not in known:
-                problems.append(f"{where}: no XRD or CRD for kind {kind!r}")
-                continue
-            checked += 1
-            schema = known[kind][1]["schema"]["openAPIV3Schema"]
-            for why in _unknown_keys(schema, document.get("spec") or {}, "spec"):
-                problems.append(f"{where}: {kind} example: {why}")
+            for document in yaml.safe_load_all(block.text):  # a block may hold several
+                if not isinstance(document, dict) or document.get("apiVersion") not in API_GROUPS:
+                    continue
+                kind = document.get("kind")
+                where = f"{page.relative_to(REPO)}:{block.line}"
+                if kind not in known:
+                    problems.append(f"{where}: no XRD or CRD for kind {kind!r}")
+                    continue
+                checked += 1
+                schema = known[kind][1]["schema"]["openAPIV3Schema"]
+                for why in _unknown_keys(schema, document.get("spec") or {}, "spec"):
+                    problems.append(f"{where}: {kind} example: {why}")
     # The README shows one of each kind a user applies.
     assert checked >= 5
     assert problems == []
