@@ -306,6 +306,11 @@ ACTIVATOR_PORT: Final = 8090
 # the gateway's proxies alone.
 ACTIVATOR_HEALTH_PORT: Final = 8091
 HEADER_DEPLOYMENT: Final = "X-Modelplane-Deployment"
+# Set by the same route filter: a value derived from the ModelReplica's uid (route_token),
+# which only those who may read the model's namespace can learn. The activator serves an
+# identity only with the token its route sets, so a client that reaches the activator
+# directly (no NetworkPolicy enforcement) cannot claim another namespace's model.
+HEADER_ROUTE_TOKEN: Final = "X-Modelplane-Route-Token"
 HEADER_ACTIVATED: Final = "X-Modelplane-Activated"
 # The control plane's Secret (in the composed namespace, key `kubeconfig`) with the
 # activator's credentials for one member: a ServiceAccount bound to ACTIVATOR_CLUSTER_ROLE

@@ -218,6 +218,9 @@ class ModelReplica(Spec):
     activator: bool = False
     # The base accepts LoRA adapters (engine flags and the adapters' volume); None: not.
     adapters: AdapterCapacity | None = None
+    # metadata.uid, as the API server gave it ("" where there is none, as in a render
+    # without one): the on-demand route's token comes from it.
+    uid: str = Field(default="", max_length=64, pattern=r"^[0-9A-Za-z-]*$")
 
     @property
     def serving_label(self) -> str:
@@ -348,7 +351,12 @@ def parse(xr: dict) -> ModelReplica:
         raise InvalidReplica(path, f"must not carry credentials (found {', '.join(found)})")
     replica = read(
         ModelReplica,
-        {**spec, "name": meta.get("name", ""), "namespace": meta.get("namespace", "")},
+        {
+            **spec,
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", ""),
+            "uid": meta.get("uid", ""),
+        },
         error=InvalidReplica,
         root="spec",
     )

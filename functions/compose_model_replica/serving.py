@@ -41,6 +41,7 @@ JSON-encoded here, so no text a user controls can break out of the body.
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from functions.common import answers, sizing
@@ -52,6 +53,7 @@ from functions.common.contracts import (
     ENVOY_GATEWAY_GROUP,
     HEADER_DEPLOYMENT,
     HEADER_MODEL_NAME,
+    HEADER_ROUTE_TOKEN,
     INFERENCE_GATEWAY_NAME,
     INFERENCE_GATEWAY_NAMESPACE,
     INFERENCE_POOL_GROUP,
@@ -429,6 +431,13 @@ def exported_backend(replica: ModelReplica) -> dict[str, dict]:
     }
 
 
+def route_token(uid: str) -> str:
+    """The on-demand route's HEADER_ROUTE_TOKEN: from the ModelReplica's uid, which a
+    client outside the model's namespace cannot read (nor guess: it is random), so it
+    cannot present it to the activator."""
+    return hashlib.sha256(f"modelplane-route-token/{uid}".encode()).hexdigest()
+
+
 def route(replica: ModelReplica) -> dict:
     # The body-based router sets the header from the request's `"model"`; one match per
     # name the engine answers to.
@@ -452,7 +461,14 @@ def route(replica: ModelReplica) -> dict:
                         {
                             "name": HEADER_DEPLOYMENT,
                             "value": f"{replica.namespace}/{replica.deployment}",
-                        }
+                        },
+                        # Without a uid (a render without one) no token: the activator
+                        # then serves this identity to no one.
+                        *(
+                            [{"name": HEADER_ROUTE_TOKEN, "value": route_token(replica.uid)}]
+                            if replica.uid
+                            else []
+                        ),
                     ]
                 },
             }

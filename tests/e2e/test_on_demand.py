@@ -149,7 +149,23 @@ def _status(box, name: str) -> dict:
     return (claims.get(box, "modeldeployment", name, NAMESPACE) or {}).get("status") or {}
 
 
-def _wait_idle(box, name: str) -> None:
+def route_token(route: dict) -> str:
+    """The route token the model's composed route sets (what the Gateway's proxy sends
+    the activator with the identity)."""
+    (token,) = {
+        header["value"]
+        for rule in route["spec"]["rules"]
+        for rule_filter in rule.get("filters") or []
+        for header in (rule_filter.get("requestHeaderModifier") or {}).get("set") or []
+        if header["name"] == contracts.HEADER_ROUTE_TOKEN
+    }
+    return token
+
+
+def _wait_idle(box, name: str) -> str:
+    """Until the model is idle and its route on MEMBER leads to the activator; that
+    route's token."""
+
     def idle():
         status = _status(box, name)
         assert (status.get("onDemand") or {}).get("state") == "Idle", status.get("onDemand")
@@ -169,16 +185,19 @@ def _wait_idle(box, name: str) -> None:
     def routed():
         listed = box.kubectl(MEMBER, "get", "httproutes", "-n", NAMESPACE, "-o", "json")
         routes = json.loads(listed.stdout).get("items", [])
-        assert activator_core.route_index(routes).vouches_for(NAMESPACE, name), [
+        index = activator_core.route_index(routes)
+        assert index.vouches_for(NAMESPACE, name), [
             (r["metadata"]["name"], r["spec"].get("rules")) for r in routes
         ]
-        return True
+        (token,) = index.tokens[(NAMESPACE, name)]
+        return token
 
-    wait_for(f"{name}'s route to the activator on {MEMBER}", routed, claims.CONVERGE_SECONDS)
+    return wait_for(f"{name}'s route to the activator on {MEMBER}", routed, claims.CONVERGE_SECONDS)
 
 
-def _request(port: int, name: str) -> tuple[int, bytes, float, float]:
-    """A chat completion as the route forwards it: (status, body, seconds to the first
+def _request(port: int, name: str, token: str | None) -> tuple[int, bytes, float, float]:
+    """A chat completion as the route forwards it (with its token), or with `token`
+    None as a client connecting directly sends it: (status, body, seconds to the first
     byte of the answer, seconds in all)."""
     body = json.dumps({"model": name, "messages": [{"role": "user", "content": "hi"}]})
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=FIRST_BYTE_SECONDS + 60)
@@ -191,6 +210,7 @@ def _request(port: int, name: str) -> tuple[int, bytes, float, float]:
             "Content-Type": "application/json",
             contracts.HEADER_DEPLOYMENT: f"{NAMESPACE}/{name}",
             contracts.HEADER_MODEL_NAME: name,
+            **({contracts.HEADER_ROUTE_TOKEN: token} if token is not None else {}),
         },
     )
     reply = connection.getresponse()
@@ -209,10 +229,19 @@ def _modelplane_status(box, name: str) -> fleet_status.ModelSummary:
 def test_a_request_to_a_scaled_to_zero_model_that_fits_is_served_after_one_attempt(box, activator):
     port, engine, process = activator
     claims.apply_document(box, _deployment(FITS))
-    _wait_idle(box, FITS)
+    token = _wait_idle(box, FITS)
     assert _modelplane_status(box, FITS).state == fleet_status.STATE_SATISFIED  # idle at 0
 
-    status, body, first_byte, _total = _request(port, FITS)
+    # A client that connects to the activator directly (the box's members enforce no
+    # NetworkPolicy) names the model, but not with its route's token: refused as an
+    # unknown identity, and nothing is asked of the control plane.
+    status, body, _first_byte, _total = _request(port, FITS, None)
+    assert status == 404, body
+    assert json.loads(body)["error"]["reason"] == activator_core.REASON_NOT_ROUTED
+    xr = claims.get(box, "modeldeployment", FITS, NAMESPACE)
+    assert contracts.ANNOTATION_ACTIVATE not in (xr["metadata"].get("annotations") or {})
+
+    status, body, first_byte, _total = _request(port, FITS, token)
     assert status == 200, (body, process.tail())
     answer = json.loads(body)
     assert answer["choices"][0]["message"]["content"] == "served by the engine"
@@ -248,9 +277,9 @@ def test_a_request_to_a_model_that_fits_nowhere_is_answered_at_once(box, activat
     port, engine, _process = activator
     served_before = len(engine.requests)
     claims.apply_document(box, _deployment(NOWHERE, product="NVIDIA H200"))
-    _wait_idle(box, NOWHERE)
+    token = _wait_idle(box, NOWHERE)
 
-    status, body, _first_byte, total = _request(port, NOWHERE)
+    status, body, _first_byte, total = _request(port, NOWHERE, token)
     measured("on-demand: answer for a model that fits nowhere", total)
     assert status == 503, body
     error = json.loads(body)["error"]

@@ -10,12 +10,13 @@ Docker) and the two providers' packages as their modules ship them, pushed with
 for ghcr.io and xpkg.crossplane.io through two ImageConfigs that rewrite those prefixes,
 as a registry mirror does), then docs/install.md's steps 2 and 3 as the page shows them
 (provider-kubernetes with its watches runtime config, then the Configuration) applied to
-a control plane running the real Crossplane core (v2.3.0, `--package-runtime=External`: no Deployments, so no
-images), with the managed-resource activation policy its Helm chart creates by default.
-Core's resolver installs every dependency from the registry by its version
-constraint; then every kind the Compositions compose (the render goldens, as
-tests/package/test_dependencies.py derives them) must be served by the control plane. A
-dependency missing from `dependsOn` leaves its kinds unserved, and this test names them.
+a control plane running the real Crossplane core (v2.3.0,
+`--package-runtime=External`: no Deployments, so no images), with the managed-resource
+activation policy its Helm chart creates by default. Core's resolver installs every
+dependency from the registry by its version constraint; then every kind the
+Compositions compose (the render goldens, as tests/package/test_dependencies.py derives
+them) must be served by the control plane. A dependency missing from `dependsOn` leaves
+its kinds unserved, and this test names them.
 
 tests/conftest.py gives this module a worker scope of its own: it does not use the
 fleet box and stays off the e2e tier's critical path.

@@ -35,7 +35,7 @@ from functions.common import contracts
 from functions.runtime.activator import core as activator_core
 from tests.e2e import claims
 from tests.e2e.conftest import measured
-from tests.e2e.test_on_demand import ENTRYPOINT, _token_kubeconfig
+from tests.e2e.test_on_demand import ENTRYPOINT, _token_kubeconfig, route_token
 from tests.ports import free_port
 
 TIER = "fleet.example.com/tier"
@@ -246,7 +246,7 @@ def _activator(box):
         box.processes.pop(process.name, None)
 
 
-def _request(port: int, identity: str) -> tuple[int, dict]:
+def _request(port: int, identity: str, token: str) -> tuple[int, dict]:
     body = json.dumps({"model": ON_DEMAND, "messages": [{"role": "user", "content": "hi"}]})
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
@@ -254,7 +254,11 @@ def _request(port: int, identity: str) -> tuple[int, dict]:
             "POST",
             "/v1/chat/completions",
             body,
-            {"Content-Type": "application/json", contracts.HEADER_DEPLOYMENT: identity},
+            {
+                "Content-Type": "application/json",
+                contracts.HEADER_DEPLOYMENT: identity,
+                contracts.HEADER_ROUTE_TOKEN: token,
+            },
         )
         reply = connection.getresponse()
         return reply.status, json.loads(reply.read() or b"{}")
@@ -302,11 +306,13 @@ def test_a_request_with_another_namespaces_identity_does_not_reach_or_activate_i
         claims.apply_document(box, forged, cluster=MEMBER)
         with _activator(box) as (port, process):
             # An identity no route vouches for: 404 without a read.
-            status, answer = _request(port, f"{TEAM_A}/{ON_DEMAND}")
+            token = route_token(real)  # the forged copy sets it too
+            status, answer = _request(port, f"{TEAM_A}/{ON_DEMAND}", token)
             assert status == 404, answer
             # team-b's identity is claimed from team-a's namespace too: contested, served
-            # to no one, and nothing asks for a placement attempt.
-            status, answer = _request(port, f"{TEAM_B}/{ON_DEMAND}")
+            # to no one even with its own route's token, and nothing asks for a
+            # placement attempt.
+            status, answer = _request(port, f"{TEAM_B}/{ON_DEMAND}", token)
             assert status == 404, answer
             assert answer["error"]["reason"] == activator_core.REASON_NOT_ROUTED, answer
             xr = claims.get(box, "modeldeployment", ON_DEMAND, TEAM_B)

@@ -36,7 +36,7 @@ from functions.compose_model_deployment import fn as deployment_fn
 from functions.runtime.activator import core
 from tests.fuzz import profile
 from tests.unit.chatserver import Answer, ChatServer
-from tests.unit.test_activator import Plane, Routes, composed_route, post, start
+from tests.unit.test_activator import Plane, Routes, composed_route, post, start, token_of
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -150,6 +150,7 @@ def test_any_generated_selector_is_answered_refused_by_field_or_placed(selectors
 # --- The activator ------------------------------------------------------------------------
 
 IDENTITY = core.HEADER_DEPLOYMENT_LOWER
+ROUTE_TOKEN = token_of("team-a/llm")
 # Served here: team-a/llm only. team-b/other is another namespace's model, not routed here.
 _identities = st.one_of(
     st.sampled_from(
@@ -202,20 +203,25 @@ _framing = st.sampled_from(
 
 
 @st.composite
-def _requests(draw) -> tuple[bytes, list[str]]:
-    """A request's bytes, and the identity headers it carries."""
+def _requests(draw) -> tuple[bytes, tuple[list[str], str | None]]:
+    """A request's bytes, and the identity headers and the route token it carries."""
     method = draw(_methods)
     target = draw(_targets)
     identities = draw(st.lists(_identities, max_size=3))
     body = draw(st.one_of(st.just(b"{}"), st.binary(max_size=300), st.just(b"x" * 5000)))
     headers = [("Host", "x")]
     headers += [("X-Modelplane-Deployment", i) for i in identities]
+    # The route's token for team-a/llm (as the Gateway's proxy adds it), none (a direct
+    # call), or a wrong one.
+    token = draw(st.sampled_from([ROUTE_TOKEN, None, "wrong", token_of("team-b/other")]))
+    if token is not None:
+        headers.append(("X-Modelplane-Route-Token", token))
     for name, value in draw(_framing):
         headers.append((name, value.replace("{n}", str(len(body)))))
     if draw(st.booleans()):
         headers.append(("X-Padding", "p" * draw(st.integers(0, 20000))))
     head = f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
-    return head.encode(errors="surrogateescape") + b"\r\n" + body, identities
+    return head.encode(errors="surrogateescape") + b"\r\n" + body, (identities, token)
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +252,7 @@ def test_any_generated_request_gets_an_http_answer_and_reaches_only_its_own_mode
     activator, request_and_identities
 ):
     served, plane = activator
-    data, identities = request_and_identities
+    data, (identities, token) = request_and_identities
     activated_before = len(plane.activations)
     began = time.monotonic()
     answer = _exchange(served.port, data)
@@ -257,8 +263,10 @@ def test_any_generated_request_gets_an_http_answer_and_reaches_only_its_own_mode
         status = int(match.group(1))
         assert status != 500, answer[:300]
         if status == 200:
-            # Only the identity a route of its own namespace vouches for is served.
+            # Only the identity a route of its own namespace vouches for is served, and
+            # only with the token that route sets.
             assert identities == ["team-a/llm"], identities
+            assert token == ROUTE_TOKEN, token
     # Nothing activates a model but its own identity, and never another namespace's.
     for namespace, name, _attempt in plane.activations[activated_before:]:
         assert (namespace, name) == ("team-a", "llm")

@@ -40,7 +40,7 @@ from tests.runtime.cluster import delete_crd
 from tests.runtime.conftest import measured
 from tests.runtime.test_hub_integration import install_crds
 from tests.unit.chatserver import Answer, ChatServer
-from tests.unit.test_activator import composed_route
+from tests.unit.test_activator import composed_route, token_of
 
 GROUP, VERSION = contracts.API_GROUP_VERSION.split("/")
 MODEL_DEPLOYMENTS_CRD = {
@@ -258,7 +258,12 @@ def _post(port: int, identity: str, model: str, timeout: float = 60) -> tuple[in
             "POST",
             "/v1/chat/completions",
             json.dumps({"model": model, "messages": []}),
-            {contracts.HEADER_DEPLOYMENT: identity, "Content-Type": "application/json"},
+            {
+                contracts.HEADER_DEPLOYMENT: identity,
+                # What the identity's own route sets (as the Gateway's proxy sends it).
+                contracts.HEADER_ROUTE_TOKEN: token_of(identity),
+                "Content-Type": "application/json",
+            },
         )
         reply = connection.getresponse()
         return reply.status, json.loads(reply.read() or b"{}")

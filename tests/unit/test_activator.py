@@ -38,10 +38,38 @@ from tests.unit.chatserver import Answer, ChatServer
 REPLICA_XR = Path(__file__).resolve().parents[1] / "render" / "testdata" / "modelreplica.yaml"
 
 
-def composed_route(namespace: str, deployment: str) -> dict:
+def uid_of(namespace: str, deployment: str) -> str:
+    """The ModelReplica uid the test routes are composed with."""
+    return f"uid-{namespace}-{deployment}"
+
+
+def token_of(identity: str) -> str:
+    """The route token our route for `identity` (namespace/name) sets."""
+    namespace, _, name = identity.partition("/")
+    return serving.route_token(uid_of(namespace, name))
+
+
+def with_tokens(data: bytes) -> bytes:
+    """`data` with, after each identity header, the token its route sets: what the
+    Gateway's proxy sends for a request that came through the route."""
+    return re.sub(
+        # (not inside a folded header: the fold stays on the identity)
+        rb"(X-Modelplane-Deployment: ([^\r]*)\r\n)(?![ \t])",
+        lambda m: (
+            m.group(1)
+            + b"X-Modelplane-Route-Token: "
+            + token_of(m.group(2).decode()).encode()
+            + b"\r\n"
+        ),
+        data,
+    )
+
+
+def composed_route(namespace: str, deployment: str, uid: str | None = None) -> dict:
     """The HTTPRoute compose-model-replica composes for an on-demand model here."""
     xr = yaml.safe_load(REPLICA_XR.read_text())
     xr["metadata"]["namespace"] = namespace
+    xr["metadata"]["uid"] = uid_of(namespace, deployment) if uid is None else uid
     xr["spec"]["deployment"] = deployment
     xr["spec"]["activator"] = True
     return serving.route(parse_replica(xr))
@@ -268,11 +296,17 @@ def activator(engine):
     served.shutdown()
 
 
-def post(port: int, identity: str | None, body: bytes = b"{}", extra=None, timeout=10):
+def post(
+    port: int, identity: str | None, body: bytes = b"{}", extra=None, timeout=10, *, routed=True
+):
+    """A request as the route sends it (its identity and token), or, `routed=False`, as
+    a client that connects directly sends it (the identity alone)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     headers = {"Content-Type": "application/json", **(extra or {})}
     if identity is not None:
         headers[contracts.HEADER_DEPLOYMENT] = identity
+        if routed:
+            headers[contracts.HEADER_ROUTE_TOKEN] = token_of(identity)
     try:
         connection.request("POST", "/v1/chat/completions", body, headers)
         reply = connection.getresponse()
@@ -282,10 +316,11 @@ def post(port: int, identity: str | None, body: bytes = b"{}", extra=None, timeo
 
 
 def raw(port: int, data: bytes, *, read_timeout: float = 5.0) -> bytes:
-    """Send `data` as it is and read everything the server answers until it closes."""
+    """Send `data` (with the route's token after each identity) and read everything the
+    server answers until it closes."""
     with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as sock:
         with contextlib.suppress(OSError):
-            sock.sendall(data)
+            sock.sendall(with_tokens(data))
         chunks = []
         with contextlib.suppress(OSError):
             while chunk := sock.recv(65536):
@@ -307,6 +342,53 @@ def test_a_vouched_model_is_activated_once_and_proxied(activator):
     assert status == 200, body
     assert b"served by the engine" in body
     assert [a[:2] for a in plane.activations] == [("team-a", "llm")]
+
+
+def test_a_direct_call_without_the_routes_token_is_404_without_a_read(activator):
+    """A client that reaches the activator without going through the route (no
+    NetworkPolicy enforcement on its member) names a model our route vouches for, but
+    cannot present that route's token: the same 404 as an unknown identity, nothing read,
+    nothing activated."""
+    served, plane, _ = activator
+    for extra in (
+        {},  # the identity alone
+        {contracts.HEADER_ROUTE_TOKEN: ""},
+        {contracts.HEADER_ROUTE_TOKEN: "0" * 64},
+        {contracts.HEADER_ROUTE_TOKEN: token_of("team-b/other")},  # another model's
+        {contracts.HEADER_ROUTE_TOKEN: serving.route_token("")},
+    ):
+        status, _, body = post(served.port, "team-a/llm", extra=extra, routed=False)
+        assert (status, reason_of(body)) == (404, core.REASON_NOT_ROUTED), extra
+    # Two tokens, one of them right: not what a route sends.
+    answer = raw(
+        served.port,
+        b"POST / HTTP/1.1\r\nHost: x\r\nX-Modelplane-Route-Token: x\r\n"
+        b"X-Modelplane-Deployment: team-a/llm\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    assert status_of(answer) == 404, answer[:200]
+    assert plane.reads == {}
+    assert plane.activations == []
+    # Through the route, the same model is served.
+    assert post(served.port, "team-a/llm")[0] == 200
+
+
+def test_a_route_composed_without_a_uid_admits_no_request():
+    """A render without a uid composes no token: its identity is refused to everyone."""
+    route = composed_route("team-a", "llm", uid="")
+    (header,) = route["spec"]["rules"][0]["filters"][0]["requestHeaderModifier"]["set"]
+    assert header["name"] == contracts.HEADER_DEPLOYMENT
+    index = core.route_index([route])
+    assert index.vouches_for("team-a", "llm")
+    for token in (None, "", serving.route_token("")):
+        assert not index.admits("team-a", "llm", token)
+
+
+def test_each_route_admits_its_own_token_only():
+    index = core.route_index([composed_route("team-a", "llm"), composed_route("team-b", "x")])
+    assert index.admits("team-a", "llm", token_of("team-a/llm"))
+    assert not index.admits("team-a", "llm", token_of("team-b/x"))
+    assert not index.admits("team-b", "x", token_of("team-a/llm"))
+    assert token_of("team-a/llm") != token_of("team-b/x")
 
 
 def test_an_identity_no_route_vouches_for_is_404_without_a_read(activator):
@@ -438,8 +520,10 @@ def test_a_body_that_trickles_in_gets_408_and_frees_its_slot(activator):
     served, _, _ = activator
     with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:
         sock.sendall(
-            b"POST / HTTP/1.1\r\nHost: x\r\nX-Modelplane-Deployment: team-a/llm\r\n"
-            b"Content-Length: 100\r\n\r\n{"
+            with_tokens(
+                b"POST / HTTP/1.1\r\nHost: x\r\nX-Modelplane-Deployment: team-a/llm\r\n"
+                b"Content-Length: 100\r\n\r\n{"
+            )
         )
         answer = sock.recv(65536)
     assert status_of(answer) == 408
@@ -525,8 +609,10 @@ def test_a_held_request_whose_client_hangs_up_frees_its_slot(engine):
     try:
         sock = socket.create_connection(("127.0.0.1", served.port))
         sock.sendall(
-            b"POST / HTTP/1.1\r\nHost: x\r\nX-Modelplane-Deployment: team-a/llm\r\n"
-            b"Content-Length: 2\r\n\r\n{}"
+            with_tokens(
+                b"POST / HTTP/1.1\r\nHost: x\r\nX-Modelplane-Deployment: team-a/llm\r\n"
+                b"Content-Length: 2\r\n\r\n{}"
+            )
         )
         deadline = time.monotonic() + 5
         while served.activator.in_flight != 1 and time.monotonic() < deadline:
@@ -594,7 +680,13 @@ def test_keep_alive_serves_several_requests_on_one_connection(activator):
     try:
         for _ in range(3):
             connection.request(
-                "POST", "/v1/chat/completions", b"{}", {contracts.HEADER_DEPLOYMENT: "team-a/llm"}
+                "POST",
+                "/v1/chat/completions",
+                b"{}",
+                {
+                    contracts.HEADER_DEPLOYMENT: "team-a/llm",
+                    contracts.HEADER_ROUTE_TOKEN: token_of("team-a/llm"),
+                },
             )
             reply = connection.getresponse()
             assert reply.status == 200
@@ -605,7 +697,7 @@ def test_keep_alive_serves_several_requests_on_one_connection(activator):
 
 # --- Generated input ----------------------------------------------------------------------
 
-_VALID = (
+_VALID = with_tokens(
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Modelplane-Deployment: team-a/llm\r\n"
     b"Content-Length: 2\r\n\r\n{}"
 )

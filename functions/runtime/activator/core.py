@@ -32,9 +32,10 @@ Pure: plain dicts in, plain values out; the shell (server.py) does the I/O.
 
 from __future__ import annotations
 
+import hmac
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from functions.common import answers, contracts
@@ -149,6 +150,7 @@ def request_problem(
 
 
 HEADER_DEPLOYMENT_LOWER: Final = contracts.HEADER_DEPLOYMENT.lower()
+HEADER_ROUTE_TOKEN_LOWER: Final = contracts.HEADER_ROUTE_TOKEN.lower()
 
 
 # --- Which identities the member's routes vouch for ---------------------------------------
@@ -156,13 +158,31 @@ HEADER_DEPLOYMENT_LOWER: Final = contracts.HEADER_DEPLOYMENT.lower()
 
 @dataclass(frozen=True)
 class RouteIndex:
-    """The identities this member's HTTPRoutes lead to the activator with."""
+    """The identities this member's HTTPRoutes lead to the activator with, and the
+    route token each of our routes sets beside it."""
 
     served: frozenset[tuple[str, str]]  # (namespace, name) we serve
     contested: frozenset[tuple[str, str]]  # claimed from another namespace: refused
+    # (namespace, name) -> the HEADER_ROUTE_TOKEN values our routes set with it
+    tokens: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
     def vouches_for(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.served
+
+    def admits(self, namespace: str, name: str, token: str | None) -> bool:
+        """The identity is ours and the request carries the token its route sets: it
+        came through that route (the Gateway's proxy sets both, overwriting a client's
+        copies), or from someone who can read the model's namespace."""
+        if token is None or not self.vouches_for(namespace, name):
+            return False
+        given = token.encode("latin-1", "replace")
+        # Every candidate compared in full (constant time for each).
+        return any(
+            [
+                hmac.compare_digest(given, known.encode("latin-1", "replace"))
+                for known in self.tokens.get((namespace, name), frozenset())
+            ]
+        )
 
 
 EMPTY_ROUTES: Final = RouteIndex(frozenset(), frozenset())
@@ -182,8 +202,8 @@ def _leads_to_activator(rule: Mapping[str, Any], route_namespace: str) -> bool:
     return False
 
 
-def _identities_set(rule: Mapping[str, Any]) -> list[str]:
-    """The HEADER_DEPLOYMENT values a rule's RequestHeaderModifier filters set."""
+def _set_headers(rule: Mapping[str, Any], lower_name: str) -> list[str]:
+    """The values a rule's RequestHeaderModifier filters set for one header."""
     found = []
     for rule_filter in rule.get("filters") or []:
         if not isinstance(rule_filter, Mapping):
@@ -192,9 +212,7 @@ def _identities_set(rule: Mapping[str, Any]) -> list[str]:
             continue
         modifier = rule_filter.get("requestHeaderModifier") or {}
         for header in modifier.get("set") or []:
-            if isinstance(header, Mapping) and (
-                str(header.get("name", "")).lower() == HEADER_DEPLOYMENT_LOWER
-            ):
+            if isinstance(header, Mapping) and str(header.get("name", "")).lower() == lower_name:
                 found.append(str(header.get("value", "")))
     return found
 
@@ -208,6 +226,7 @@ def route_index(routes: list[Mapping[str, Any]]) -> RouteIndex:
     any namespace but its own is contested and served to nobody."""
     vouched: set[tuple[str, str]] = set()
     contested: set[tuple[str, str]] = set()
+    tokens: dict[tuple[str, str], set[str]] = {}
     for route in routes:
         meta = route.get("metadata") or {}
         route_namespace = str(meta.get("namespace", ""))
@@ -215,7 +234,9 @@ def route_index(routes: list[Mapping[str, Any]]) -> RouteIndex:
         for rule in (route.get("spec") or {}).get("rules") or []:
             if not isinstance(rule, Mapping) or not _leads_to_activator(rule, route_namespace):
                 continue
-            for value in _identities_set(rule):
+            # A rule without a (non-empty) token admits no request for its identity.
+            rule_tokens = {t for t in _set_headers(rule, HEADER_ROUTE_TOKEN_LOWER) if t}
+            for value in _set_headers(rule, HEADER_DEPLOYMENT_LOWER):
                 try:
                     identity = parse_deployment(value)
                 except BadDeployment:
@@ -224,7 +245,13 @@ def route_index(routes: list[Mapping[str, Any]]) -> RouteIndex:
                     contested.add(identity)
                 elif ours:
                     vouched.add(identity)
-    return RouteIndex(frozenset(vouched - contested), frozenset(contested))
+                    tokens.setdefault(identity, set()).update(rule_tokens)
+    served = frozenset(vouched - contested)
+    return RouteIndex(
+        served,
+        frozenset(contested),
+        {identity: frozenset(tokens.get(identity, ())) for identity in served},
+    )
 
 
 @dataclass(frozen=True)

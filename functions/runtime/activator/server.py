@@ -713,11 +713,13 @@ class Activator:
                 core.Refuse(core.STATUS_UNAVAILABLE, core.REASON_NOT_READY, "no ready replica yet"),
                 name,
             )
+        tokens = [v for k, v in headers if k == core.HEADER_ROUTE_TOKEN_LOWER]
         try:
-            vouched = await self._vouched(namespace, name)
+            vouched = await self._vouched(namespace, name, tokens[0] if len(tokens) == 1 else None)
         except Unavailable as err:
             await connection.refuse(err.refusal, name)
         if not vouched:
+            # The same answer whether the identity is unknown or the token wrong.
             await connection.refuse(core.not_routed())
         key = connection.model = (namespace, name)
         if self.in_flight >= self.limits.max_in_flight:
@@ -752,15 +754,16 @@ class Activator:
             if not self.per_model[key]:
                 del self.per_model[key]
 
-    async def _vouched(self, namespace: str, name: str) -> bool:
+    async def _vouched(self, namespace: str, name: str, token: str | None) -> bool:
         index = await self.routes.get("routes", self._route_index)
-        if index.vouches_for(namespace, name) or (namespace, name) in index.contested:
-            return index.vouches_for(namespace, name)
-        # A route composed since the last read: look again, at most once a second.
+        if index.admits(namespace, name, token) or (namespace, name) in index.contested:
+            return index.admits(namespace, name, token)
+        # A route composed (or re-composed with its token) since the last read: look
+        # again, at most once a second.
         index = await self.routes.get(
             "routes", self._route_index, max_age=self.limits.routes_miss_interval
         )
-        return index.vouches_for(namespace, name)
+        return index.admits(namespace, name, token)
 
     def _route_index(self) -> core.RouteIndex:
         index = core.route_index(self.member_routes.list())
@@ -893,7 +896,10 @@ class Activator:
             )
             return
         upstream = h11.Connection(h11.CLIENT)
-        forwarded = [(k, v) for k, v in headers if k not in HOP_BY_HOP]
+        # The route token stays here: the replica it goes on to has no use for it.
+        forwarded = [
+            (k, v) for k, v in headers if k not in HOP_BY_HOP and k != core.HEADER_ROUTE_TOKEN_LOWER
+        ]
         forwarded += [
             ("host", upstream_url.netloc),
             (contracts.HEADER_ACTIVATED.lower(), "1"),
