@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -151,15 +152,27 @@ def _request(index: int) -> bytes:
     namespace, name = MODELS[index % len(MODELS)]
     return (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: activator\r\n"
-        b"content-type: application/json\r\n%s: %s/%s\r\ncontent-length: %d\r\n\r\n%s"
+        b"content-type: application/json\r\n%s: %s/%s\r\n%s: %s\r\n"
+        b"content-length: %d\r\n\r\n%s"
         % (
             contracts.HEADER_DEPLOYMENT.encode(),
             namespace.encode(),
             name.encode(),
+            contracts.HEADER_ROUTE_TOKEN.encode(),
+            _token(namespace, name),
             len(BODY),
             BODY,
         )
     )
+
+
+@functools.cache
+def _token(namespace: str, name: str) -> bytes:
+    """The token the model's route sets (the Gateway's proxy sends it with the identity);
+    main() computes them all before any clock starts."""
+    from tests.unit.test_activator import token_of  # noqa: PLC0415
+
+    return token_of(f"{namespace}/{name}").encode()
 
 
 async def _read_answer(reader: asyncio.StreamReader) -> tuple[int, bool, float]:
@@ -250,11 +263,14 @@ async def _slow(port: int, kind: int, hold: asyncio.Event) -> None:
         elif kind == 2:
             namespace, name = MODELS[0]
             writer.write(
-                b"POST / HTTP/1.1\r\nHost: x\r\n%s: %s/%s\r\ncontent-length: %d\r\n\r\n{"
+                b"POST / HTTP/1.1\r\nHost: x\r\n%s: %s/%s\r\n%s: %s\r\n"
+                b"content-length: %d\r\n\r\n{"
                 % (
                     contracts.HEADER_DEPLOYMENT.encode(),
                     namespace.encode(),
                     name.encode(),
+                    contracts.HEADER_ROUTE_TOKEN.encode(),
+                    _token(namespace, name),
                     1024 * 1024,
                 )
             )
@@ -315,6 +331,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
+    for namespace, name in MODELS:
+        _token(namespace, name)
     import resource  # noqa: PLC0415
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
