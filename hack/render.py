@@ -46,7 +46,11 @@ from functions.common.contracts import (  # noqa: E402
 from tests.ledgers import with_ledgers  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
-STARTUP_TIMEOUT_SECONDS = 30
+# Until a function server listens (polled; a healthy start returns at once). Under `make
+# test` the render tier's servers start while both fleet boxes and a real vLLM start on the
+# same two cores: one start took over 30 s there, and every later render test on that
+# worker failed with it.
+STARTUP_TIMEOUT_SECONDS = 180
 RENDER_TIMEOUT = "60s"
 DEVELOPMENT_RUNTIME = "render.crossplane.io/runtime"
 DEVELOPMENT_TARGET = "render.crossplane.io/runtime-development-target"
