@@ -67,7 +67,7 @@ from tests.telemetry.test_live_fleet import (
     wait_for,
     write_yaml,
 )
-from tests.unit.test_activator import composed_route
+from tests.unit.test_activator import composed_route, token_of
 
 EXAMPLES = REPO / "examples" / "inferenceclusters"
 CLUSTERS = {
@@ -697,7 +697,12 @@ def _ask(port: int, identity: str) -> int | None:
             "POST",
             "/v1/chat/completions",
             b"{}",
-            {"Content-Type": "application/json", contracts.HEADER_DEPLOYMENT: identity},
+            {
+                "Content-Type": "application/json",
+                contracts.HEADER_DEPLOYMENT: identity,
+                # What the identity's route sets beside it (the Gateway's proxy sends both).
+                contracts.HEADER_ROUTE_TOKEN: token_of(identity),
+            },
         )
         reply = connection.getresponse()
         reply.read()

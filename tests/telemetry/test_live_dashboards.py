@@ -75,7 +75,7 @@ from tests.telemetry.test_live_fleet import (
     write_yaml,
 )
 from tests.unit.chatserver import Answer, ChatServer
-from tests.unit.test_activator import Routes, composed_route
+from tests.unit.test_activator import Routes, composed_route, token_of
 
 CLUSTERS = ("a", "b")
 ON_DEMAND = "qwen-2-5-7b"
@@ -195,7 +195,12 @@ class ActivatorPage(_Page):
     def request(self, identity: str) -> None:
         """One client's chat request through the activator (its answer is not the point)."""
         connection = http.client.HTTPConnection("127.0.0.1", self.served.port, timeout=30)
-        headers = {"Content-Type": "application/json", contracts.HEADER_DEPLOYMENT: identity}
+        headers = {
+            "Content-Type": "application/json",
+            contracts.HEADER_DEPLOYMENT: identity,
+            # What the identity's route sets beside it (the Gateway's proxy sends both).
+            contracts.HEADER_ROUTE_TOKEN: token_of(identity),
+        }
         try:
             connection.request("POST", "/v1/chat/completions", b"{}", headers)
             connection.getresponse().read()
